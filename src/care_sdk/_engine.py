@@ -1,0 +1,101 @@
+"""The request/parse/retry loop shared by the generator and the evaluator, written once.
+
+A *plan* is a generator that yields batches of requests and receives their results; it returns
+one parsed value or :class:`CareError` per input. :func:`drive` and :func:`adrive` run a plan on
+a backend synchronously or asynchronously, so sync and async APIs share every line of logic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Generator, Sequence
+from typing import TypeVar
+
+from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult
+from care_sdk.errors import CareError, OutputError
+
+T = TypeVar("T")
+Plan = Generator[list[GenerationRequest], list[GenerationResult], list[T | CareError]]
+
+RETRY_TEMPERATURE = 0.7
+"""Sampling temperature used for retries when the first attempt was greedy."""
+
+
+def retry_request(request: GenerationRequest, attempt: int) -> GenerationRequest:
+    """The request for a retry: a new seed and, for greedy decoding, some temperature."""
+    if attempt == 0:
+        return request
+    return dataclasses.replace(
+        request,
+        seed=None if request.seed is None else request.seed + attempt,
+        temperature=max(request.temperature, RETRY_TEMPERATURE),
+    )
+
+
+def parse_plan(
+    requests: Sequence[GenerationRequest],
+    parse: Callable[[int, Completion], T],
+    *,
+    what: str,
+    max_attempts: int,
+) -> Plan[T]:
+    """Send ``requests``; parse each reply with ``parse(index, completion)``; retry the ones that fail.
+
+    A reply that raises ``ValueError`` is retried up to ``max_attempts`` in all, then becomes an
+    :class:`OutputError`. A backend error (already retried by the backend's own retry layer) is
+    final for that item.
+    """
+    outcomes: list[T | CareError | None] = [None] * len(requests)
+    pending = list(range(len(requests)))
+    failures: dict[int, tuple[str, str]] = {}
+    for attempt in range(max_attempts):
+        if not pending:
+            break
+        results = yield [retry_request(requests[i], attempt) for i in pending]
+        retry = []
+        for i, result in zip(pending, results, strict=True):
+            if result.error is not None:
+                outcomes[i] = result.error
+                continue
+            completion = result.completions[0]
+            try:
+                outcomes[i] = parse(i, completion)
+            except ValueError as exc:
+                reason = str(exc)
+                if completion.finish_reason == "length":
+                    reason += " (the reply hit max_tokens)"
+                failures[i] = (reason, completion.text)
+                retry.append(i)
+        pending = retry
+    for i in pending:
+        reason, raw = failures[i]
+        outcomes[i] = OutputError(f"{what} reply invalid: {reason}", attempts=max_attempts, raw=raw)
+    assert all(o is not None for o in outcomes)
+    return outcomes  # type: ignore[return-value]
+
+
+def drive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
+    """Run a plan with the backend's blocking API."""
+    try:
+        batch = next(plan)
+        while True:
+            batch = plan.send(backend.generate(batch))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def adrive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
+    """Run a plan with the backend's async API."""
+    try:
+        batch = next(plan)
+        while True:
+            batch = plan.send(await backend.agenerate(batch))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+def unwrap(value: T | CareError) -> T:
+    """Return ``value``, or raise it when it is an error (single-item calls raise; batches don't)."""
+    if isinstance(value, CareError):
+        raise value
+    return value

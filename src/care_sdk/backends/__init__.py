@@ -1,0 +1,99 @@
+"""Backends: one module per provider behind :class:`Backend`, chosen by object or spec string.
+
+Spec strings:
+
+- ``default``: the bundled SmolLM2-135M-Instruct GGUF on llama.cpp (no network, no GPU)
+- ``llamacpp:PATH.gguf``: any GGUF file on llama.cpp
+- ``openai:MODEL`` or ``openai:MODEL@BASE_URL``: hosted APIs and OpenAI-compatible servers
+- ``vllm:MODEL``: an in-process vLLM engine
+- ``hf:MODEL_OR_PATH``: transformers
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob
+from care_sdk.errors import ConfigError
+
+__all__ = [
+    "SPEC_FORMS",
+    "Backend",
+    "Completion",
+    "GenerationRequest",
+    "GenerationResult",
+    "TokenLogprob",
+    "resolve_backend",
+]
+
+SPEC_FORMS = (
+    "default",
+    "llamacpp:PATH.gguf",
+    "openai:MODEL",
+    "openai:MODEL@BASE_URL",
+    "vllm:MODEL",
+    "hf:MODEL_OR_PATH",
+)
+"""The spec string forms :func:`resolve_backend` accepts."""
+
+
+def _from_object(obj: Any) -> Backend | None:
+    module = type(obj).__module__.split(".")[0]
+    name = type(obj).__name__
+    if module == "llama_cpp" and name == "Llama":
+        from care_sdk.backends.llamacpp import LlamaCppBackend
+
+        return LlamaCppBackend(obj)
+    if module == "vllm" and name == "LLM":
+        from care_sdk.backends.vllm import VLLMBackend
+
+        return VLLMBackend(obj)
+    if module == "openai" and name in ("OpenAI", "AsyncOpenAI"):
+        raise ConfigError("an openai client needs a model name: use OpenAIBackend(model=..., client=client)")
+    return None
+
+
+def resolve_backend(spec: str | Backend | Any, **options: Any) -> Backend:
+    """Turn a spec string or a user-built object into a :class:`Backend`.
+
+    ``options`` are passed to the backend's constructor (e.g. ``n_ctx`` for llama.cpp).
+
+    Example:
+        >>> resolve_backend("nonsense")
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.ConfigError: unknown backend spec 'nonsense'; valid forms: default, llamacpp:PATH.gguf, openai:MODEL, openai:MODEL@BASE_URL, vllm:MODEL, hf:MODEL_OR_PATH
+    """
+    if isinstance(spec, Backend):
+        if options:
+            raise ConfigError("backend options can only be given with a spec string, not a Backend object")
+        return spec
+    if not isinstance(spec, str):
+        backend = _from_object(spec)
+        if backend is None:
+            raise ConfigError(f"cannot use a {type(spec).__name__} as a backend; pass a spec string or a Backend")
+        return backend
+    kind, _, rest = spec.partition(":")
+    kind = kind.strip().lower()
+    if kind == "default" and not rest:
+        from care_sdk.backends.llamacpp import LlamaCppBackend, default_model_path
+
+        return LlamaCppBackend(default_model_path(), **options)
+    if kind == "llamacpp" and rest:
+        from care_sdk.backends.llamacpp import LlamaCppBackend
+
+        return LlamaCppBackend(rest, **options)
+    if kind == "openai" and rest:
+        from care_sdk.backends.openai import OpenAIBackend
+
+        model, _, base_url = rest.partition("@")
+        return OpenAIBackend(model=model, base_url=base_url or None, **options)
+    if kind == "vllm" and rest:
+        from care_sdk.backends.vllm import VLLMBackend
+
+        return VLLMBackend(rest, **options)
+    if kind == "hf" and rest:
+        from care_sdk.backends.hf import HFBackend
+
+        return HFBackend(rest, **options)
+    raise ConfigError(f"unknown backend spec {spec!r}; valid forms: {', '.join(SPEC_FORMS)}")

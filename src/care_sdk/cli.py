@@ -1,0 +1,145 @@
+"""The ``care`` command line.
+
+Example:
+    $ care score examples/dialogues.jsonl --backend default --out scores.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from care_sdk import __version__
+from care_sdk.errors import CareError, InputError
+
+__all__ = ["build_parser", "main"]
+
+# Subcommand groups contributed by optional parts of the package: module -> function(subparsers).
+_EXTENSIONS = (
+    ("care_sdk.training.cli", "add_train_commands"),
+    ("care_sdk.bench.cli", "add_bench_commands"),
+    ("care_sdk.plots.cli", "add_plot_commands"),
+)
+
+
+def _print_record(record: dict[str, Any]) -> None:
+    head = f"{record['id']} turn {record['turn']}"
+    if record["reward"] is None:
+        print(f"{head}  FAILED: {record['error']}")
+        return
+    rubric = record["rubric"]
+    weights = "  ".join(f"{d} {w:.2f}" for d, w in rubric["weights"].items())
+    print(f"{head}  reward {record['reward']:.3f}  weights: {weights}")
+    for score in record["evaluation"]["scores"]:
+        print(f"    [{score['score']:.1f}] {score['dimension']:<9}  {score['criterion']}")
+
+
+def _build_reward(args: argparse.Namespace) -> Any:
+    from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator, resolve_backend
+
+    shared = resolve_backend(args.backend)
+    gen_backend = resolve_backend(args.generator_backend) if args.generator_backend else shared
+    eval_backend = resolve_backend(args.evaluator_backend) if args.evaluator_backend else shared
+    generator = RubricGenerator(gen_backend, seed=args.seed)
+    evaluator = RubricEvaluator(eval_backend, seed=args.seed)
+    return AdaptiveReward(generator, evaluator, weights=args.weights, criteria=args.criteria)
+
+
+def _cmd_score(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from care_sdk.dialogues import read_dialogues
+    from care_sdk.scoring import score_file
+
+    try:
+        total = sum(len(list(x.dialogue.turns())) for x in read_dialogues(args.input) if x.dialogue is not None)
+    except OSError as exc:
+        print(f"care score: cannot read {args.input}: {exc.strerror}", file=sys.stderr)
+        return 2
+    reward = _build_reward(args)
+    show = args.show if args.show is not None else args.out is None
+    bar = tqdm(total=total, desc="scoring turns", unit="turn", file=sys.stderr, disable=args.quiet)
+
+    def input_error(error: InputError) -> None:
+        bar.write(f"care score: skipped {error}", file=sys.stderr)
+
+    try:
+        summary = score_file(
+            args.input,
+            reward,
+            out=args.out,
+            batch_size=args.batch_size,
+            on_input_error=input_error,
+            on_record=_print_record if show else None,
+            progress=bar.update,
+        )
+    finally:
+        bar.close()
+    print(summary.table())
+    return 0 if summary.ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``care`` command.
+
+    Example:
+        >>> build_parser().parse_args(["score", "in.jsonl"]).backend
+        'default'
+    """
+    parser = argparse.ArgumentParser(
+        prog="care", description="CARE: turn-adaptive rubric rewards for empathetic dialogue."
+    )
+    parser.add_argument("--version", action="version", version=f"care-sdk {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    score = sub.add_parser("score", help="score every assistant turn of a JSONL dialogue file")
+    score.add_argument("input", help='JSONL, one {"id": ..., "messages": [...]} per line')
+    score.add_argument(
+        "--backend", default="default", help="backend spec for generator and evaluator (default: %(default)s)"
+    )
+    score.add_argument("--generator-backend", help="backend spec for the rubric generator only")
+    score.add_argument("--evaluator-backend", help="backend spec for the evaluator only")
+    score.add_argument("--out", help="output JSONL, one record per assistant turn; an existing file is resumed")
+    score.add_argument("--weights", choices=["generated", "uniform"], default="generated", help="rubric weights")
+    score.add_argument("--criteria", choices=["generated", "fixed"], default="generated", help="rubric criteria")
+    score.add_argument("--batch-size", type=int, default=8, help="turns per backend batch (default: %(default)s)")
+    score.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
+    score.add_argument(
+        "--show",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="print each turn's weights, criteria and reward (default: on without --out)",
+    )
+    score.add_argument("--quiet", action="store_true", help="no progress bar")
+    score.set_defaults(func=_cmd_score)
+
+    for module_name, function in _EXTENSIONS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                continue  # that part of the package is not present
+            raise
+        getattr(module, function)(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``care`` command; returns the exit status (0 ok, 1 some items failed, 2 usage error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CareError as exc:
+        print(f"care {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"care {args.command}: interrupted; finished records are kept", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""RubricEvaluator: scores a candidate reply against every criterion of a rubric in one call."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from care_sdk._engine import Plan, adrive, drive, parse_plan, unwrap
+from care_sdk.backends import Backend, GenerationRequest, resolve_backend
+from care_sdk.backends.base import Completion
+from care_sdk.errors import CareError
+from care_sdk.prompts import SCORES, Context, evaluation_schema, evaluator_messages, parse_evaluation
+from care_sdk.types import CriterionScore, Evaluation, Rubric
+
+__all__ = ["RubricEvaluator", "expected_scores"]
+
+EvalItem = tuple[Context, Rubric, str]
+"""One evaluation: the context, the rubric, the candidate reply."""
+
+TOP_LOGPROBS = 5
+
+
+class RubricEvaluator:
+    """Scores a reply from 1 to 5 on every criterion of a rubric, all criteria in one call.
+
+    Args:
+        backend: a spec string, a :class:`~care_sdk.backends.Backend`, or a model object.
+        temperature: sampling temperature (0 is greedy).
+        seed: sampling seed, for backends that support one.
+        max_tokens: upper bound on the evaluation reply length.
+        max_attempts: replies tried per item before giving up with :class:`OutputError`.
+        use_logprobs: where the backend returns logprobs, score each criterion by the
+            probability-weighted mean over the score tokens 1-5 instead of the sampled token,
+            which gives continuous rewards.
+
+    Example:
+        >>> from care_sdk.testing import ScriptedBackend, evaluation_json
+        >>> evaluator = RubricEvaluator(ScriptedBackend([evaluation_json([5, 5, 3, 3, 1, 1])]))
+        >>> ev = evaluator.evaluate("I lost my job.", Rubric.uniform_fixed(), "That must be a shock.")
+        >>> [s.score for s in ev.scores]
+        [5.0, 5.0, 3.0, 3.0, 1.0, 1.0]
+    """
+
+    def __init__(
+        self,
+        backend: str | Backend | Any = "default",
+        *,
+        temperature: float = 0.0,
+        seed: int | None = 0,
+        max_tokens: int = 160,
+        max_attempts: int = 3,
+        use_logprobs: bool = False,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        self.backend = resolve_backend(backend)
+        self.temperature = temperature
+        self.seed = seed
+        self.max_tokens = max_tokens
+        self.max_attempts = max_attempts
+        self.use_logprobs = use_logprobs
+
+    def request(self, context: Context, rubric: Rubric, reply: str) -> GenerationRequest:
+        """The backend request that scores ``reply`` (useful to inspect the exact prompt)."""
+        return GenerationRequest(
+            messages=tuple(evaluator_messages(context, rubric, reply)),
+            json_schema=evaluation_schema(len(rubric.criteria)),
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            seed=self.seed,
+            top_logprobs=TOP_LOGPROBS if self.use_logprobs else None,
+        )
+
+    def _plan(self, items: Sequence[EvalItem]) -> Plan[Evaluation]:
+        rubrics = [rubric for _, rubric, _ in items]
+
+        def parse(i: int, completion: Completion) -> Evaluation:
+            evaluation = parse_evaluation(completion.text, rubrics[i])
+            if self.use_logprobs and completion.logprobs:
+                evaluation = expected_scores(evaluation, completion)
+            return evaluation
+
+        requests = [self.request(c, r, reply) for c, r, reply in items]
+        return (yield from parse_plan(requests, parse, what="evaluation", max_attempts=self.max_attempts))
+
+    def evaluate(self, context: Context, rubric: Rubric, reply: str) -> Evaluation:
+        """Score ``reply`` (the answer to ``context``) on every criterion of ``rubric``.
+
+        Raises:
+            OutputError: no reply parsed as a valid evaluation within ``max_attempts``.
+            BackendError: the backend failed.
+        """
+        return unwrap(drive(self._plan([(context, rubric, reply)]), self.backend)[0])
+
+    def evaluate_batch(self, items: Sequence[EvalItem]) -> list[Evaluation | CareError]:
+        """Score many ``(context, rubric, reply)`` items; a failed item is its :class:`CareError`."""
+        return drive(self._plan(items), self.backend)
+
+    async def aevaluate(self, context: Context, rubric: Rubric, reply: str) -> Evaluation:
+        """Async form of :meth:`evaluate`."""
+        return unwrap((await adrive(self._plan([(context, rubric, reply)]), self.backend))[0])
+
+    async def aevaluate_batch(self, items: Sequence[EvalItem]) -> list[Evaluation | CareError]:
+        """Async form of :meth:`evaluate_batch`."""
+        return await adrive(self._plan(items), self.backend)
+
+    def __repr__(self) -> str:
+        return f"RubricEvaluator({self.backend!r}, use_logprobs={self.use_logprobs})"
+
+
+_SCORE_RE = re.compile(r'"c(\d+)"\s*:\s*([1-5])')
+
+
+def expected_scores(evaluation: Evaluation, completion: Completion) -> Evaluation:
+    """Replace each sampled score by its expectation under the score tokens' probabilities.
+
+    For criterion ``cN`` the token that wrote its digit is located in the completion's logprobs;
+    the probabilities of the alternatives ``1``-``5`` at that position are renormalised and the
+    score becomes ``sum(p_s * s)``. A criterion whose token cannot be located keeps its sampled
+    score (and no distribution).
+
+    Example:
+        >>> from care_sdk.testing import score_logprobs
+        >>> from care_sdk.backends.base import TokenLogprob
+        >>> text = '{"scores": {"c1": 4}}'
+        >>> tokens = (TokenLogprob(token='{"scores": {"c1": ', logprob=0.0), score_logprobs({4: 0.5, 5: 0.5}),
+        ...           TokenLogprob(token="}}", logprob=0.0))
+        >>> ev = Evaluation(scores=[CriterionScore(dimension="cognitive", criterion="x", score=4)])
+        >>> expected_scores(ev, Completion(text=text, logprobs=tokens)).scores[0].score
+        4.5
+    """
+    assert completion.logprobs is not None
+    starts = []
+    offset = 0
+    for token in completion.logprobs:
+        starts.append(offset)
+        offset += len(token.token)
+    if offset != len(completion.text):
+        return evaluation  # tokens do not spell the text: cannot align safely
+    new_scores = list(evaluation.scores)
+    for match in _SCORE_RE.finditer(completion.text):
+        index = int(match.group(1)) - 1
+        if not 0 <= index < len(new_scores):
+            continue
+        pos = match.start(2)
+        token_index = max(i for i, start in enumerate(starts) if start <= pos)
+        token = completion.logprobs[token_index]
+        if token.token.strip() != match.group(2):
+            continue  # the digit shares a token with other text: keep the sampled score
+        probs = {int(t.strip()): math.exp(lp) for t, lp in token.top if t.strip() in {str(s) for s in SCORES}}
+        total = sum(probs.values())
+        if total <= 0:
+            continue
+        distribution = tuple(probs.get(s, 0.0) / total for s in SCORES)
+        expected = sum(p * s for p, s in zip(distribution, SCORES, strict=True))
+        old = new_scores[index]
+        new_scores[index] = CriterionScore(
+            dimension=old.dimension, criterion=old.criterion, score=expected, distribution=distribution
+        )
+    return Evaluation(scores=tuple(new_scores))

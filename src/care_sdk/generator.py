@@ -1,0 +1,139 @@
+"""RubricGenerator: reads a dialogue context and writes the rubric for the next reply."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from care_sdk._engine import Plan, adrive, drive, parse_plan, unwrap
+from care_sdk.backends import Backend, GenerationRequest, resolve_backend
+from care_sdk.backends.base import Completion
+from care_sdk.cache import MemoryCache, RubricCache, context_key
+from care_sdk.errors import CareError
+from care_sdk.prompts import PROMPT_VERSION, Context, generator_messages, parse_rubric, rubric_schema
+from care_sdk.types import Message, Rubric, as_messages
+
+__all__ = ["RubricGenerator"]
+
+
+class RubricGenerator:
+    """Writes a turn-level rubric (weights and criteria per dimension) for a dialogue context.
+
+    Rubrics are cached by context (see :mod:`care_sdk.cache`), so every reply to the same
+    context is judged against the same rubric and the backend is called once per context.
+
+    Args:
+        backend: a spec string (``"default"``, ``"llamacpp:PATH"``, ``"openai:MODEL@URL"``, ...),
+            a :class:`~care_sdk.backends.Backend`, or a model object such as ``llama_cpp.Llama``.
+        criteria_per_dimension: criteria asked for per dimension (the reference setting is 2).
+        temperature: sampling temperature (0 is greedy).
+        seed: sampling seed, for backends that support one.
+        max_tokens: upper bound on the rubric reply length.
+        max_attempts: replies tried per context before giving up with :class:`OutputError`.
+        cache: ``True`` for an in-memory LRU cache, ``False``/``None`` for none, or a
+            :class:`~care_sdk.cache.RubricCache` (e.g. shared or persistent).
+
+    Example:
+        >>> from care_sdk.testing import ScriptedBackend, rubric_json
+        >>> gen = RubricGenerator(ScriptedBackend([rubric_json({"cognitive": 3, "affective": 1, "proactive": 0})]))
+        >>> rubric = gen.generate([{"role": "user", "content": "I keep failing my driving test."}])
+        >>> rubric.weights
+        {<Dimension.COGNITIVE: 'cognitive'>: 0.75, <Dimension.AFFECTIVE: 'affective'>: 0.25, <Dimension.PROACTIVE: 'proactive'>: 0.0}
+        >>> gen.generate([{"role": "user", "content": "I keep failing my driving test."}]) == rubric  # cached
+        True
+    """
+
+    def __init__(
+        self,
+        backend: str | Backend | Any = "default",
+        *,
+        criteria_per_dimension: int = 2,
+        temperature: float = 0.0,
+        seed: int | None = 0,
+        max_tokens: int = 512,
+        max_attempts: int = 3,
+        cache: RubricCache | bool | None = True,
+    ) -> None:
+        if criteria_per_dimension < 1:
+            raise ValueError("criteria_per_dimension must be at least 1")
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        self.backend = resolve_backend(backend)
+        self.criteria_per_dimension = criteria_per_dimension
+        self.temperature = temperature
+        self.seed = seed
+        self.max_tokens = max_tokens
+        self.max_attempts = max_attempts
+        self.cache: RubricCache | None = MemoryCache() if cache is True else (cache or None)
+        self._schema = rubric_schema(criteria_per_dimension)
+
+    @property
+    def identity(self) -> str:
+        """Backend identity, prompt version and sampling settings: everything that shapes a rubric."""
+        return (
+            f"{self.backend.identity}|prompt={PROMPT_VERSION}|k={self.criteria_per_dimension}"
+            f"|t={self.temperature}|seed={self.seed}|max_tokens={self.max_tokens}"
+        )
+
+    def request(self, context: Context) -> GenerationRequest:
+        """The backend request for one context (useful to inspect or log the exact prompt)."""
+        return GenerationRequest(
+            messages=tuple(generator_messages(context, self.criteria_per_dimension)),
+            json_schema=self._schema,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            seed=self.seed,
+        )
+
+    def _plan(self, contexts: Sequence[Context]) -> Plan[Rubric]:
+        messages = [tuple(as_messages(c)) for c in contexts]
+        keys = [context_key(m, self.identity) for m in messages]
+        found: dict[str, Rubric | CareError] = {}
+        todo: dict[str, tuple[Message, ...]] = {}
+        for key, context in zip(keys, messages, strict=True):
+            if key in found or key in todo:
+                continue
+            cached = self.cache.get(key) if self.cache is not None else None
+            if cached is not None:
+                found[key] = cached
+            else:
+                todo[key] = context
+        if todo:
+
+            def parse(_: int, completion: Completion) -> Rubric:
+                return parse_rubric(completion.text)
+
+            requests = [self.request(c) for c in todo.values()]
+            outcomes = yield from parse_plan(requests, parse, what="rubric", max_attempts=self.max_attempts)
+            for key, outcome in zip(todo, outcomes, strict=True):
+                found[key] = outcome
+                if self.cache is not None and isinstance(outcome, Rubric):
+                    self.cache.put(key, outcome)
+        return [found[k] for k in keys]
+
+    def generate(self, context: Context) -> Rubric:
+        """Write the rubric for the reply that follows ``context``.
+
+        Raises:
+            OutputError: no reply parsed as a valid rubric within ``max_attempts``.
+            BackendError: the backend failed.
+        """
+        return unwrap(drive(self._plan([context]), self.backend)[0])
+
+    def generate_batch(self, contexts: Sequence[Context]) -> list[Rubric | CareError]:
+        """Write one rubric per context, in order; a failed item is its :class:`CareError`, not an exception.
+
+        Identical contexts in the batch share one backend request.
+        """
+        return drive(self._plan(contexts), self.backend)
+
+    async def agenerate(self, context: Context) -> Rubric:
+        """Async form of :meth:`generate`."""
+        return unwrap((await adrive(self._plan([context]), self.backend))[0])
+
+    async def agenerate_batch(self, contexts: Sequence[Context]) -> list[Rubric | CareError]:
+        """Async form of :meth:`generate_batch`."""
+        return await adrive(self._plan(contexts), self.backend)
+
+    def __repr__(self) -> str:
+        return f"RubricGenerator({self.backend!r}, criteria_per_dimension={self.criteria_per_dimension})"

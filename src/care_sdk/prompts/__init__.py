@@ -1,0 +1,257 @@
+"""Versioned prompt templates, the JSON schemas they ask for, and the parsers of the replies.
+
+The templates live beside this module as package data (``generator_v1.txt``,
+``evaluator_v1.txt``); changing a template means a new version, which changes rubric cache keys.
+
+Example:
+    >>> msgs = generator_messages([{"role": "user", "content": "I lost my job today."}])
+    >>> [m.role for m in msgs]
+    ['system', 'user']
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+from string import Template
+from typing import Any
+
+from pydantic import ValidationError
+
+from care_sdk.types import DIMENSIONS, Criterion, CriterionScore, Dimension, Evaluation, Message, Rubric, as_messages
+
+__all__ = [
+    "PROMPT_VERSION",
+    "Context",
+    "evaluation_schema",
+    "evaluator_messages",
+    "fixed_criteria",
+    "generator_messages",
+    "parse_evaluation",
+    "parse_rubric",
+    "render_transcript",
+    "rubric_reply_json",
+    "rubric_schema",
+]
+
+PROMPT_VERSION = "v1"
+"""Version of the templates and schemas; part of every rubric cache key."""
+
+Context = str | Sequence[Message | dict[str, Any]]
+"""A dialogue context: OpenAI chat messages, or a string taken as one user message."""
+
+CRITERION_MIN_CHARS = 8
+CRITERION_MAX_CHARS = 200
+SCORES = (1, 2, 3, 4, 5)
+_ROLE_LABELS = {"user": "User", "assistant": "Supporter", "system": "System"}
+
+
+@cache
+def _template(name: str) -> tuple[Template, Template]:
+    text = resources.files(__package__).joinpath(f"{name}_{PROMPT_VERSION}.txt").read_text(encoding="utf-8")
+    _, _, rest = text.partition("### system\n")
+    system, _, user = rest.partition("### user\n")
+    return Template(system.strip()), Template(user.strip())
+
+
+def render_transcript(context: Context) -> str:
+    """Render a context as a plain transcript with ``User:`` / ``Supporter:`` labels.
+
+    Example:
+        >>> print(render_transcript([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]))
+        User: hi
+        Supporter: hello
+    """
+    return "\n".join(f"{_ROLE_LABELS[m.role]}: {m.content.strip()}" for m in as_messages(context))
+
+
+def generator_messages(context: Context, criteria_per_dimension: int = 2) -> list[Message]:
+    """The chat messages that ask a model for the rubric of the next reply.
+
+    Example:
+        >>> "I lost my job" in generator_messages("I lost my job")[1].content
+        True
+    """
+    system, user = _template("generator")
+    example = ", ".join('"..."' for _ in range(criteria_per_dimension))
+    return [
+        Message(
+            role="system", content=system.substitute(per_dimension=criteria_per_dimension, example_criteria=example)
+        ),
+        Message(role="user", content=user.substitute(transcript=render_transcript(context))),
+    ]
+
+
+def rubric_schema(criteria_per_dimension: int = 2) -> dict[str, Any]:
+    """The JSON schema of a generator reply; fixed keys, bounded arrays and strings.
+
+    Example:
+        >>> rubric_schema()["properties"]["criteria"]["properties"]["affective"]["maxItems"]
+        2
+    """
+    criteria = {
+        "type": "array",
+        "items": {"type": "string", "minLength": CRITERION_MIN_CHARS, "maxLength": CRITERION_MAX_CHARS},
+        "minItems": criteria_per_dimension,
+        "maxItems": criteria_per_dimension,
+    }
+    dims = [d.value for d in DIMENSIONS]
+    return {
+        "type": "object",
+        "properties": {
+            "weights": {
+                "type": "object",
+                "properties": {d: {"type": "number", "minimum": 0} for d in dims},
+                "required": dims,
+                "additionalProperties": False,
+            },
+            "criteria": {
+                "type": "object",
+                "properties": {d: criteria for d in dims},
+                "required": dims,
+                "additionalProperties": False,
+            },
+        },
+        "required": ["weights", "criteria"],
+        "additionalProperties": False,
+    }
+
+
+def _load_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"reply is not valid JSON ({exc.msg} at char {exc.pos})") from None
+
+
+def _describe(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
+
+
+def parse_rubric(text: str) -> Rubric:
+    """Parse and validate a generator reply.
+
+    Raises:
+        ValueError: the reply is not JSON or not a valid rubric; the message names the field.
+
+    Example:
+        >>> parse_rubric('{"weights": {"cognitive": 1, "affective": 1, "proactive": 2},'
+        ...              ' "criteria": {"cognitive": ["Names the conflict."], "affective": ["Validates fear."],'
+        ...              ' "proactive": ["Suggests one step."]}}').weights[Dimension.PROACTIVE]
+        0.5
+    """
+    data = _load_json(text)
+    if not isinstance(data, dict) or not isinstance(data.get("criteria"), dict):
+        raise ValueError("criteria: expected an object keyed by dimension")
+    raw_criteria = data["criteria"]
+    criteria: list[dict[str, Any]] = []
+    for dim in DIMENSIONS:
+        items = raw_criteria.get(dim.value)
+        if not isinstance(items, list) or not items:
+            raise ValueError(f"criteria.{dim.value}: expected a non-empty list of strings")
+        for i, item in enumerate(items):
+            if not isinstance(item, str):
+                raise ValueError(f"criteria.{dim.value}[{i}]: expected a string")
+            criteria.append({"dimension": dim, "text": item})
+    try:
+        return Rubric.model_validate({"weights": data.get("weights"), "criteria": criteria})
+    except ValidationError as exc:
+        raise ValueError(_describe(exc)) from None
+
+
+def rubric_reply_json(rubric: Rubric) -> str:
+    """The JSON text a generator should reply with for ``rubric``: the inverse of :func:`parse_rubric`
+    up to weights rounded to three decimals (the form used as a training target).
+
+    Example:
+        >>> rubric = Rubric.uniform_fixed()
+        >>> parse_rubric(rubric_reply_json(rubric)).criteria == rubric.criteria
+        True
+    """
+    return json.dumps(
+        {
+            "weights": {d.value: round(rubric.weights[d], 3) for d in DIMENSIONS},
+            "criteria": {d.value: [c.text for c in rubric.criteria_for(d)] for d in DIMENSIONS},
+        },
+        ensure_ascii=False,
+    )
+
+
+def evaluator_messages(context: Context, rubric: Rubric, reply: str) -> list[Message]:
+    """The chat messages that ask a model to score ``reply`` on every criterion of ``rubric``.
+
+    Instructions, context and rubric come first and the candidate last, so that servers reuse
+    the shared prefix across candidates of one context.
+
+    Example:
+        >>> msgs = evaluator_messages("I failed.", Rubric.uniform_fixed(), "That hurts.")
+        >>> msgs[-1].content.endswith("That hurts.")
+        True
+    """
+    system, user = _template("evaluator")
+    lines = [f"c{i + 1} ({c.dimension.value}): {c.text}" for i, c in enumerate(rubric.criteria)]
+    content = user.substitute(transcript=render_transcript(context), criteria="\n".join(lines), reply=reply.strip())
+    return [Message(role="system", content=system.substitute()), Message(role="user", content=content)]
+
+
+def evaluation_schema(n_criteria: int) -> dict[str, Any]:
+    """The JSON schema of an evaluator reply for a rubric with ``n_criteria`` criteria.
+
+    Example:
+        >>> sorted(evaluation_schema(2)["properties"]["scores"]["properties"])
+        ['c1', 'c2']
+    """
+    keys = [f"c{i + 1}" for i in range(n_criteria)]
+    return {
+        "type": "object",
+        "properties": {
+            "scores": {
+                "type": "object",
+                "properties": {k: {"type": "integer", "enum": list(SCORES)} for k in keys},
+                "required": keys,
+                "additionalProperties": False,
+            }
+        },
+        "required": ["scores"],
+        "additionalProperties": False,
+    }
+
+
+def parse_evaluation(text: str, rubric: Rubric) -> Evaluation:
+    """Parse and validate an evaluator reply against the rubric it scores.
+
+    Raises:
+        ValueError: not JSON, a criterion without a score, or a score outside 1-5.
+
+    Example:
+        >>> rubric = Rubric.uniform_fixed()
+        >>> ev = parse_evaluation('{"scores": {"c1": 5, "c2": 4, "c3": 3, "c4": 2, "c5": 1, "c6": 1}}', rubric)
+        >>> ev.scores[1].score
+        4.0
+    """
+    data = _load_json(text)
+    scores = data.get("scores") if isinstance(data, dict) else None
+    if not isinstance(scores, dict):
+        raise ValueError("scores: expected an object keyed c1..cN")
+    result = []
+    for i, criterion in enumerate(rubric.criteria):
+        key = f"c{i + 1}"
+        value = scores.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value not in SCORES:
+            raise ValueError(f"scores.{key}: expected an integer 1-5, got {value!r}")
+        result.append(CriterionScore(dimension=criterion.dimension, criterion=criterion.text, score=float(value)))
+    return Evaluation(scores=tuple(result))
+
+
+@cache
+def fixed_criteria() -> tuple[Criterion, ...]:
+    """The fixed six-criterion set (two per dimension) used by the fixed-criteria ablations.
+
+    Example:
+        >>> [c.dimension.value for c in fixed_criteria()][:2]
+        ['cognitive', 'cognitive']
+    """
+    data = json.loads(resources.files(__package__).joinpath(f"fixed_criteria_{PROMPT_VERSION}.json").read_text())
+    return tuple(Criterion(dimension=Dimension(d), text=t) for d in (x.value for x in DIMENSIONS) for t in data[d])

@@ -1,0 +1,227 @@
+"""AdaptiveReward: rubric generation plus rubric-conditioned evaluation, as one reward per reply."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from care_sdk.backends import Backend, resolve_backend
+from care_sdk.errors import CareError, ConfigError
+from care_sdk.evaluator import RubricEvaluator
+from care_sdk.generator import RubricGenerator
+from care_sdk.prompts import Context, fixed_criteria
+from care_sdk.types import DIMENSIONS, Dialogue, Message, RewardResult, Rubric, as_messages
+
+__all__ = ["AdaptiveReward", "completion_text"]
+
+WeightsMode = Literal["generated", "uniform"]
+CriteriaMode = Literal["generated", "fixed"]
+ScoreItem = tuple[Context, str]
+"""One reward request: the context and the candidate reply."""
+
+
+def completion_text(completion: str | Sequence[Mapping[str, Any]] | Message) -> str:
+    """The reply text of a completion in TRL's plain-text or conversational form.
+
+    Example:
+        >>> completion_text([{"role": "assistant", "content": "I'm here."}])
+        "I'm here."
+    """
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Message):
+        return completion.content
+    return "".join(str(m.get("content", "")) for m in completion if m.get("role", "assistant") == "assistant")
+
+
+class AdaptiveReward:
+    """One number per reply: the rubric for its context, applied by the evaluator.
+
+    r = sum_d w_d * mean_{c in d} (s_c - 1) / 4, in [0, 1]. Replies to the same context share one
+    rubric. Ablations are options: ``weights="uniform"`` keeps generated criteria with weights
+    1/3 each; ``criteria="fixed"`` keeps generated weights over the fixed six criteria; passing
+    ``rubric=`` judges every reply against that one rubric (no generator needed).
+
+    The instance is a TRL reward function: ``reward(prompts, completions, **kwargs)`` returns
+    ``list[float | None]``, ``None`` where no reward could be computed.
+
+    Args:
+        generator: the rubric generator (not needed with ``rubric=``).
+        evaluator: the evaluator.
+        weights: ``"generated"`` or ``"uniform"``.
+        criteria: ``"generated"`` or ``"fixed"``.
+        rubric: a fixed rubric for every context.
+
+    Example:
+        >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+        >>> gen = RubricGenerator(ScriptedBackend([rubric_json({"cognitive": 1, "affective": 2, "proactive": 1})]))
+        >>> ev = RubricEvaluator(ScriptedBackend([evaluation_json([5, 5, 5, 5, 1, 1])] * 2))
+        >>> reward = AdaptiveReward(gen, ev)
+        >>> reward(["I failed my exam."] * 2, ["That sounds really hard.", "Tell me more."])
+        [0.75, 0.75]
+    """
+
+    def __init__(
+        self,
+        generator: RubricGenerator | None = None,
+        evaluator: RubricEvaluator | None = None,
+        *,
+        weights: WeightsMode = "generated",
+        criteria: CriteriaMode = "generated",
+        rubric: Rubric | None = None,
+    ) -> None:
+        if evaluator is None:
+            raise ConfigError("AdaptiveReward needs an evaluator")
+        if weights not in ("generated", "uniform"):
+            raise ConfigError(f"weights must be 'generated' or 'uniform', got {weights!r}")
+        if criteria not in ("generated", "fixed"):
+            raise ConfigError(f"criteria must be 'generated' or 'fixed', got {criteria!r}")
+        if rubric is None and weights == "uniform" and criteria == "fixed":
+            rubric = Rubric.uniform_fixed()
+        if rubric is None and generator is None:
+            raise ConfigError("AdaptiveReward needs a generator unless a fixed rubric is given")
+        self.generator = generator
+        self.evaluator = evaluator
+        self.weights = weights
+        self.criteria = criteria
+        self.rubric = rubric
+        self.__name__ = "care_reward"  # TRL names reward functions by __name__
+
+    @classmethod
+    def from_backend(cls, backend: str | Backend | Any = "default", **options: Any) -> AdaptiveReward:
+        """Build generator and evaluator on one backend (one model loaded once).
+
+        ``options`` are :class:`AdaptiveReward` options (``weights``, ``criteria``, ``rubric``).
+
+        Example:
+            >>> from care_sdk.testing import ScriptedBackend
+            >>> AdaptiveReward.from_backend(ScriptedBackend([]), weights="uniform").weights
+            'uniform'
+        """
+        shared = resolve_backend(backend)
+        return cls(RubricGenerator(shared), RubricEvaluator(shared), **options)
+
+    # -- rubrics -------------------------------------------------------------------------------
+
+    def _adapt(self, rubric: Rubric) -> Rubric:
+        if self.criteria == "fixed":
+            rubric = Rubric(weights=rubric.weights, criteria=fixed_criteria())
+        if self.weights == "uniform":
+            rubric = rubric.with_weights({d: 1.0 for d in DIMENSIONS})
+        return rubric
+
+    def _finish(self, rubrics: list[Rubric | CareError]) -> list[Rubric | CareError]:
+        return [r if isinstance(r, CareError) else self._adapt(r) for r in rubrics]
+
+    def _rubrics(self, contexts: Sequence[Context]) -> list[Rubric | CareError]:
+        if self.rubric is not None:
+            return [self.rubric] * len(contexts)
+        assert self.generator is not None
+        return self._finish(self.generator.generate_batch(contexts))
+
+    async def _arubrics(self, contexts: Sequence[Context]) -> list[Rubric | CareError]:
+        if self.rubric is not None:
+            return [self.rubric] * len(contexts)
+        assert self.generator is not None
+        return self._finish(await self.generator.agenerate_batch(contexts))
+
+    # -- scoring -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _combine(
+        rubrics: list[Rubric | CareError], evaluations: list[Any]
+    ) -> list[tuple[RewardResult, CareError | None]]:
+        outcomes: list[tuple[RewardResult, CareError | None]] = []
+        it = iter(evaluations)
+        for rubric in rubrics:
+            if isinstance(rubric, CareError):
+                outcomes.append((RewardResult.failed(f"rubric generation failed: {rubric}"), rubric))
+                continue
+            evaluation = next(it)
+            if isinstance(evaluation, CareError):
+                outcomes.append((RewardResult.failed(f"evaluation failed: {evaluation}", rubric=rubric), evaluation))
+            else:
+                outcomes.append((RewardResult.from_parts(rubric, evaluation), None))
+        return outcomes
+
+    def _outcomes(self, items: Sequence[ScoreItem]) -> list[tuple[RewardResult, CareError | None]]:
+        rubrics = self._rubrics([c for c, _ in items])
+        return self._combine(rubrics, self.evaluator.evaluate_batch(self._eval_items(items, rubrics)))
+
+    async def _aoutcomes(self, items: Sequence[ScoreItem]) -> list[tuple[RewardResult, CareError | None]]:
+        rubrics = await self._arubrics([c for c, _ in items])
+        return self._combine(rubrics, await self.evaluator.aevaluate_batch(self._eval_items(items, rubrics)))
+
+    @staticmethod
+    def _eval_items(items: Sequence[ScoreItem], rubrics: list[Rubric | CareError]) -> list[tuple[Context, Rubric, str]]:
+        return [(c, r, reply) for (c, reply), r in zip(items, rubrics, strict=True) if isinstance(r, Rubric)]
+
+    def score_batch(self, items: Sequence[ScoreItem]) -> list[RewardResult]:
+        """Score many ``(context, reply)`` pairs; a failure is a result with ``reward=None`` and ``error``.
+
+        Example:
+            >>> from care_sdk.testing import ScriptedBackend, evaluation_json
+            >>> reward = AdaptiveReward(evaluator=RubricEvaluator(ScriptedBackend(["not json"] * 3)),
+            ...                         rubric=Rubric.uniform_fixed())
+            >>> result = reward.score_batch([("I'm sad.", "Cheer up!")])[0]
+            >>> result.reward is None, result.error.startswith("evaluation failed")
+            (True, True)
+        """
+        return [result for result, _ in self._outcomes(items)]
+
+    async def ascore_batch(self, items: Sequence[ScoreItem]) -> list[RewardResult]:
+        """Async form of :meth:`score_batch`."""
+        return [result for result, _ in await self._aoutcomes(items)]
+
+    def score(self, context: Context, reply: str) -> RewardResult:
+        """Score one reply to ``context``.
+
+        Raises:
+            CareError: the rubric or the evaluation could not be produced.
+        """
+        return unwrap_outcome(self._outcomes([(context, reply)])[0])
+
+    async def ascore(self, context: Context, reply: str) -> RewardResult:
+        """Async form of :meth:`score`."""
+        return unwrap_outcome((await self._aoutcomes([(context, reply)]))[0])
+
+    def score_dialogue(self, dialogue: Dialogue | Sequence[Message | Mapping[str, Any]]) -> list[RewardResult]:
+        """One result per assistant turn, each judged against the context before it.
+
+        Example:
+            >>> from care_sdk.testing import ScriptedBackend, evaluation_json
+            >>> reward = AdaptiveReward(evaluator=RubricEvaluator(ScriptedBackend([evaluation_json([3] * 6)] * 2)),
+            ...                         rubric=Rubric.uniform_fixed())
+            >>> msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+            ...         {"role": "user", "content": "I'm sad"}, {"role": "assistant", "content": "Why?"}]
+            >>> [r.reward for r in reward.score_dialogue(msgs)]
+            [0.5, 0.5]
+        """
+        if not isinstance(dialogue, Dialogue):
+            dialogue = Dialogue(messages=tuple(as_messages(dialogue)))
+        return self.score_batch([(list(t.context), t.reply) for t in dialogue.turns()])
+
+    # -- TRL -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _trl_items(prompts: Sequence[Any], completions: Sequence[Any]) -> list[ScoreItem]:
+        if len(prompts) != len(completions):
+            raise ValueError(f"got {len(prompts)} prompts but {len(completions)} completions")
+        return [(p, completion_text(c)) for p, c in zip(prompts, completions, strict=True)]
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        """TRL reward signature: one reward per completion, ``None`` where none could be computed."""
+        return [r.reward for r in self.score_batch(self._trl_items(prompts, completions))]
+
+    def __repr__(self) -> str:
+        return (
+            f"AdaptiveReward(generator={self.generator!r}, evaluator={self.evaluator!r}, "
+            f"weights={self.weights!r}, criteria={self.criteria!r}, fixed_rubric={self.rubric is not None})"
+        )
+
+
+def unwrap_outcome(outcome: tuple[RewardResult, CareError | None]) -> RewardResult:
+    result, error = outcome
+    if error is not None:
+        raise error
+    return result

@@ -1,0 +1,124 @@
+"""A scripted backend for unit tests: no model, fully deterministic.
+
+Example:
+    >>> from care_sdk import RubricGenerator
+    >>> from care_sdk.testing import ScriptedBackend, rubric_json
+    >>> backend = ScriptedBackend([rubric_json({"cognitive": 1, "affective": 2, "proactive": 1})])
+    >>> RubricGenerator(backend).generate("I lost my job.").top_dimension.value
+    'affective'
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob
+from care_sdk.errors import BackendError
+
+__all__ = ["Reply", "ScriptedBackend", "evaluation_json", "rubric_json"]
+
+Reply = str | BackendError | Completion
+"""What a script yields for one completion: text, a full completion, or an error to report."""
+
+
+def rubric_json(
+    weights: Mapping[str, float],
+    criteria: Mapping[str, Sequence[str]] | None = None,
+) -> str:
+    """Build the JSON text of a rubric reply, in the format the generator prompt asks for.
+
+    Example:
+        >>> json.loads(rubric_json({"cognitive": 1, "affective": 1, "proactive": 2}))["weights"]["proactive"]
+        2
+    """
+    if criteria is None:
+        criteria = {
+            d: [f"The reply addresses the {d} need of the user.", f"The reply is specific about the {d} aspect."]
+            for d in ("cognitive", "affective", "proactive")
+        }
+    return json.dumps({"weights": dict(weights), "criteria": {k: list(v) for k, v in criteria.items()}})
+
+
+def evaluation_json(scores: Sequence[int]) -> str:
+    """Build the JSON text of an evaluation reply scoring criteria ``c1..cN``.
+
+    Example:
+        >>> evaluation_json([5, 4])
+        '{"scores": {"c1": 5, "c2": 4}}'
+    """
+    return json.dumps({"scores": {f"c{i + 1}": s for i, s in enumerate(scores)}})
+
+
+class ScriptedBackend(Backend):
+    """A backend that answers from a script and records every request it gets.
+
+    ``script`` is either a list of replies consumed in order (one per completion; an exhausted
+    script raises) or a function ``request -> reply`` called for every completion. A reply that
+    is a :class:`~care_sdk.errors.BackendError` fails that request.
+
+    Example:
+        >>> backend = ScriptedBackend(lambda req: "ok")
+        >>> backend.generate([GenerationRequest(messages=())])[0].text
+        'ok'
+        >>> len(backend.requests)
+        1
+    """
+
+    provider = "scripted"
+    supports_seed = True
+
+    def __init__(
+        self, script: Iterable[Reply] | Callable[[GenerationRequest], Reply], *, name: str = "scripted"
+    ) -> None:
+        self._fn = script if callable(script) else None
+        self._queue = [] if callable(script) else list(script)
+        self._lock = threading.Lock()
+        self._name = name
+        self.requests: list[GenerationRequest] = []
+        """Every request received, in order."""
+
+    @property
+    def identity(self) -> str:
+        return f"scripted:{self._name}"
+
+    def _next(self, request: GenerationRequest) -> Reply:
+        if self._fn is not None:
+            return self._fn(request)
+        if not self._queue:
+            raise AssertionError("ScriptedBackend: the script is exhausted")
+        return self._queue.pop(0)
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        results = []
+        with self._lock:
+            for request in requests:
+                self.requests.append(request)
+                completions: list[Completion] = []
+                error: BackendError | None = None
+                for _ in range(request.n):
+                    reply = self._next(request)
+                    if isinstance(reply, BackendError):
+                        error = reply
+                        break
+                    completions.append(
+                        reply if isinstance(reply, Completion) else Completion(text=reply, finish_reason="stop")
+                    )
+                results.append(
+                    GenerationResult(error=error) if error else GenerationResult(completions=tuple(completions))
+                )
+        return results
+
+
+def score_logprobs(probabilities: Mapping[int, float]) -> TokenLogprob:
+    """A score token with the given probabilities of 1-5, for testing logprob-expected scores.
+
+    Example:
+        >>> score_logprobs({4: 0.5, 5: 0.5}).token
+        '4'
+    """
+    import math
+
+    top = tuple(sorted(((str(k), math.log(v)) for k, v in probabilities.items() if v > 0), key=lambda kv: -kv[1]))
+    return TokenLogprob(token=top[0][0], logprob=top[0][1], top=top)

@@ -1,0 +1,357 @@
+"""Typed data: messages and dialogues, rubrics, evaluations and rewards.
+
+All models are frozen pydantic v2 models that round-trip through JSON exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "DIMENSIONS",
+    "Criterion",
+    "CriterionScore",
+    "Dialogue",
+    "Dimension",
+    "Evaluation",
+    "Message",
+    "RewardResult",
+    "Role",
+    "Rubric",
+    "Turn",
+    "as_messages",
+]
+
+Role = Literal["system", "user", "assistant"]
+MAX_CRITERION_CHARS = 400
+MAX_CRITERIA = 15
+MIN_SCORE = 1
+MAX_SCORE = 5
+
+
+class Dimension(str, Enum):
+    """The three empathy dimensions a rubric weighs.
+
+    Example:
+        >>> Dimension("affective") is Dimension.AFFECTIVE
+        True
+    """
+
+    COGNITIVE = "cognitive"
+    """Understand and structure the user's view; clarify or reframe, not just restate."""
+    AFFECTIVE = "affective"
+    """Recognise and validate the user's feelings; no formulaic sympathy."""
+    PROACTIVE = "proactive"
+    """Build the user's agency and ability to move forward; not generic advice."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+DIMENSIONS: tuple[Dimension, ...] = tuple(Dimension)
+"""The dimensions in their canonical order: cognitive, affective, proactive."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Message(BaseModel):
+    """One OpenAI-style chat message.
+
+    Extra keys such as ``name`` are accepted and dropped.
+
+    Example:
+        >>> Message(role="user", content="I failed my exam.").role
+        'user'
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    role: Role
+    """Who wrote the message: ``system``, ``user`` or ``assistant``."""
+    content: str
+    """The message text."""
+
+
+def as_messages(value: str | Sequence[Message | Mapping[str, Any]]) -> list[Message]:
+    """Coerce a prompt into a list of messages.
+
+    A plain string becomes a single user message; dicts are validated as :class:`Message`.
+
+    Example:
+        >>> as_messages("I can't sleep.")[0].role
+        'user'
+    """
+    if isinstance(value, str):
+        return [Message(role="user", content=value)]
+    return [m if isinstance(m, Message) else Message.model_validate(m) for m in value]
+
+
+class Turn(_Frozen):
+    """One assistant turn of a dialogue with the context that precedes it.
+
+    Example:
+        >>> d = Dialogue(messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+        >>> t = next(d.turns())
+        >>> (t.index, t.reply)
+        (1, 'hello')
+    """
+
+    index: int
+    """Position of the assistant message in ``Dialogue.messages``."""
+    context: tuple[Message, ...]
+    """Every message before the reply."""
+    reply: str
+    """The assistant reply being judged."""
+
+
+class Dialogue(_Frozen):
+    """A dialogue: an optional id and its messages, as in one line of a JSONL file.
+
+    Example:
+        >>> d = Dialogue(id="d1", messages=[
+        ...     {"role": "user", "content": "My dog died."},
+        ...     {"role": "assistant", "content": "I'm so sorry. How long was he with you?"},
+        ... ])
+        >>> len(list(d.turns()))
+        1
+    """
+
+    id: str | None = None
+    """The dialogue id, echoed into every output record."""
+    messages: tuple[Message, ...] = Field(min_length=1)
+    """The messages in order."""
+
+    def turns(self) -> Iterator[Turn]:
+        """Yield each assistant turn that has at least one message before it."""
+        for i, message in enumerate(self.messages):
+            if message.role == "assistant" and i > 0:
+                yield Turn(index=i, context=self.messages[:i], reply=message.content)
+
+
+class Criterion(_Frozen):
+    """One concrete criterion of a rubric, belonging to one dimension.
+
+    Example:
+        >>> Criterion(dimension="affective", text="Names the frustration the user describes.").dimension
+        <Dimension.AFFECTIVE: 'affective'>
+    """
+
+    dimension: Dimension
+    """The dimension this criterion belongs to."""
+    text: str = Field(min_length=1, max_length=MAX_CRITERION_CHARS)
+    """What a good reply does, in one sentence."""
+
+    @field_validator("text")
+    @classmethod
+    def _strip(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("criterion text is empty")
+        return value
+
+
+class Rubric(_Frozen):
+    """A turn-level rubric: a weight per dimension and criteria for each dimension.
+
+    Weights must be non-negative, finite and not all zero; they are normalised to sum to 1.
+    Every dimension needs a weight and at least one criterion.
+
+    Example:
+        >>> r = Rubric(
+        ...     weights={"cognitive": 2, "affective": 1, "proactive": 1},
+        ...     criteria=[
+        ...         {"dimension": "cognitive", "text": "Reflects the core problem back."},
+        ...         {"dimension": "affective", "text": "Validates the fear."},
+        ...         {"dimension": "proactive", "text": "Offers one small next step."},
+        ...     ],
+        ... )
+        >>> r.weights[Dimension.COGNITIVE]
+        0.5
+    """
+
+    weights: dict[Dimension, float]
+    """Normalised weight of each dimension (sums to 1)."""
+    criteria: tuple[Criterion, ...] = Field(min_length=len(DIMENSIONS), max_length=MAX_CRITERIA)
+    """The criteria, grouped by dimension in canonical order."""
+
+    @field_validator("weights")
+    @classmethod
+    def _normalise(cls, weights: dict[Dimension, float]) -> dict[Dimension, float]:
+        missing = [d.value for d in DIMENSIONS if d not in weights]
+        if missing:
+            raise ValueError(f"missing weight for {', '.join(missing)}")
+        for dim, w in weights.items():
+            if not math.isfinite(w) or w < 0:
+                raise ValueError(f"weight of {dim.value} must be a finite number >= 0, got {w}")
+        total = sum(weights.values())
+        if total <= 0:
+            raise ValueError("all weights are zero")
+        if abs(total - 1.0) > 1e-9:
+            return {d: weights[d] / total for d in DIMENSIONS}
+        return {d: weights[d] for d in DIMENSIONS}
+
+    @field_validator("criteria")
+    @classmethod
+    def _order(cls, criteria: tuple[Criterion, ...]) -> tuple[Criterion, ...]:
+        missing = [d.value for d in DIMENSIONS if not any(c.dimension is d for c in criteria)]
+        if missing:
+            raise ValueError(f"no criterion for {', '.join(missing)}")
+        return tuple(c for d in DIMENSIONS for c in criteria if c.dimension is d)
+
+    def criteria_for(self, dimension: Dimension | str) -> list[Criterion]:
+        """Return the criteria of one dimension.
+
+        Example:
+            >>> Rubric.uniform_fixed().criteria_for("proactive")[0].dimension.value
+            'proactive'
+        """
+        dim = Dimension(dimension)
+        return [c for c in self.criteria if c.dimension is dim]
+
+    @property
+    def top_dimension(self) -> Dimension:
+        """The dimension with the largest weight (the first in canonical order on ties).
+
+        Example:
+            >>> Rubric.uniform_fixed().top_dimension
+            <Dimension.COGNITIVE: 'cognitive'>
+        """
+        return max(DIMENSIONS, key=lambda d: self.weights[d])
+
+    def with_weights(self, weights: Mapping[Dimension | str, float]) -> Rubric:
+        """Return a copy with other weights (normalised), keeping the criteria.
+
+        Example:
+            >>> Rubric.uniform_fixed().with_weights({"cognitive": 1, "affective": 0, "proactive": 0}).weights[Dimension.AFFECTIVE]
+            0.0
+        """
+        return Rubric(weights={Dimension(k): v for k, v in weights.items()}, criteria=self.criteria)
+
+    @classmethod
+    def uniform_fixed(cls) -> Rubric:
+        """The fixed six-criterion rubric with uniform weights (the paper's fixed-rubric ablation).
+
+        Example:
+            >>> len(Rubric.uniform_fixed().criteria)
+            6
+        """
+        from care_sdk.prompts import fixed_criteria
+
+        return cls(weights={d: 1.0 for d in DIMENSIONS}, criteria=fixed_criteria())
+
+
+class CriterionScore(_Frozen):
+    """The evaluator's score of one criterion, from 1 (not met) to 5 (fully met).
+
+    ``distribution`` holds the probability of each score 1-5 when the backend returned
+    logprobs; ``score`` is then the expected score.
+
+    Example:
+        >>> CriterionScore(dimension="affective", criterion="Validates the fear.", score=4).normalised
+        0.75
+    """
+
+    dimension: Dimension
+    """The criterion's dimension."""
+    criterion: str
+    """The criterion text."""
+    score: float = Field(ge=MIN_SCORE, le=MAX_SCORE)
+    """The score, 1-5 (fractional when expected over logprobs)."""
+    distribution: tuple[float, ...] | None = None
+    """Probabilities of the scores 1..5, when known."""
+
+    @property
+    def normalised(self) -> float:
+        """The score mapped to [0, 1]: ``(score - 1) / 4``."""
+        return (self.score - MIN_SCORE) / (MAX_SCORE - MIN_SCORE)
+
+
+class Evaluation(_Frozen):
+    """The evaluator's scores of one reply against every criterion of a rubric.
+
+    Example:
+        >>> e = Evaluation(scores=[
+        ...     {"dimension": "cognitive", "criterion": "a", "score": 5},
+        ...     {"dimension": "affective", "criterion": "b", "score": 1},
+        ...     {"dimension": "proactive", "criterion": "c", "score": 3},
+        ... ])
+        >>> e.dimension_scores()[Dimension.PROACTIVE]
+        0.5
+    """
+
+    scores: tuple[CriterionScore, ...] = Field(min_length=1)
+    """One score per rubric criterion, in the rubric's order."""
+
+    def dimension_scores(self) -> dict[Dimension, float]:
+        """Mean normalised score of each dimension present, in [0, 1]."""
+        result: dict[Dimension, float] = {}
+        for dim in DIMENSIONS:
+            values = [s.normalised for s in self.scores if s.dimension is dim]
+            if values:
+                result[dim] = sum(values) / len(values)
+        return result
+
+
+class RewardResult(_Frozen):
+    """One reward with everything that explains it.
+
+    ``reward`` is ``None`` exactly when ``error`` says why no reward could be computed.
+
+    Example:
+        >>> rubric = Rubric.uniform_fixed()
+        >>> evaluation = Evaluation(scores=[
+        ...     CriterionScore(dimension=c.dimension, criterion=c.text, score=5) for c in rubric.criteria
+        ... ])
+        >>> RewardResult.from_parts(rubric, evaluation).reward
+        1.0
+    """
+
+    reward: float | None
+    """r = sum_d w_d * mean_c (s_c - 1) / 4, in [0, 1]; ``None`` on failure."""
+    rubric: Rubric | None = None
+    """The rubric the reply was judged against."""
+    evaluation: Evaluation | None = None
+    """Per-criterion scores."""
+    dimension_scores: dict[Dimension, float] | None = None
+    """Mean normalised score per dimension, before weighting."""
+    error: str | None = None
+    """Why no reward was computed, when ``reward`` is ``None``."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RewardResult:
+        if (self.reward is None) == (self.error is None):
+            raise ValueError("exactly one of reward and error must be set")
+        return self
+
+    @classmethod
+    def from_parts(cls, rubric: Rubric, evaluation: Evaluation) -> RewardResult:
+        """Apply the reward formula to a rubric and an evaluation of it.
+
+        Raises:
+            ValueError: the evaluation does not score every dimension of the rubric.
+        """
+        per_dim = evaluation.dimension_scores()
+        missing = [d.value for d in DIMENSIONS if d not in per_dim]
+        if missing:
+            raise ValueError(f"evaluation has no score for {', '.join(missing)}")
+        reward = sum(rubric.weights[d] * per_dim[d] for d in DIMENSIONS)
+        return cls(reward=min(1.0, max(0.0, reward)), rubric=rubric, evaluation=evaluation, dimension_scores=per_dim)
+
+    @classmethod
+    def failed(cls, error: str | BaseException, rubric: Rubric | None = None) -> RewardResult:
+        """A result that carries an error instead of a reward.
+
+        Example:
+            >>> RewardResult.failed("evaluator reply did not parse").reward is None
+            True
+        """
+        return cls(
+            reward=None, rubric=rubric, error=error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        )

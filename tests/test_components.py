@@ -1,0 +1,199 @@
+"""Logic of generator, evaluator and reward on the scripted backend (pure logic, no model)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from care_sdk import (
+    AdaptiveReward,
+    BackendError,
+    Dimension,
+    GenerationRequest,
+    OutputError,
+    Rubric,
+    RubricEvaluator,
+    RubricGenerator,
+)
+from care_sdk.prompts import fixed_criteria
+from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+
+CONTEXT = [{"role": "user", "content": "My exam went terribly and I feel stupid."}]
+GOOD_RUBRIC = rubric_json({"cognitive": 1, "affective": 3, "proactive": 1})
+
+
+def scripted_pair(rubrics: list[object], scores: list[int] | None = None) -> tuple[ScriptedBackend, ScriptedBackend]:
+    gen = ScriptedBackend(rubrics)  # type: ignore[arg-type]
+    ev = ScriptedBackend(lambda req: evaluation_json(scores or [5, 5, 3, 3, 1, 1]))
+    return gen, ev
+
+
+def test_generator_retries_invalid_replies_then_succeeds() -> None:
+    backend = ScriptedBackend(["not json", rubric_json({"cognitive": 0, "affective": 0, "proactive": 0}), GOOD_RUBRIC])
+    rubric = RubricGenerator(backend).generate(CONTEXT)
+    assert rubric.top_dimension is Dimension.AFFECTIVE
+    assert len(backend.requests) == 3
+    seeds = [r.seed for r in backend.requests]
+    assert seeds == [0, 1, 2]
+    assert backend.requests[0].temperature == 0.0 and backend.requests[1].temperature > 0
+
+
+def test_generator_reports_after_bounded_retries() -> None:
+    backend = ScriptedBackend(["{}"] * 3)
+    with pytest.raises(OutputError) as info:
+        RubricGenerator(backend, max_attempts=3).generate(CONTEXT)
+    assert info.value.attempts == 3
+    assert "criteria" in str(info.value)
+    assert info.value.raw == "{}"
+
+
+def test_backend_error_is_typed_and_not_retried_by_the_parser() -> None:
+    backend = ScriptedBackend([BackendError("unauthorized", status_code=401, provider="openai")])
+    with pytest.raises(BackendError, match="401"):
+        RubricGenerator(backend).generate(CONTEXT)
+    assert len(backend.requests) == 1
+
+
+def test_one_rubric_per_context_in_a_batch_and_across_calls() -> None:
+    gen_backend, ev_backend = scripted_pair([GOOD_RUBRIC])
+    reward = AdaptiveReward(RubricGenerator(gen_backend), RubricEvaluator(ev_backend))
+    rewards = reward([CONTEXT] * 8, [f"reply {i}" for i in range(8)])
+    assert len(gen_backend.requests) == 1
+    assert len(ev_backend.requests) == 8
+    assert len(set(rewards)) == 1 and rewards[0] is not None
+    reward([CONTEXT] * 8, [f"again {i}" for i in range(8)])
+    assert len(gen_backend.requests) == 1
+    assert reward.generator is not None and reward.generator.cache is not None
+    assert reward.generator.cache.stats.hits == 1
+
+
+def test_cache_key_includes_generator_identity() -> None:
+    backend = ScriptedBackend([GOOD_RUBRIC, GOOD_RUBRIC])
+    from care_sdk.cache import MemoryCache
+
+    cache = MemoryCache()
+    RubricGenerator(backend, cache=cache, seed=0).generate(CONTEXT)
+    RubricGenerator(backend, cache=cache, seed=1).generate(CONTEXT)
+    assert len(backend.requests) == 2
+
+
+def test_batch_failures_become_none_with_error_not_zero() -> None:
+    gen = ScriptedBackend(lambda req: GOOD_RUBRIC if "fine" in req.messages[-1].content else "garbage")
+    ev = ScriptedBackend(lambda req: evaluation_json([4] * 6))
+    reward = AdaptiveReward(RubricGenerator(gen, max_attempts=2), RubricEvaluator(ev))
+    results = reward.score_batch([("I'm fine, just tired.", "ok"), ("Everything is awful.", "ok")])
+    assert results[0].reward == pytest.approx(0.75)
+    assert results[1].reward is None
+    assert results[1].error is not None and "rubric generation failed" in results[1].error
+    assert reward(["Everything is awful."], ["ok"]) == [None]
+
+
+def test_single_call_raises_the_typed_error() -> None:
+    reward = AdaptiveReward(evaluator=RubricEvaluator(ScriptedBackend(["{}"] * 3)), rubric=Rubric.uniform_fixed())
+    with pytest.raises(OutputError, match="scores"):
+        reward.score(CONTEXT, "hello")
+
+
+def test_evaluator_rejects_missing_and_out_of_range_scores() -> None:
+    rubric = Rubric.uniform_fixed()
+    replies = [
+        evaluation_json([5, 5, 5, 5, 5]),
+        json.dumps({"scores": {f"c{i}": 9 for i in range(1, 7)}}),
+        evaluation_json([2] * 6),
+    ]
+    backend = ScriptedBackend(replies)
+    evaluation = RubricEvaluator(backend).evaluate(CONTEXT, rubric, "hi")
+    assert [s.score for s in evaluation.scores] == [2.0] * 6
+    assert len(backend.requests) == 3
+
+
+def test_evaluator_prompt_puts_the_candidate_last_and_shares_the_prefix() -> None:
+    evaluator = RubricEvaluator(ScriptedBackend([]))
+    a = evaluator.request(CONTEXT, Rubric.uniform_fixed(), "First candidate.")
+    b = evaluator.request(CONTEXT, Rubric.uniform_fixed(), "Second candidate.")
+    assert a.messages[-1].content.endswith("First candidate.")
+    prefix_a = a.messages[-1].content.rsplit("First candidate.", 1)[0]
+    assert b.messages[-1].content.startswith(prefix_a)
+    assert a.messages[0] == b.messages[0]
+
+
+@pytest.mark.parametrize(
+    ("options", "weights", "criteria_source"),
+    [
+        ({"weights": "uniform"}, (1 / 3, 1 / 3, 1 / 3), "generated"),
+        ({"criteria": "fixed"}, (0.2, 0.6, 0.2), "fixed"),
+        ({"weights": "uniform", "criteria": "fixed"}, (1 / 3, 1 / 3, 1 / 3), "fixed"),
+    ],
+)
+def test_ablations(options: dict[str, str], weights: tuple[float, ...], criteria_source: str) -> None:
+    gen_backend, ev_backend = scripted_pair([GOOD_RUBRIC])
+    reward = AdaptiveReward(RubricGenerator(gen_backend), RubricEvaluator(ev_backend), **options)  # type: ignore[arg-type]
+    result = reward.score(CONTEXT, "That sounds painful.")
+    assert result.rubric is not None
+    assert tuple(result.rubric.weights.values()) == pytest.approx(weights)
+    fixed = result.rubric.criteria == fixed_criteria()
+    assert fixed == (criteria_source == "fixed")
+    if options == {"weights": "uniform", "criteria": "fixed"}:
+        assert gen_backend.requests == []
+
+
+def test_score_dialogue_judges_each_turn_against_its_context() -> None:
+    gen_backend, ev_backend = scripted_pair([GOOD_RUBRIC, GOOD_RUBRIC])
+    reward = AdaptiveReward(RubricGenerator(gen_backend), RubricEvaluator(ev_backend))
+    messages = [
+        {"role": "user", "content": "I lost my dog."},
+        {"role": "assistant", "content": "I'm so sorry."},
+        {"role": "user", "content": "He was 14."},
+        {"role": "assistant", "content": "Fourteen years is a lifetime together."},
+    ]
+    results = reward.score_dialogue(messages)
+    assert len(results) == 2
+    assert "I'm so sorry." not in gen_backend.requests[0].messages[-1].content
+    assert "I'm so sorry." in gen_backend.requests[1].messages[-1].content
+    assert ev_backend.requests[1].messages[-1].content.endswith("Fourteen years is a lifetime together.")
+
+
+def test_trl_conversational_form() -> None:
+    gen_backend, ev_backend = scripted_pair([GOOD_RUBRIC])
+    reward = AdaptiveReward(RubricGenerator(gen_backend), RubricEvaluator(ev_backend))
+    completions = [
+        [{"role": "assistant", "content": "I hear you."}],
+        [{"role": "assistant", "content": "Tell me more."}],
+    ]
+    assert len(reward([CONTEXT, CONTEXT], completions)) == 2
+    assert ev_backend.requests[1].messages[-1].content.endswith("Tell me more.")
+    with pytest.raises(ValueError, match="2 prompts but 1 completions"):
+        reward([CONTEXT, CONTEXT], completions[:1])
+
+
+def test_async_gives_the_same_results_as_sync() -> None:
+    def make() -> AdaptiveReward:
+        gen_backend, ev_backend = scripted_pair([GOOD_RUBRIC])
+        return AdaptiveReward(RubricGenerator(gen_backend), RubricEvaluator(ev_backend))
+
+    items = [(CONTEXT, "a"), (CONTEXT, "b")]
+    sync = make().score_batch(items)
+    asynchronous = asyncio.run(make().ascore_batch(items))
+    assert sync == asynchronous
+    assert asyncio.run(make().ascore(CONTEXT, "a")) == sync[0]
+
+
+def test_sync_api_works_inside_a_running_event_loop() -> None:
+    gen_backend, ev_backend = scripted_pair([GOOD_RUBRIC])
+    reward = AdaptiveReward(RubricGenerator(gen_backend), RubricEvaluator(ev_backend))
+
+    async def inside() -> float | None:
+        return reward.score(CONTEXT, "hi").reward
+
+    assert asyncio.run(inside()) is not None
+
+
+def test_requests_carry_schema_and_sampling() -> None:
+    gen = RubricGenerator(ScriptedBackend([]), criteria_per_dimension=3, temperature=0.5, seed=7)
+    request: GenerationRequest = gen.request(CONTEXT)
+    assert request.json_schema is not None
+    assert request.json_schema["properties"]["criteria"]["properties"]["cognitive"]["minItems"] == 3
+    assert (request.temperature, request.seed) == (0.5, 7)
+    assert "exactly 3 concrete criteria" in request.messages[0].content
