@@ -32,7 +32,7 @@ test: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy
-	$(VENV)/bin/mkdocs build --strict --quiet --site-dir $(VENV)/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(VENV)/site
 	$(PY) -m pytest --doctest-modules src/care_sdk tests $(PYTEST_ARGS)
 
 lint: $(VENV)/.test-installed

@@ -1,6 +1,6 @@
 """care-sdk: turn-adaptive, rubric-based rewards for empathetic dialogue models.
 
-Example:
+Examples:
     >>> from care_sdk import AdaptiveReward, Rubric
     >>> from care_sdk.testing import ScriptedBackend, evaluation_json
     >>> reward = AdaptiveReward.from_backend(ScriptedBackend([evaluation_json([5, 4, 4, 4, 2, 2])]),
@@ -16,6 +16,8 @@ from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
 from care_sdk.prompts import PROMPT_VERSION
 from care_sdk.reward import AdaptiveReward
+from care_sdk.sqlite_cache import SqliteCache
+from care_sdk.trajectory import TrajectoryResult, TrajectoryReward
 from care_sdk.types import (
     DIMENSIONS,
     Criterion,
@@ -57,6 +59,9 @@ __all__ = [
     "RubricCache",
     "RubricEvaluator",
     "RubricGenerator",
+    "SqliteCache",
+    "TrajectoryResult",
+    "TrajectoryReward",
     "Turn",
     "__version__",
     "resolve_backend",

@@ -22,7 +22,7 @@ __all__ = ["CacheStats", "MemoryCache", "RubricCache", "context_key"]
 def context_key(context: Sequence[Message], generator_identity: str) -> str:
     """The cache key of a context for one generator: a SHA-256 hex digest.
 
-    Example:
+    Examples:
         >>> k1 = context_key([Message(role="user", content="hi")], "gen-a")
         >>> k1 == context_key([Message(role="user", content="hi ")], "gen-a")
         False
@@ -41,7 +41,7 @@ def context_key(context: Sequence[Message], generator_identity: str) -> str:
 class CacheStats:
     """Hit and miss counts of a cache.
 
-    Example:
+    Examples:
         >>> CacheStats(hits=3, misses=1).hit_rate
         0.75
     """
@@ -60,7 +60,7 @@ class CacheStats:
 class RubricCache(Protocol):
     """What a rubric cache provides; implement it to plug in your own store.
 
-    Example:
+    Examples:
         >>> isinstance(MemoryCache(), RubricCache)
         True
     """
@@ -79,7 +79,7 @@ class RubricCache(Protocol):
 class MemoryCache:
     """A thread-safe in-memory LRU cache of rubrics.
 
-    Example:
+    Examples:
         >>> cache = MemoryCache(maxsize=1)
         >>> cache.put("a", Rubric.uniform_fixed())
         >>> cache.get("a") is not None, cache.get("b")

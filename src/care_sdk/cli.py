@@ -1,6 +1,6 @@
 """The ``care`` command line.
 
-Example:
+Examples:
     $ care score examples/dialogues.jsonl --backend default --out scores.jsonl
 """
 
@@ -85,7 +85,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``care`` command.
 
-    Example:
+    Examples:
         >>> build_parser().parse_args(["score", "in.jsonl"]).backend
         'default'
     """

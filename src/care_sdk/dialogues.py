@@ -22,7 +22,7 @@ __all__ = ["DialogueLine", "read_dialogues"]
 class DialogueLine:
     """One line of a dialogue file: the dialogue, or the error that made it unusable.
 
-    Example:
+    Examples:
         >>> DialogueLine(line=3, error=InputError("bad JSON", location="f.jsonl:3")).dialogue is None
         True
     """
@@ -68,7 +68,7 @@ def read_dialogues(path: str | Path) -> Iterator[DialogueLine]:
 
     Duplicate ids are errors (results are keyed by id).
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> p = os.path.join(tempfile.mkdtemp(), "d.jsonl")
         >>> _ = open(p, "w").write('{"id": "a", "messages": [{"role": "user", "content": "hi"},'

@@ -15,7 +15,7 @@ __all__ = [
 class CareError(Exception):
     """Base class of every error raised by care-sdk.
 
-    Example:
+    Examples:
         >>> try:
         ...     raise ConfigError("unknown backend spec 'foo'")
         ... except CareError as exc:
@@ -27,7 +27,7 @@ class CareError(Exception):
 class ConfigError(CareError, ValueError):
     """A setting, spec string or config file is invalid.
 
-    Example:
+    Examples:
         >>> str(ConfigError("training.lr: must be positive"))
         'training.lr: must be positive'
     """
@@ -36,7 +36,7 @@ class ConfigError(CareError, ValueError):
 class MissingDependencyError(CareError, ImportError):
     """An optional dependency is not installed; the message names the install command.
 
-    Example:
+    Examples:
         >>> err = MissingDependencyError("llama_cpp", extra="llamacpp")
         >>> "pip install" in str(err)
         True
@@ -54,7 +54,7 @@ class MissingDependencyError(CareError, ImportError):
 class InputError(CareError, ValueError):
     """Input data (a dialogue, a file line, a field) is invalid; ``location`` names where.
 
-    Example:
+    Examples:
         >>> err = InputError("unknown role 'bot'", location="dialogues.jsonl:3: messages[1].role")
         >>> str(err)
         "dialogues.jsonl:3: messages[1].role: unknown role 'bot'"
@@ -76,7 +76,7 @@ class BackendError(CareError):
         hint: what the user can do about it.
         retry_after: seconds the server asked to wait, when it said so.
 
-    Example:
+    Examples:
         >>> err = BackendError("rate limited", retryable=True, status_code=429, provider="openai")
         >>> err.retryable, err.status_code
         (True, 429)
@@ -111,7 +111,7 @@ class OutputError(CareError):
         attempts: how many replies were tried.
         raw: the last raw reply text.
 
-    Example:
+    Examples:
         >>> err = OutputError("rubric: weights: all weights are zero", attempts=3, raw="{}")
         >>> err.attempts
         3

@@ -35,7 +35,7 @@ class RubricEvaluator:
             probability-weighted mean over the score tokens 1-5 instead of the sampled token,
             which gives continuous rewards.
 
-    Example:
+    Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json
         >>> evaluator = RubricEvaluator(ScriptedBackend([evaluation_json([5, 5, 3, 3, 1, 1])]))
         >>> ev = evaluator.evaluate("I lost my job.", Rubric.uniform_fixed(), "That must be a shock.")
@@ -121,7 +121,7 @@ def expected_scores(evaluation: Evaluation, completion: Completion) -> Evaluatio
     score becomes ``sum(p_s * s)``. A criterion whose token cannot be located keeps its sampled
     score (and no distribution).
 
-    Example:
+    Examples:
         >>> from care_sdk.testing import score_logprobs
         >>> from care_sdk.backends.base import TokenLogprob
         >>> text = '{"scores": {"c1": 4}}'

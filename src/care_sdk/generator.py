@@ -33,12 +33,12 @@ class RubricGenerator:
         cache: ``True`` for an in-memory LRU cache, ``False``/``None`` for none, or a
             :class:`~care_sdk.cache.RubricCache` (e.g. shared or persistent).
 
-    Example:
+    Examples:
         >>> from care_sdk.testing import ScriptedBackend, rubric_json
         >>> gen = RubricGenerator(ScriptedBackend([rubric_json({"cognitive": 3, "affective": 1, "proactive": 0})]))
         >>> rubric = gen.generate([{"role": "user", "content": "I keep failing my driving test."}])
-        >>> rubric.weights
-        {<Dimension.COGNITIVE: 'cognitive'>: 0.75, <Dimension.AFFECTIVE: 'affective'>: 0.25, <Dimension.PROACTIVE: 'proactive'>: 0.0}
+        >>> [(d.value, w) for d, w in rubric.weights.items()]
+        [('cognitive', 0.75), ('affective', 0.25), ('proactive', 0.0)]
         >>> gen.generate([{"role": "user", "content": "I keep failing my driving test."}]) == rubric  # cached
         True
     """
@@ -64,7 +64,7 @@ class RubricGenerator:
         self.seed = seed
         self.max_tokens = max_tokens
         self.max_attempts = max_attempts
-        self.cache: RubricCache | None = MemoryCache() if cache is True else (cache or None)
+        self.cache: RubricCache | None = MemoryCache() if cache is True else (None if cache is False else cache)
         self._schema = rubric_schema(criteria_per_dimension)
 
     @property

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal
 
 from care_sdk.backends import Backend, resolve_backend
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
+from care_sdk.integrations.trl import completion_text, report_to_trainer, trl_items
 from care_sdk.prompts import Context, fixed_criteria
 from care_sdk.types import DIMENSIONS, Dialogue, Message, RewardResult, Rubric, as_messages
 
@@ -18,20 +19,6 @@ WeightsMode = Literal["generated", "uniform"]
 CriteriaMode = Literal["generated", "fixed"]
 ScoreItem = tuple[Context, str]
 """One reward request: the context and the candidate reply."""
-
-
-def completion_text(completion: str | Sequence[Mapping[str, Any]] | Message) -> str:
-    """The reply text of a completion in TRL's plain-text or conversational form.
-
-    Example:
-        >>> completion_text([{"role": "assistant", "content": "I'm here."}])
-        "I'm here."
-    """
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Message):
-        return completion.content
-    return "".join(str(m.get("content", "")) for m in completion if m.get("role", "assistant") == "assistant")
 
 
 class AdaptiveReward:
@@ -52,7 +39,7 @@ class AdaptiveReward:
         criteria: ``"generated"`` or ``"fixed"``.
         rubric: a fixed rubric for every context.
 
-    Example:
+    Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
         >>> gen = RubricGenerator(ScriptedBackend([rubric_json({"cognitive": 1, "affective": 2, "proactive": 1})]))
         >>> ev = RubricEvaluator(ScriptedBackend([evaluation_json([5, 5, 5, 5, 1, 1])] * 2))
@@ -93,7 +80,7 @@ class AdaptiveReward:
 
         ``options`` are :class:`AdaptiveReward` options (``weights``, ``criteria``, ``rubric``).
 
-        Example:
+        Examples:
             >>> from care_sdk.testing import ScriptedBackend
             >>> AdaptiveReward.from_backend(ScriptedBackend([]), weights="uniform").weights
             'uniform'
@@ -159,7 +146,7 @@ class AdaptiveReward:
     def score_batch(self, items: Sequence[ScoreItem]) -> list[RewardResult]:
         """Score many ``(context, reply)`` pairs; a failure is a result with ``reward=None`` and ``error``.
 
-        Example:
+        Examples:
             >>> from care_sdk.testing import ScriptedBackend, evaluation_json
             >>> reward = AdaptiveReward(evaluator=RubricEvaluator(ScriptedBackend(["not json"] * 3)),
             ...                         rubric=Rubric.uniform_fixed())
@@ -188,7 +175,7 @@ class AdaptiveReward:
     def score_dialogue(self, dialogue: Dialogue | Sequence[Message | Mapping[str, Any]]) -> list[RewardResult]:
         """One result per assistant turn, each judged against the context before it.
 
-        Example:
+        Examples:
             >>> from care_sdk.testing import ScriptedBackend, evaluation_json
             >>> reward = AdaptiveReward(evaluator=RubricEvaluator(ScriptedBackend([evaluation_json([3] * 6)] * 2)),
             ...                         rubric=Rubric.uniform_fixed())
@@ -203,15 +190,63 @@ class AdaptiveReward:
 
     # -- TRL -----------------------------------------------------------------------------------
 
-    @staticmethod
-    def _trl_items(prompts: Sequence[Any], completions: Sequence[Any]) -> list[ScoreItem]:
-        if len(prompts) != len(completions):
-            raise ValueError(f"got {len(prompts)} prompts but {len(completions)} completions")
-        return [(p, completion_text(c)) for p, c in zip(prompts, completions, strict=True)]
+    context_column: str | None = "context"
+    """Dataset column whose value is the judged context when present (else the prompt is); ``None`` to ignore."""
+    last_results: Sequence[RewardResult] = ()
+    """The explained results of this instance's latest TRL call, one per completion."""
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
-        """TRL reward signature: one reward per completion, ``None`` where none could be computed."""
-        return [r.reward for r in self.score_batch(self._trl_items(prompts, completions))]
+        """TRL reward signature: one reward per completion, ``None`` where none could be computed.
+
+        Dataset columns arrive as ``kwargs``; a ``context`` column (see :attr:`context_column`)
+        replaces the prompt as the judged context. When TRL passes its ``log_metric`` /
+        ``log_extra`` hooks, per-dimension scores, rubric weights and errors are logged through
+        them (see :func:`care_sdk.integrations.trl.report_to_trainer`).
+
+        Examples:
+            >>> from care_sdk.testing import ScriptedBackend, evaluation_json
+            >>> backend = ScriptedBackend([evaluation_json([5, 5, 3, 3, 1, 1])])
+            >>> reward = AdaptiveReward(evaluator=RubricEvaluator(backend), rubric=Rubric.uniform_fixed())
+            >>> logged = {}
+            >>> reward([[{"role": "user", "content": "I'm scared."}]], [[{"role": "assistant", "content": "Of what?"}]],
+            ...        log_metric=lambda name, value: logged.__setitem__(name, value))
+            [0.5]
+            >>> logged["care/score/affective"], logged["care/failed"]
+            (0.5, 0.0)
+        """
+        results = self.score_batch(trl_items(prompts, completions, kwargs, self.context_column))
+        self.last_results = results
+        report_to_trainer(results, kwargs)
+        return [r.reward for r in results]
+
+    async def acall(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        """Async form of :meth:`__call__` (for use in your own async loop; TRL takes :meth:`as_async`)."""
+        results = await self.ascore_batch(trl_items(prompts, completions, kwargs, self.context_column))
+        self.last_results = results
+        report_to_trainer(results, kwargs)
+        return [r.reward for r in results]
+
+    def as_async(self) -> Callable[..., Coroutine[Any, Any, list[float | None]]]:
+        """This reward as a plain ``async def`` function that TRL runs concurrently with other async rewards.
+
+        TRL recognises a coroutine function (``inspect.iscoroutinefunction``) and names its
+        metrics after ``__name__``; the function returned here is both, named like this reward.
+
+        Examples:
+            >>> import inspect
+            >>> from care_sdk.testing import ScriptedBackend
+            >>> reward = AdaptiveReward(evaluator=RubricEvaluator(ScriptedBackend([])), rubric=Rubric.uniform_fixed())
+            >>> fn = reward.as_async()
+            >>> inspect.iscoroutinefunction(fn), fn.__name__
+            (True, 'care_reward')
+        """
+        reward = self
+
+        async def care_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+            return await reward.acall(prompts, completions, **kwargs)
+
+        care_reward.__name__ = care_reward.__qualname__ = self.__name__
+        return care_reward
 
     def __repr__(self) -> str:
         return (

@@ -29,7 +29,7 @@ Key = tuple[str, int]
 class ScoreSummary:
     """Counts and means of one :func:`score_file` run.
 
-    Example:
+    Examples:
         >>> ScoreSummary().ok
         True
     """
@@ -72,7 +72,7 @@ class ScoreSummary:
 def turn_record(dialogue_id: str, turn: int, result: RewardResult) -> dict[str, Any]:
     """The output record of one scored turn.
 
-    Example:
+    Examples:
         >>> turn_record("d1", 3, RewardResult.failed("boom"))["error"]
         'boom'
     """
@@ -120,7 +120,7 @@ def score_file(
         on_record: called with each newly scored record.
         progress: called with the number of turns finished after each batch.
 
-    Example:
+    Examples:
         >>> from care_sdk import RubricEvaluator, Rubric
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json
         >>> import tempfile, os

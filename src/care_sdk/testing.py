@@ -1,6 +1,6 @@
 """A scripted backend for unit tests: no model, fully deterministic.
 
-Example:
+Examples:
     >>> from care_sdk import RubricGenerator
     >>> from care_sdk.testing import ScriptedBackend, rubric_json
     >>> backend = ScriptedBackend([rubric_json({"cognitive": 1, "affective": 2, "proactive": 1})])
@@ -29,7 +29,7 @@ def rubric_json(
 ) -> str:
     """Build the JSON text of a rubric reply, in the format the generator prompt asks for.
 
-    Example:
+    Examples:
         >>> json.loads(rubric_json({"cognitive": 1, "affective": 1, "proactive": 2}))["weights"]["proactive"]
         2
     """
@@ -44,7 +44,7 @@ def rubric_json(
 def evaluation_json(scores: Sequence[int]) -> str:
     """Build the JSON text of an evaluation reply scoring criteria ``c1..cN``.
 
-    Example:
+    Examples:
         >>> evaluation_json([5, 4])
         '{"scores": {"c1": 5, "c2": 4}}'
     """
@@ -58,7 +58,7 @@ class ScriptedBackend(Backend):
     script raises) or a function ``request -> reply`` called for every completion. A reply that
     is a :class:`~care_sdk.errors.BackendError` fails that request.
 
-    Example:
+    Examples:
         >>> backend = ScriptedBackend(lambda req: "ok")
         >>> backend.generate([GenerationRequest(messages=())])[0].text
         'ok'
@@ -114,7 +114,7 @@ class ScriptedBackend(Backend):
 def score_logprobs(probabilities: Mapping[int, float]) -> TokenLogprob:
     """A score token with the given probabilities of 1-5, for testing logprob-expected scores.
 
-    Example:
+    Examples:
         >>> score_logprobs({4: 0.5, 5: 0.5}).token
         '4'
     """

@@ -37,7 +37,7 @@ MAX_SCORE = 5
 class Dimension(str, Enum):
     """The three empathy dimensions a rubric weighs.
 
-    Example:
+    Examples:
         >>> Dimension("affective") is Dimension.AFFECTIVE
         True
     """
@@ -66,7 +66,7 @@ class Message(BaseModel):
 
     Extra keys such as ``name`` are accepted and dropped.
 
-    Example:
+    Examples:
         >>> Message(role="user", content="I failed my exam.").role
         'user'
     """
@@ -84,7 +84,7 @@ def as_messages(value: str | Sequence[Message | Mapping[str, Any]]) -> list[Mess
 
     A plain string becomes a single user message; dicts are validated as :class:`Message`.
 
-    Example:
+    Examples:
         >>> as_messages("I can't sleep.")[0].role
         'user'
     """
@@ -96,7 +96,7 @@ def as_messages(value: str | Sequence[Message | Mapping[str, Any]]) -> list[Mess
 class Turn(_Frozen):
     """One assistant turn of a dialogue with the context that precedes it.
 
-    Example:
+    Examples:
         >>> d = Dialogue(messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
         >>> t = next(d.turns())
         >>> (t.index, t.reply)
@@ -114,7 +114,7 @@ class Turn(_Frozen):
 class Dialogue(_Frozen):
     """A dialogue: an optional id and its messages, as in one line of a JSONL file.
 
-    Example:
+    Examples:
         >>> d = Dialogue(id="d1", messages=[
         ...     {"role": "user", "content": "My dog died."},
         ...     {"role": "assistant", "content": "I'm so sorry. How long was he with you?"},
@@ -138,7 +138,7 @@ class Dialogue(_Frozen):
 class Criterion(_Frozen):
     """One concrete criterion of a rubric, belonging to one dimension.
 
-    Example:
+    Examples:
         >>> Criterion(dimension="affective", text="Names the frustration the user describes.").dimension
         <Dimension.AFFECTIVE: 'affective'>
     """
@@ -163,7 +163,7 @@ class Rubric(_Frozen):
     Weights must be non-negative, finite and not all zero; they are normalised to sum to 1.
     Every dimension needs a weight and at least one criterion.
 
-    Example:
+    Examples:
         >>> r = Rubric(
         ...     weights={"cognitive": 2, "affective": 1, "proactive": 1},
         ...     criteria=[
@@ -208,7 +208,7 @@ class Rubric(_Frozen):
     def criteria_for(self, dimension: Dimension | str) -> list[Criterion]:
         """Return the criteria of one dimension.
 
-        Example:
+        Examples:
             >>> Rubric.uniform_fixed().criteria_for("proactive")[0].dimension.value
             'proactive'
         """
@@ -219,7 +219,7 @@ class Rubric(_Frozen):
     def top_dimension(self) -> Dimension:
         """The dimension with the largest weight (the first in canonical order on ties).
 
-        Example:
+        Examples:
             >>> Rubric.uniform_fixed().top_dimension
             <Dimension.COGNITIVE: 'cognitive'>
         """
@@ -228,8 +228,9 @@ class Rubric(_Frozen):
     def with_weights(self, weights: Mapping[Dimension | str, float]) -> Rubric:
         """Return a copy with other weights (normalised), keeping the criteria.
 
-        Example:
-            >>> Rubric.uniform_fixed().with_weights({"cognitive": 1, "affective": 0, "proactive": 0}).weights[Dimension.AFFECTIVE]
+        Examples:
+            >>> rubric = Rubric.uniform_fixed().with_weights({"cognitive": 1, "affective": 0, "proactive": 0})
+            >>> rubric.weights[Dimension.AFFECTIVE]
             0.0
         """
         return Rubric(weights={Dimension(k): v for k, v in weights.items()}, criteria=self.criteria)
@@ -238,7 +239,7 @@ class Rubric(_Frozen):
     def uniform_fixed(cls) -> Rubric:
         """The fixed six-criterion rubric with uniform weights (the paper's fixed-rubric ablation).
 
-        Example:
+        Examples:
             >>> len(Rubric.uniform_fixed().criteria)
             6
         """
@@ -253,7 +254,7 @@ class CriterionScore(_Frozen):
     ``distribution`` holds the probability of each score 1-5 when the backend returned
     logprobs; ``score`` is then the expected score.
 
-    Example:
+    Examples:
         >>> CriterionScore(dimension="affective", criterion="Validates the fear.", score=4).normalised
         0.75
     """
@@ -276,7 +277,7 @@ class CriterionScore(_Frozen):
 class Evaluation(_Frozen):
     """The evaluator's scores of one reply against every criterion of a rubric.
 
-    Example:
+    Examples:
         >>> e = Evaluation(scores=[
         ...     {"dimension": "cognitive", "criterion": "a", "score": 5},
         ...     {"dimension": "affective", "criterion": "b", "score": 1},
@@ -304,7 +305,7 @@ class RewardResult(_Frozen):
 
     ``reward`` is ``None`` exactly when ``error`` says why no reward could be computed.
 
-    Example:
+    Examples:
         >>> rubric = Rubric.uniform_fixed()
         >>> evaluation = Evaluation(scores=[
         ...     CriterionScore(dimension=c.dimension, criterion=c.text, score=5) for c in rubric.criteria
@@ -348,7 +349,7 @@ class RewardResult(_Frozen):
     def failed(cls, error: str | BaseException, rubric: Rubric | None = None) -> RewardResult:
         """A result that carries an error instead of a reward.
 
-        Example:
+        Examples:
             >>> RewardResult.failed("evaluator reply did not parse").reward is None
             True
         """

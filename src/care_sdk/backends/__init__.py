@@ -58,11 +58,12 @@ def resolve_backend(spec: str | Backend | Any, **options: Any) -> Backend:
 
     ``options`` are passed to the backend's constructor (e.g. ``n_ctx`` for llama.cpp).
 
-    Example:
-        >>> resolve_backend("nonsense")
-        Traceback (most recent call last):
-        ...
-        care_sdk.errors.ConfigError: unknown backend spec 'nonsense'; valid forms: default, llamacpp:PATH.gguf, openai:MODEL, openai:MODEL@BASE_URL, vllm:MODEL, hf:MODEL_OR_PATH
+    Examples:
+        >>> try:
+        ...     resolve_backend("nonsense")
+        ... except ConfigError as exc:
+        ...     print(exc)
+        unknown backend spec 'nonsense'; valid forms: default, llamacpp:PATH.gguf, openai:MODEL, ...
     """
     if isinstance(spec, Backend):
         if options:

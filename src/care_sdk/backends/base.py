@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from abc import ABC
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -35,7 +34,7 @@ T = TypeVar("T")
 class GenerationRequest:
     """One chat request to a backend.
 
-    Example:
+    Examples:
         >>> req = GenerationRequest(messages=(Message(role="user", content="hi"),), max_tokens=16)
         >>> req.n
         1
@@ -63,7 +62,7 @@ class GenerationRequest:
 class TokenLogprob:
     """A generated token with its logprob and the top alternatives at that position.
 
-    Example:
+    Examples:
         >>> TokenLogprob(token="4", logprob=-0.1, top=(("4", -0.1), ("5", -2.3))).top[1][0]
         '5'
     """
@@ -77,7 +76,7 @@ class TokenLogprob:
 class Completion:
     """One sampled completion.
 
-    Example:
+    Examples:
         >>> Completion(text='{"a": 1}').finish_reason is None
         True
     """
@@ -91,7 +90,7 @@ class Completion:
 class GenerationResult:
     """The outcome of one request: ``n`` completions, or the error that prevented them.
 
-    Example:
+    Examples:
         >>> GenerationResult(completions=(Completion(text="ok"),)).ok
         True
     """
@@ -117,7 +116,7 @@ class GenerationResult:
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine to completion from sync code, even inside a running event loop.
 
-    Example:
+    Examples:
         >>> async def two() -> int:
         ...     return 2
         >>> run_sync(two())
@@ -143,14 +142,14 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     return box["value"]  # type: ignore[no-any-return]
 
 
-class Backend(ABC):
+class Backend:
     """A model provider behind one small interface.
 
     Subclasses override :meth:`generate` (blocking engines such as llama.cpp) or
     :meth:`agenerate` (network clients), or both; the other is derived. ``identity`` names
     the model and settings that determine outputs and is part of rubric cache keys.
 
-    Example:
+    Examples:
         >>> from care_sdk.testing import ScriptedBackend
         >>> backend = ScriptedBackend(["hello"])
         >>> backend.generate([GenerationRequest(messages=(Message(role="user", content="hi"),))])[0].text

@@ -31,7 +31,7 @@ def default_model_path() -> Path:
     Raises:
         MissingDependencyError: the package is not installed; the message names the install command.
 
-    Example:
+    Examples:
         >>> default_model_path().name  # doctest: +SKIP
         'SmolLM2-135M-Instruct.Q4_1.gguf'
     """
@@ -65,13 +65,14 @@ class LlamaCppBackend(Backend):
     Args:
         model: a path to a ``.gguf`` file, or a ``llama_cpp.Llama`` you built.
         n_ctx: context window in tokens.
-        n_threads: CPU threads (default: all cores).
+        n_threads: CPU threads (default: llama.cpp's choice, half the logical cores, which stays
+            fast when other processes compete for the CPU).
         seed: default sampling seed for requests that give none.
         logprobs: keep logits for every position so requests can ask for ``top_logprobs``
             (costs about ``n_ctx x vocabulary`` floats of memory).
         **llama_kwargs: passed to ``llama_cpp.Llama``.
 
-    Example:
+    Examples:
         >>> backend = LlamaCppBackend(default_model_path())  # doctest: +SKIP
         >>> from care_sdk import RubricGenerator
         >>> RubricGenerator(backend).generate("I can't stop worrying about my exams.")  # doctest: +SKIP
@@ -102,7 +103,7 @@ class LlamaCppBackend(Backend):
             self.llama: Llama = llama_cpp.Llama(
                 model_path=self.model_path,
                 n_ctx=n_ctx,
-                n_threads=n_threads or os.cpu_count() or 1,
+                n_threads=n_threads,
                 seed=seed,
                 logits_all=logprobs,
                 verbose=False,
@@ -120,7 +121,7 @@ class LlamaCppBackend(Backend):
         return f"llamacpp:{Path(self.model_path).name}"
 
     def _grammar(self, schema: dict[str, Any]) -> LlamaGrammar:
-        key = json.dumps(schema, sort_keys=True)
+        key = json.dumps(schema)  # key order matters: the grammar writes properties in schema order
         grammar = self._grammars.get(key)
         if grammar is None:
             llama_cpp = _import_llama_cpp()

@@ -3,7 +3,7 @@
 The templates live beside this module as package data (``generator_v1.txt``,
 ``evaluator_v1.txt``); changing a template means a new version, which changes rubric cache keys.
 
-Example:
+Examples:
     >>> msgs = generator_messages([{"role": "user", "content": "I lost my job today."}])
     >>> [m.role for m in msgs]
     ['system', 'user']
@@ -59,7 +59,7 @@ def _template(name: str) -> tuple[Template, Template]:
 def render_transcript(context: Context) -> str:
     """Render a context as a plain transcript with ``User:`` / ``Supporter:`` labels.
 
-    Example:
+    Examples:
         >>> print(render_transcript([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]))
         User: hi
         Supporter: hello
@@ -70,12 +70,12 @@ def render_transcript(context: Context) -> str:
 def generator_messages(context: Context, criteria_per_dimension: int = 2) -> list[Message]:
     """The chat messages that ask a model for the rubric of the next reply.
 
-    Example:
+    Examples:
         >>> "I lost my job" in generator_messages("I lost my job")[1].content
         True
     """
     system, user = _template("generator")
-    example = ", ".join('"..."' for _ in range(criteria_per_dimension))
+    example = ", ".join('"<criterion>"' for _ in range(criteria_per_dimension))
     return [
         Message(
             role="system", content=system.substitute(per_dimension=criteria_per_dimension, example_criteria=example)
@@ -87,7 +87,7 @@ def generator_messages(context: Context, criteria_per_dimension: int = 2) -> lis
 def rubric_schema(criteria_per_dimension: int = 2) -> dict[str, Any]:
     """The JSON schema of a generator reply; fixed keys, bounded arrays and strings.
 
-    Example:
+    Examples:
         >>> rubric_schema()["properties"]["criteria"]["properties"]["affective"]["maxItems"]
         2
     """
@@ -136,7 +136,7 @@ def parse_rubric(text: str) -> Rubric:
     Raises:
         ValueError: the reply is not JSON or not a valid rubric; the message names the field.
 
-    Example:
+    Examples:
         >>> parse_rubric('{"weights": {"cognitive": 1, "affective": 1, "proactive": 2},'
         ...              ' "criteria": {"cognitive": ["Names the conflict."], "affective": ["Validates fear."],'
         ...              ' "proactive": ["Suggests one step."]}}').weights[Dimension.PROACTIVE]
@@ -165,7 +165,7 @@ def rubric_reply_json(rubric: Rubric) -> str:
     """The JSON text a generator should reply with for ``rubric``: the inverse of :func:`parse_rubric`
     up to weights rounded to three decimals (the form used as a training target).
 
-    Example:
+    Examples:
         >>> rubric = Rubric.uniform_fixed()
         >>> parse_rubric(rubric_reply_json(rubric)).criteria == rubric.criteria
         True
@@ -185,7 +185,7 @@ def evaluator_messages(context: Context, rubric: Rubric, reply: str) -> list[Mes
     Instructions, context and rubric come first and the candidate last, so that servers reuse
     the shared prefix across candidates of one context.
 
-    Example:
+    Examples:
         >>> msgs = evaluator_messages("I failed.", Rubric.uniform_fixed(), "That hurts.")
         >>> msgs[-1].content.endswith("That hurts.")
         True
@@ -199,7 +199,7 @@ def evaluator_messages(context: Context, rubric: Rubric, reply: str) -> list[Mes
 def evaluation_schema(n_criteria: int) -> dict[str, Any]:
     """The JSON schema of an evaluator reply for a rubric with ``n_criteria`` criteria.
 
-    Example:
+    Examples:
         >>> sorted(evaluation_schema(2)["properties"]["scores"]["properties"])
         ['c1', 'c2']
     """
@@ -225,7 +225,7 @@ def parse_evaluation(text: str, rubric: Rubric) -> Evaluation:
     Raises:
         ValueError: not JSON, a criterion without a score, or a score outside 1-5.
 
-    Example:
+    Examples:
         >>> rubric = Rubric.uniform_fixed()
         >>> ev = parse_evaluation('{"scores": {"c1": 5, "c2": 4, "c3": 3, "c4": 2, "c5": 1, "c6": 1}}', rubric)
         >>> ev.scores[1].score
@@ -249,7 +249,7 @@ def parse_evaluation(text: str, rubric: Rubric) -> Evaluation:
 def fixed_criteria() -> tuple[Criterion, ...]:
     """The fixed six-criterion set (two per dimension) used by the fixed-criteria ablations.
 
-    Example:
+    Examples:
         >>> [c.dimension.value for c in fixed_criteria()][:2]
         ['cognitive', 'cognitive']
     """

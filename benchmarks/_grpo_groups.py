@@ -1,0 +1,45 @@
+"""GRPO-shaped groups from real ESConv data, shared by the cost and logprob-tie benchmarks.
+
+A group is one supporter turn's context (its last ``keep`` messages) with ``group`` candidate
+replies: the reference reply first, then supporter replies taken from other dialogues, the way
+a policy's samples differ in quality for the same context.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from care_sdk.data import load_esconv
+from care_sdk.types import Message
+
+DATA = Path(os.environ.get("CARE_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+@dataclass(frozen=True)
+class Group:
+    dialogue_id: str
+    context: tuple[Message, ...]
+    replies: tuple[str, ...]
+
+
+def esconv_groups(n: int, group: int, *, split: str = "valid", keep: int = 6, seed: int = 0) -> list[Group]:
+    """``n`` groups of ``group`` replies each, from ESConv's ``split``, one turn per dialogue."""
+    loaded = load_esconv(DATA / "esconv" / f"{split}.jsonl")
+    turns = []
+    for dialogue in loaded.records:
+        candidates = [t for t in dialogue.supporter_turns() if len(t.context) >= 3 and len(t.reply) >= 20]
+        if candidates:
+            turns.append(candidates[len(candidates) // 2])
+    rng = random.Random(seed)
+    rng.shuffle(turns)
+    if len(turns) < n + group:
+        raise SystemExit(f"only {len(turns)} usable ESConv turns in {split}; asked for {n} groups of {group}")
+    pool = [t.reply for t in turns[n:]]
+    groups = []
+    for turn in turns[:n]:
+        others = rng.sample(pool, group - 1)
+        groups.append(Group(turn.dialogue_id, tuple(turn.context[-keep:]), (turn.reply, *others)))
+    return groups

@@ -1,0 +1,36 @@
+"""Quality benchmarks: does the reward agree with people, and does it shift priorities as the dialogue moves?
+
+``care bench quality`` (see :mod:`care_sdk.bench.cli`) runs five tasks on public data, comparing
+full CARE with its ablations and a length-only baseline side by side:
+
+- :mod:`care_sdk.bench.metrics`: AUC, Spearman, preference pairs, bootstrap intervals (plain Python);
+- :mod:`care_sdk.bench.variants`: the variants and the scorer that shares their work;
+- :mod:`care_sdk.bench.tasks`: the tasks;
+- :mod:`care_sdk.bench.quality`: the resumable runner and the reports.
+
+Examples:
+    >>> from care_sdk.bench import spearman
+    >>> spearman([1, 2, 3], [1, 3, 2])
+    0.5
+"""
+
+from care_sdk.bench.metrics import Estimate, auc, bootstrap, pairwise_accuracy, preference_pairs, spearman
+from care_sdk.bench.quality import QualityReport, QualityRunner
+from care_sdk.bench.tasks import TASKS, DataPaths, Settings
+from care_sdk.bench.variants import VARIANTS, VariantScorer
+
+__all__ = [
+    "TASKS",
+    "VARIANTS",
+    "DataPaths",
+    "Estimate",
+    "QualityReport",
+    "QualityRunner",
+    "Settings",
+    "VariantScorer",
+    "auc",
+    "bootstrap",
+    "pairwise_accuracy",
+    "preference_pairs",
+    "spearman",
+]

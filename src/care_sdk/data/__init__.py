@@ -1,0 +1,87 @@
+"""Dataset loaders and the strategy → dimension mapping.
+
+API summary (stable):
+
+- Every loader returns ``Loaded[T]``: a sequence of typed records (``.records``) plus
+  ``.issues``, a list of :class:`LoadIssue` (``path``, ``position`` = ``"line N"`` or ``"[i]"``,
+  ``field``, ``message``, ``dropped``). ``strict=True`` raises
+  :class:`~care_sdk.errors.InputError` at the first issue instead. Nothing is skipped silently.
+- ``load_esconv(path, splits=None, strategy_map=None, strict=False) -> Loaded[SupportDialogue]``:
+  a ``.jsonl`` re-release split, an original-layout ``ESConv.json`` / ``FailedESConv.json``, or a
+  directory (all three JSONL splits by default).
+- ``load_mint_conversations(path)`` (``training/conversations_322.json``, unlabelled),
+  ``load_lend_an_ear(root)`` (50 conversations, supporter turns tagged with MINT tactics),
+  ``load_judged_turns(path) -> Loaded[JudgedResponse]`` (12 systems' replies to the same turns,
+  judge scores).
+- ``load_sage_profiles(path) -> Loaded[SageProfile]``,
+  ``load_sage_rollouts(path) -> Loaded[SageRollout]`` (Chinese; turn-level emotion deltas).
+- :class:`SupportDialogue`: ``id``, ``source``, ``messages`` (OpenAI messages, user = seeker,
+  assistant = supporter, consecutive utterances merged), ``strategies`` (per message, ``None``
+  when unlabelled), ``metadata``; ``.to_dialogue()`` and ``.supporter_turns(strategy_map)``.
+- :class:`SupportTurn`: ``context``, ``reply``, ``strategies``, ``counts`` (n_d per dimension),
+  ``top_dimensions``.
+- :class:`StrategyMap`: ``StrategyMap.default()`` (ESConv strategies + MINT tactics, package
+  data ``strategy_map.json``), ``from_mapping`` / ``from_file`` for your own;
+  ``.dimension(name)``, ``.canonical(name)``, ``.counts(strategies)``.
+- :func:`data_dir` locates the shared data directory (``$CARE_DATA_DIR``).
+
+Examples:
+    >>> from care_sdk.data import StrategyMap
+    >>> StrategyMap.default().dimension("Restatement or Paraphrasing").value
+    'cognitive'
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from care_sdk.data._issues import Loaded, LoadIssue
+from care_sdk.data.esconv import ESCONV_SPLITS, load_esconv
+from care_sdk.data.mint import (
+    MINT_JUDGE_DIMENSIONS,
+    MINT_TACTICS,
+    JudgedResponse,
+    load_judged_turns,
+    load_lend_an_ear,
+    load_mint_conversations,
+)
+from care_sdk.data.records import SupportDialogue, SupportTurn
+from care_sdk.data.sage import SageProfile, SageRollout, load_sage_profiles, load_sage_rollouts
+from care_sdk.data.strategies import StrategyMap, UnknownStrategyError, default_strategy_map
+
+__all__ = [
+    "ESCONV_SPLITS",
+    "MINT_JUDGE_DIMENSIONS",
+    "MINT_TACTICS",
+    "JudgedResponse",
+    "LoadIssue",
+    "Loaded",
+    "SageProfile",
+    "SageRollout",
+    "StrategyMap",
+    "SupportDialogue",
+    "SupportTurn",
+    "UnknownStrategyError",
+    "data_dir",
+    "default_strategy_map",
+    "load_esconv",
+    "load_judged_turns",
+    "load_lend_an_ear",
+    "load_mint_conversations",
+    "load_sage_profiles",
+    "load_sage_rollouts",
+]
+
+
+def data_dir(default: str | Path = "../shared/data") -> Path:
+    """The shared data directory: ``$CARE_DATA_DIR`` if set, else ``default``.
+
+    Examples:
+        >>> import os
+        >>> os.environ["CARE_DATA_DIR"] = "/data"
+        >>> str(data_dir())
+        '/data'
+        >>> del os.environ["CARE_DATA_DIR"]
+    """
+    return Path(os.environ.get("CARE_DATA_DIR", str(default)))

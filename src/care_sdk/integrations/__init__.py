@@ -1,0 +1,8 @@
+"""Adapters that plug :class:`~care_sdk.AdaptiveReward` into training frameworks.
+
+- :mod:`care_sdk.integrations.trl`: what ``AdaptiveReward`` does inside TRL's ``GRPOTrainer``
+  (dataset columns, logging hooks, the async form).
+- :mod:`care_sdk.integrations.verl`: a module-level ``compute_score`` for verl's reward managers.
+
+Neither module imports its framework: they only speak its calling conventions.
+"""

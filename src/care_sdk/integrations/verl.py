@@ -1,0 +1,278 @@
+"""CARE rewards for verl: a module-level ``compute_score`` and its batch form.
+
+verl's reward managers call ``compute_score(data_source=..., solution_str=..., ground_truth=...,
+extra_info=...)`` once per response (``naive``), or ``compute_score(data_sources=...,
+solution_strs=..., ground_truths=..., extra_infos=...)`` once per batch (``batch``). Neither passes
+the prompt, so the dialogue context travels in the row's ``extra_info``:
+
+.. code-block:: python
+
+    {
+        "data_source": "esconv",
+        "prompt": [{"role": "user", "content": "I lost my job today."}],   # what the policy sees
+        "ability": "emotional_support",
+        "reward_model": {"style": "model", "ground_truth": ""},           # unused by CARE
+        "extra_info": {
+            "index": 0,
+            "messages": [{"role": "user", "content": "I lost my job today."}],  # the judged context
+        },
+    }
+
+:func:`make_row` builds such a row. Point verl at this file and pass options as
+``custom_reward_function.reward_kwargs`` (verl merges them into every call)::
+
+    custom_reward_function.path=$(python -c "import care_sdk.integrations.verl as m; print(m.__file__)")
+    custom_reward_function.name=compute_score            # or compute_score_batch with reward_model.reward_manager=batch
+    +custom_reward_function.reward_kwargs.backend=openai:my-judge@http://127.0.0.1:8000/v1
+    +custom_reward_function.reward_kwargs.cache=/data/rubrics.sqlite
+
+The returned dict has ``score`` (the reward verl trains on) and, for verl's
+``reward_extra_info``, ``care_<dimension>`` (per-dimension score), ``care_weight_<dimension>``
+(rubric weight) and ``care_failed`` (1.0 when no reward could be computed). Every row returns the
+same keys.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from care_sdk.backends import Backend, resolve_backend
+from care_sdk.errors import CareError, InputError
+from care_sdk.evaluator import RubricEvaluator
+from care_sdk.generator import RubricGenerator
+from care_sdk.reward import AdaptiveReward
+from care_sdk.types import DIMENSIONS, Message, RewardResult, as_messages
+
+__all__ = ["compute_score", "compute_score_batch", "get_reward", "make_row"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CONTEXT_KEY = "messages"
+"""The ``extra_info`` key that holds the dialogue context."""
+
+_REWARDS: dict[tuple[Any, ...], AdaptiveReward] = {}
+_LOCK = threading.Lock()
+
+
+def make_row(
+    context: str | Sequence[Message | Mapping[str, Any]],
+    *,
+    data_source: str = "care",
+    index: int | None = None,
+    prompt: Sequence[Mapping[str, Any]] | None = None,
+    context_key: str = DEFAULT_CONTEXT_KEY,
+) -> dict[str, Any]:
+    """A verl dataset row whose ``extra_info`` carries the context CARE judges.
+
+    Args:
+        context: the dialogue so far (chat messages, or a string as one user message).
+        data_source: verl's ``data_source`` column.
+        index: stored as ``extra_info["index"]`` (used in error messages).
+        prompt: what the policy sees, when it differs from the context (e.g. with a system prompt).
+        context_key: the ``extra_info`` key for the context.
+
+    Examples:
+        >>> row = make_row("I lost my job today.", index=7)
+        >>> row["extra_info"]["messages"], row["prompt"] == row["extra_info"]["messages"]
+        ([{'role': 'user', 'content': 'I lost my job today.'}], True)
+    """
+    messages = [{"role": m.role, "content": m.content} for m in as_messages(context)]
+    extra: dict[str, Any] = {context_key: messages}
+    if index is not None:
+        extra["index"] = index
+    return {
+        "data_source": data_source,
+        "prompt": [dict(m) for m in prompt] if prompt is not None else messages,
+        "ability": "emotional_support",
+        "reward_model": {"style": "model", "ground_truth": ""},
+        "extra_info": extra,
+    }
+
+
+def get_reward(
+    backend: str | Backend | None = None,
+    *,
+    weights: str = "generated",
+    criteria: str = "generated",
+    use_logprobs: bool = False,
+    cache: str | None = None,
+) -> AdaptiveReward:
+    """The process's shared :class:`AdaptiveReward` for these options, built on first use.
+
+    ``backend`` defaults to ``$CARE_BACKEND`` or ``"default"``; ``cache`` (an SQLite file shared by
+    all workers) defaults to ``$CARE_RUBRIC_CACHE`` or an in-memory cache.
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> backend = ScriptedBackend([])
+        >>> get_reward(backend) is get_reward(backend)
+        True
+    """
+    backend = backend if backend is not None else os.environ.get("CARE_BACKEND", "default")
+    cache = cache if cache is not None else os.environ.get("CARE_RUBRIC_CACHE")
+    key = (backend if isinstance(backend, str) else id(backend), weights, criteria, use_logprobs, cache)
+    with _LOCK:
+        reward = _REWARDS.get(key)
+        if reward is None:
+            shared = resolve_backend(backend)
+            store: Any = True
+            if cache:
+                from care_sdk.sqlite_cache import SqliteCache
+
+                store = SqliteCache(cache)
+            reward = AdaptiveReward(
+                RubricGenerator(shared, cache=store),
+                RubricEvaluator(shared, use_logprobs=use_logprobs),
+                weights=weights,  # type: ignore[arg-type]
+                criteria=criteria,  # type: ignore[arg-type]
+            )
+            _REWARDS[key] = reward
+        return reward
+
+
+def _context(extra_info: Any, context_key: str, where: str) -> list[Message]:
+    if not isinstance(extra_info, Mapping):
+        raise InputError(f"{where}: extra_info must be a dict holding the context under {context_key!r}")
+    value = extra_info.get(context_key)
+    if value is None:
+        raise InputError(f"{where}: extra_info[{context_key!r}] is missing; build rows with make_row()")
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: extra_info[{context_key!r}] is not valid JSON ({exc.msg})") from None
+    if not isinstance(value, str):
+        value = [dict(m) for m in value]  # parquet may hand back numpy arrays of dicts
+    try:
+        messages = as_messages(value)
+    except ValueError as exc:
+        raise InputError(f"{where}: extra_info[{context_key!r}] is not a list of chat messages: {exc}") from None
+    if not messages:
+        raise InputError(f"{where}: extra_info[{context_key!r}] is empty")
+    return messages
+
+
+def _where(data_source: Any, extra_info: Any, position: int | None = None) -> str:
+    index = extra_info.get("index") if isinstance(extra_info, Mapping) else None
+    parts = [f"data_source={data_source!r}"]
+    if index is not None:
+        parts.append(f"index={index}")
+    if position is not None:
+        parts.append(f"batch position {position}")
+    return "verl row (" + ", ".join(parts) + ")"
+
+
+def _as_dict(result: RewardResult, on_error: str | float, where: str) -> dict[str, float]:
+    failed = result.reward is None
+    if failed:
+        if on_error == "raise":
+            raise CareError(f"{where}: {result.error}")
+        logger.warning("%s: no CARE reward (%s); scoring it %s", where, result.error, on_error)
+    out = {"score": float(on_error) if failed else float(result.reward or 0.0), "care_failed": float(failed)}
+    for dim in DIMENSIONS:
+        score = result.dimension_scores.get(dim) if result.dimension_scores else None
+        out[f"care_{dim.value}"] = math.nan if score is None else score
+        out[f"care_weight_{dim.value}"] = result.rubric.weights[dim] if result.rubric is not None else math.nan
+    return out
+
+
+def _on_error(value: str | float) -> str | float:
+    if value == "raise":
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"on_error must be 'raise' or a number, got {value!r}") from None
+
+
+def compute_score_batch(
+    data_sources: Sequence[Any],
+    solution_strs: Sequence[str],
+    ground_truths: Sequence[Any] | None = None,
+    extra_infos: Sequence[Any] | None = None,
+    *,
+    backend: str | Backend | None = None,
+    weights: str = "generated",
+    criteria: str = "generated",
+    use_logprobs: bool = False,
+    cache: str | None = None,
+    context_key: str = DEFAULT_CONTEXT_KEY,
+    on_error: str | float = "raise",
+    **_: Any,
+) -> list[dict[str, float]]:
+    """verl's batch reward form: one result dict per response, all judged in one batch.
+
+    Replies to the same context share one rubric. ``ground_truths`` are ignored.
+
+    Args:
+        data_sources: verl's ``data_source`` per row.
+        solution_strs: the decoded responses.
+        ground_truths: unused (CARE needs no reference answer).
+        extra_infos: per row, a dict with the context under ``context_key`` (see :func:`make_row`).
+        backend: backend spec or object (default ``$CARE_BACKEND`` or ``"default"``).
+        weights: ``"generated"`` or ``"uniform"`` (ablation).
+        criteria: ``"generated"`` or ``"fixed"`` (ablation).
+        use_logprobs: expected scores over the score tokens' probabilities.
+        cache: SQLite file for rubrics shared across workers and runs (default ``$CARE_RUBRIC_CACHE``).
+        context_key: the ``extra_info`` key holding the context.
+        on_error: ``"raise"`` (default: stop with the reason) or a score to give a reply that could
+            not be scored; such rows carry ``care_failed=1.0`` and are logged as warnings.
+
+    Raises:
+        InputError: a row without a usable context (the message names the row).
+        CareError: a reply could not be scored and ``on_error="raise"``.
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+        >>> def script(req):  # rubric requests ask for weights; evaluation requests for scores
+        ...     if "weights" in req.json_schema["properties"]:
+        ...         return rubric_json({"cognitive": 1, "affective": 2, "proactive": 1})
+        ...     return evaluation_json([4] * 6)
+        >>> backend = ScriptedBackend(script)
+        >>> rows = [make_row("I lost my job today.", index=0)] * 2
+        >>> out = compute_score_batch([r["data_source"] for r in rows], ["That is a blow.", "Why?"],
+        ...                           [None, None], [r["extra_info"] for r in rows], backend=backend)
+        >>> [o["score"] for o in out], out[0]["care_weight_affective"], len(backend.requests)
+        ([0.75, 0.75], 0.5, 3)
+    """
+    policy = _on_error(on_error)
+    n = len(solution_strs)
+    infos: Sequence[Any] = extra_infos if extra_infos is not None else [None] * n
+    if len(data_sources) != n or len(infos) != n:
+        raise InputError(f"verl batch: {len(data_sources)} data_sources, {n} solution_strs, {len(infos)} extra_infos")
+    wheres = [_where(ds, info, i) for i, (ds, info) in enumerate(zip(data_sources, infos, strict=True))]
+    items = [
+        (_context(info, context_key, w), str(s).strip())
+        for info, s, w in zip(infos, solution_strs, wheres, strict=True)
+    ]
+    reward = get_reward(backend, weights=weights, criteria=criteria, use_logprobs=use_logprobs, cache=cache)
+    results = reward.score_batch(items)
+    return [_as_dict(r, policy, w) for r, w in zip(results, wheres, strict=True)]
+
+
+def compute_score(
+    data_source: Any,
+    solution_str: str,
+    ground_truth: Any = None,
+    extra_info: Any = None,
+    **options: Any,
+) -> dict[str, float]:
+    """verl's per-response reward form (the ``naive`` reward manager); options as in :func:`compute_score_batch`.
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+        >>> backend = ScriptedBackend([rubric_json({"cognitive": 1, "affective": 1, "proactive": 2}),
+        ...                            evaluation_json([5, 5, 3, 3, 1, 1])])
+        >>> row = make_row([{"role": "user", "content": "My exam is tomorrow and I'm panicking."}])
+        >>> out = compute_score(row["data_source"], "Let's plan tonight together.", "", row["extra_info"],
+        ...                     backend=backend)
+        >>> out["score"], out["care_proactive"], out["care_failed"]
+        (0.375, 0.0, 0.0)
+    """
+    return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **options)[0]

@@ -1,0 +1,59 @@
+"""Library code for the generator-training recipes: data construction, reward terms, trainer wiring.
+
+Importing this package is light (no torch); the trainer stages import TRL, PEFT and transformers
+inside their functions and raise :class:`~care_sdk.errors.MissingDependencyError` naming
+``pip install "care-sdk[train]"`` when they are missing.
+
+- Reward terms (usable in any trainer): :func:`r_align`, :func:`r_pref`, :func:`format_reward`,
+  and the TRL reward functions :class:`FormatReward`, :class:`PrefReward`, :class:`AlignReward`.
+- Stages: :func:`build_data`, :func:`run_sft`, :func:`run_pref_grpo`, with their configs
+  :class:`BuildDataConfig`, :class:`SFTStageConfig`, :class:`PrefGRPOConfig` and :func:`load_config`.
+- Models: :func:`tiny_model_dir` (a tiny random SmolLM2-shaped model for tests),
+  :func:`load_trained_generator` (a trained generator as a :class:`~care_sdk.RubricGenerator`).
+
+Examples:
+    >>> from care_sdk.training import r_align
+    >>> r_align({"cognitive": 0.2, "affective": 0.6, "proactive": 0.2}, {"affective": 3, "proactive": 1})
+    1.0
+"""
+
+from care_sdk.training.build_data import BuildReport, build_data, count_weights
+from care_sdk.training.config import BuildDataConfig, LoraSettings, PrefGRPOConfig, SFTStageConfig, load_config
+from care_sdk.training.grpo import PrefGRPOResult, run_pref_grpo
+from care_sdk.training.rewards import (
+    AlignReward,
+    FormatReward,
+    PrefReward,
+    align_violations,
+    completion_text,
+    format_reward,
+    r_align,
+    r_pref,
+)
+from care_sdk.training.sft import SFTResult, load_trained_generator, run_sft
+from care_sdk.training.tiny import tiny_model_dir
+
+__all__ = [
+    "AlignReward",
+    "BuildDataConfig",
+    "BuildReport",
+    "FormatReward",
+    "LoraSettings",
+    "PrefGRPOConfig",
+    "PrefGRPOResult",
+    "PrefReward",
+    "SFTResult",
+    "SFTStageConfig",
+    "align_violations",
+    "build_data",
+    "completion_text",
+    "count_weights",
+    "format_reward",
+    "load_config",
+    "load_trained_generator",
+    "r_align",
+    "r_pref",
+    "run_pref_grpo",
+    "run_sft",
+    "tiny_model_dir",
+]

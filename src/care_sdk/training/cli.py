@@ -1,0 +1,73 @@
+"""``care train <stage> --config FILE``: the training subcommands (build-data, sft, pref-grpo).
+
+The ``care`` command calls :func:`add_train_commands` on its subparsers.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_train_commands"]
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if getattr(args, "output_dir", None):
+        out["output_dir"] = args.output_dir
+    return out
+
+
+def _build_data(args: argparse.Namespace) -> int:
+    from care_sdk.training.build_data import build_data
+    from care_sdk.training.config import BuildDataConfig, load_config
+
+    build_data(load_config(BuildDataConfig, args.config, _overrides(args)))
+    return 0
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from care_sdk.training.config import SFTStageConfig, load_config
+    from care_sdk.training.sft import run_sft
+
+    result = run_sft(load_config(SFTStageConfig, args.config, _overrides(args)), source=str(args.config))
+    print(f"sft: {result.examples} examples, final loss {result.final_loss}, saved {result.saved}")
+    return 0
+
+
+def _pref_grpo(args: argparse.Namespace) -> int:
+    from care_sdk.training.config import PrefGRPOConfig, load_config
+    from care_sdk.training.grpo import run_pref_grpo
+
+    result = run_pref_grpo(load_config(PrefGRPOConfig, args.config, _overrides(args)), source=str(args.config))
+    last = result.rewards[-1] if result.rewards else {}
+    print(f"pref-grpo: {len(result.rewards)} logged steps, last {last}, saved {result.saved}")
+    return 0
+
+
+def add_train_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register ``train`` with its stages ``build-data``, ``sft`` and ``pref-grpo``.
+
+    Each stage takes ``--config FILE`` (YAML, see ``training/configs/``) and an optional
+    ``--output-dir`` that overrides the file's; the parser's ``func`` default runs the stage and
+    returns the exit code.
+
+    Examples:
+        >>> parser = argparse.ArgumentParser(prog="care")
+        >>> add_train_commands(parser.add_subparsers(dest="command"))
+        >>> args = parser.parse_args(["train", "sft", "--config", "training/configs/sft_smoke.yaml"])
+        >>> args.func.__name__
+        '_sft'
+    """
+    train = subparsers.add_parser("train", help="train the rubric generator (build-data, sft, pref-grpo)")
+    stages = train.add_subparsers(dest="stage", required=True, metavar="STAGE")
+    for name, func, text in (
+        ("build-data", _build_data, "build SFT rubric targets and preference pairs"),
+        ("sft", _sft, "supervised fine-tuning on target rubrics (TRL SFTTrainer, LoRA or full)"),
+        ("pref-grpo", _pref_grpo, "preference GRPO with format, r_pref and r_align rewards (TRL GRPOTrainer)"),
+    ):
+        stage = stages.add_parser(name, help=text, description=text)
+        stage.add_argument("--config", required=True, type=Path, help="the stage's YAML config")
+        stage.add_argument("--output-dir", default=None, help="override the config's output_dir")
+        stage.set_defaults(func=func)

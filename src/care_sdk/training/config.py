@@ -1,0 +1,254 @@
+"""Recipe configs: frozen pydantic models, one per stage, loaded from YAML with errors that name the key.
+
+Unknown keys are errors. The ``trl`` section of the trainer stages is passed through to TRL's own
+config class (``SFTConfig`` / ``GRPOConfig``), so every TRL flag keeps working; TRL rejects the
+keys it does not know, and the error names the file and key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from care_sdk.errors import ConfigError
+
+__all__ = [
+    "BuildDataConfig",
+    "LoraSettings",
+    "PrefGRPOConfig",
+    "SFTStageConfig",
+    "load_config",
+]
+
+C = TypeVar("C", bound=BaseModel)
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class BuildDataConfig(_Config):
+    """Settings of ``care train build-data``.
+
+    Examples:
+        >>> BuildDataConfig(output_dir="out", teacher=None, judges=None).on_misaligned
+        'reject'
+    """
+
+    output_dir: str
+    """Where to write ``sft/{train,valid,test}.jsonl``, ``pairs/{...}.jsonl`` and ``report.json``."""
+    data_dir: str | None = None
+    """The shared data directory; ``$CARE_DATA_DIR`` or ``../shared/data`` when omitted."""
+    esconv_splits: tuple[str, ...] = ("train", "valid", "test")
+    """ESConv splits to read (each keeps its split in the output)."""
+    use_mint: bool = True
+    """Also read Lend-an-Ear (SFT targets from tactic-tagged turns, and judged-response pairs)."""
+    strategy_map: str | None = None
+    """A JSON/YAML strategy → dimension mapping file; the documented default when omitted."""
+    max_dialogues: int | None = Field(default=None, ge=1)
+    """Read at most this many dialogues per source file (a slice, for smoke runs)."""
+    max_turns: int | None = Field(default=None, ge=1)
+    """Build at most this many SFT targets per split."""
+    max_context_messages: int | None = Field(default=8, ge=1)
+    """Show the teacher, judges and annotator only the last this many context messages (records keep all)."""
+    skip_unmapped: bool = True
+    """Leave out turns whose strategies map to no dimension (e.g. only ``Others``)."""
+    teacher: str | None = "default"
+    """Backend spec of the teacher that writes target rubrics; ``None``: no teacher, the fixed
+    criteria with count-derived weights (the priority signal only)."""
+    teacher_max_tokens: int = Field(default=400, ge=32)
+    """Token budget of one teacher rubric."""
+    teacher_attempts: int = Field(default=3, ge=1)
+    """Teacher samples per turn (retries on parse failure or misaligned weights)."""
+    on_misaligned: Literal["reject", "repair"] = "reject"
+    """What to do when no teacher sample satisfies the r_align constraints: drop the turn, or
+    keep its criteria with count-derived weights (counted as ``repaired``)."""
+    judges: tuple[str, str] | None = ("default", "default")
+    """Backend specs of the two judges; a target is kept only when both accept. ``None``: no filter."""
+    judge_max_tokens: int = Field(default=96, ge=16)
+    """Token budget of one judge verdict."""
+    annotator: str | None = "default"
+    """Backend spec of the strategy annotator for pair replies without labels; ``None``: such pairs
+    are dropped (and counted)."""
+    criteria_per_dimension: int = Field(default=2, ge=1, le=5)
+    """Criteria per dimension in target rubrics."""
+    pref_margin: float = Field(default=1.0, ge=0)
+    """Minimum judge-score (aggregated empathy) margin between chosen and rejected MINT replies."""
+    max_pairs_per_turn: int = Field(default=2, ge=1)
+    """At most this many MINT pairs per supporter turn (best vs worst first)."""
+    esconv_pairs: bool = True
+    """Build ESConv pairs: the reference reply vs a supporter reply from another dialogue."""
+    valid_fraction: float = Field(default=0.1, ge=0, lt=1)
+    """Share of non-ESConv dialogues assigned to ``valid`` (by a seeded hash of the dialogue id)."""
+    test_fraction: float = Field(default=0.1, ge=0, lt=1)
+    """Share of non-ESConv dialogues assigned to ``test``."""
+    seed: int = 0
+    """Seed of every random choice (splits, rejected replies, backend sampling)."""
+
+
+class LoraSettings(_Config):
+    """PEFT LoRA settings.
+
+    Examples:
+        >>> LoraSettings().r
+        16
+    """
+
+    r: int = Field(default=16, ge=1)
+    """LoRA rank."""
+    alpha: int = Field(default=32, ge=1)
+    """LoRA alpha."""
+    dropout: float = Field(default=0.05, ge=0, lt=1)
+    """LoRA dropout."""
+    target_modules: tuple[str, ...] | Literal["all-linear"] = "all-linear"
+    """Modules to adapt."""
+    layers_to_transform: tuple[int, ...] | None = None
+    """Adapt only these decoder layers (e.g. the top few: backpropagation then stops there, which
+    makes CPU runs several times cheaper); all layers when omitted."""
+
+
+class SFTStageConfig(_Config):
+    """Settings of ``care train sft``.
+
+    Examples:
+        >>> SFTStageConfig(data="out/sft/train.jsonl", model="tiny", output_dir="runs/sft").finetune
+        'lora'
+    """
+
+    data: str
+    """SFT records (a ``train.jsonl`` written by build-data, or the build-data output directory)."""
+    eval_data: str | None = None
+    """Optional evaluation records."""
+    model: str
+    """The base model: a transformers directory, ``tiny`` (a tiny random SmolLM2-shaped model) or
+    ``bundled`` (SmolLM2-135M-Instruct from the bundled GGUF)."""
+    output_dir: str
+    """Where to write the adapter (``adapter/``), the merged model (``merged/``) and logs."""
+    finetune: Literal["lora", "full"] = "lora"
+    """LoRA adapters or full fine-tuning."""
+    lora: LoraSettings = LoraSettings()
+    """LoRA settings (with ``finetune: lora``)."""
+    max_examples: int | None = Field(default=None, ge=1)
+    """Train on at most this many records (first ones, in file order)."""
+    max_context_messages: int | None = Field(default=8, ge=1)
+    """Keep only the last this many context messages in prompts."""
+    criteria_per_dimension: int = Field(default=2, ge=1, le=5)
+    """Criteria per dimension the prompt asks for."""
+    merge: bool = True
+    """Also save a merged model (LoRA folded into the weights)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Model weights dtype."""
+    trl: dict[str, Any] = {}
+    """Passed to ``trl.SFTConfig`` (e.g. ``learning_rate``, ``max_steps``, ``per_device_train_batch_size``)."""
+
+
+class PrefGRPOConfig(_Config):
+    """Settings of ``care train pref-grpo``.
+
+    Examples:
+        >>> PrefGRPOConfig(data="out/pairs/train.jsonl", model="runs/sft/merged", output_dir="runs/grpo",
+        ...                evaluator="default").tie
+        0.0
+    """
+
+    data: str
+    """Preference pairs (a ``train.jsonl`` written by build-data, or the build-data output directory)."""
+    model: str
+    """The generator to start from: the SFT output (merged directory, adapter directory, or the SFT
+    ``output_dir``), or ``tiny`` / ``bundled``."""
+    output_dir: str
+    """Where to write the trained generator (``adapter/``, ``merged/``) and the reward log."""
+    evaluator: str
+    """Backend spec of the frozen evaluator (e.g. ``openai:MODEL@URL`` at scale, ``default`` here)."""
+    evaluator_max_tokens: int = Field(default=160, ge=16)
+    """Token budget of one evaluation."""
+    evaluator_max_attempts: int = Field(default=2, ge=1)
+    """Replies tried per evaluation before it counts as failed (``None`` reward)."""
+    tie: float = Field(default=0.0, ge=0, le=1)
+    """r_pref of a tie."""
+    reward_weights: dict[Literal["format", "r_pref", "r_align"], float] = {"format": 1.0, "r_pref": 1.0, "r_align": 1.0}
+    """Weight of each reward term in the GRPO objective."""
+    finetune: Literal["lora", "full"] = "lora"
+    """LoRA adapters or full fine-tuning."""
+    lora: LoraSettings = LoraSettings()
+    """LoRA settings (with ``finetune: lora``)."""
+    max_examples: int | None = Field(default=None, ge=1)
+    """Train on at most this many pairs."""
+    max_context_messages: int | None = Field(default=8, ge=1)
+    """Keep only the last this many context messages in prompts."""
+    criteria_per_dimension: int = Field(default=2, ge=1, le=5)
+    """Criteria per dimension the prompt asks for (and the format term checks)."""
+    merge: bool = True
+    """Also save a merged model."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Model weights dtype."""
+    trl: dict[str, Any] = {}
+    """Passed to ``trl.GRPOConfig`` (e.g. ``num_generations``, ``max_completion_length``, ``use_vllm``)."""
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts)
+
+
+def validate_config(cls: type[C], data: Any, *, source: str = "config") -> C:
+    """Validate a mapping as ``cls``; errors name the source and key.
+
+    Examples:
+        >>> validate_config(LoraSettings, {"rank": 8}, source="sft.yaml")
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.ConfigError: sft.yaml: rank: unknown key
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of settings, got {type(data).__name__}")
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_describe(exc)}") from None
+
+
+def load_config(cls: type[C], path: str | Path, overrides: dict[str, Any] | None = None) -> C:
+    """Read a YAML config file as ``cls``; relative paths in it stay relative to the working directory.
+
+    Args:
+        cls: the stage's config class.
+        path: the YAML file.
+        overrides: top-level keys that replace the file's (e.g. from the command line).
+
+    Raises:
+        ConfigError: the file is missing, not YAML, or has an unknown or invalid key (named).
+
+    Examples:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "b.yaml"
+        >>> _ = p.write_text("output_dir: out\\nteacher: null\\njudges: null\\nseed: 3\\n")
+        >>> load_config(BuildDataConfig, p).seed
+        3
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        import yaml
+    except ImportError as exc:  # pragma: no cover - pyyaml is in the train extra
+        from care_sdk.errors import MissingDependencyError
+
+        raise MissingDependencyError("yaml", extra="train") from exc
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:line {mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if data is None:
+        data = {}
+    if isinstance(data, dict) and overrides:
+        data = {**data, **overrides}
+    return validate_config(cls, data, source=str(path))

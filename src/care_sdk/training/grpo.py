@@ -1,0 +1,199 @@
+"""``care train pref-grpo``: preference GRPO of the rubric generator, starting from the SFT output.
+
+TRL's ``GRPOTrainer`` samples G rubrics per context; three reward functions score each, and TRL
+logs each separately (``rewards/format/mean``, ``rewards/r_pref/mean``, ``rewards/r_align/mean``):
+
+- ``format``: the completion parses and validates as a rubric;
+- ``r_pref``: the frozen evaluator scores the preferred and dispreferred replies under the
+  sampled rubric; 1 when the preferred one scores higher (a failed evaluation is ``None``);
+- ``r_align``: the rubric's weights against the preferred reply's strategy counts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from care_sdk.training._common import (
+    build_trl_config,
+    check_dir,
+    load_model,
+    lora_config,
+    prompt_messages,
+    read_records,
+    save_outputs,
+)
+from care_sdk.training.config import PrefGRPOConfig
+from care_sdk.training.rewards import AlignReward, FormatReward, PrefReward
+from care_sdk.types import Message
+
+__all__ = ["GRPO_DEFAULTS", "REWARD_TERMS", "PrefGRPOResult", "grpo_rows", "run_pref_grpo"]
+
+REWARD_TERMS = ("format", "r_pref", "r_align")
+"""The reward terms, in the order they are passed to TRL."""
+
+GRPO_DEFAULTS: dict[str, Any] = {
+    "report_to": "none",
+    "save_strategy": "no",
+    "logging_steps": 1,
+    "num_generations": 4,
+    "per_device_train_batch_size": 4,
+    "max_completion_length": 256,
+    "learning_rate": 1e-5,
+    "temperature": 1.0,
+    "beta": 0.0,
+    "dataloader_num_workers": 0,
+    "gradient_checkpointing": False,
+    "seed": 0,
+}
+"""GRPOConfig values used unless the recipe's ``trl`` section sets them."""
+
+
+@dataclass
+class PrefGRPOResult:
+    """What a pref-GRPO run produced.
+
+    Examples:
+        >>> PrefGRPOResult(output_dir="runs/grpo", rewards=[{"step": 1, "r_align": 0.5}]).rewards[0]["r_align"]
+        0.5
+    """
+
+    output_dir: str
+    """The stage's output directory."""
+    rewards: list[dict[str, float]] = field(default_factory=list)
+    """Per logged step: the mean of each reward term (``format``, ``r_pref``, ``r_align``) and ``reward``."""
+    saved: dict[str, str] = field(default_factory=dict)
+    """Written model directories: ``adapter`` and/or ``merged``."""
+
+
+def grpo_rows(records: list[dict[str, Any]], *, keep: int | None, criteria_per_dimension: int) -> list[dict[str, Any]]:
+    """Turn build-data pair records into GRPO rows: ``prompt`` plus the columns the rewards read.
+
+    Examples:
+        >>> row = grpo_rows([{"context": [{"role": "user", "content": "hi"}], "chosen": "a", "rejected": "b",
+        ...                   "chosen_strategy_counts": {"cognitive": 1, "affective": 0, "proactive": 0}}],
+        ...                 keep=8, criteria_per_dimension=2)[0]
+        >>> sorted(row)
+        ['chosen', 'chosen_strategy_counts', 'context', 'prompt', 'rejected']
+    """
+    rows = []
+    for i, record in enumerate(records):
+        missing = [k for k in ("context", "chosen", "rejected", "chosen_strategy_counts") if k not in record]
+        if missing:
+            from care_sdk.errors import InputError
+
+            raise InputError(f"a pair record needs {', '.join(missing)}", location=f"record {i}")
+        context = [Message.model_validate(m).model_dump() for m in record["context"]]
+        if keep is not None:
+            context = context[-keep:]
+        rows.append(
+            {
+                "prompt": prompt_messages(context, keep=None, criteria_per_dimension=criteria_per_dimension),
+                "context": context,
+                "chosen": record["chosen"],
+                "rejected": record["rejected"],
+                "chosen_strategy_counts": record["chosen_strategy_counts"],
+            }
+        )
+    return rows
+
+
+def _reward_log(log_history: list[dict[str, Any]]) -> list[dict[str, float]]:
+    out: list[dict[str, float]] = []
+    for entry in log_history:
+        if "rewards/format/mean" not in entry:
+            continue
+        row = {"step": float(entry.get("step", len(out) + 1))}
+        for term in REWARD_TERMS:
+            row[term] = float(entry[f"rewards/{term}/mean"])
+        row["reward"] = float(entry.get("reward", float("nan")))
+        out.append(row)
+    return out
+
+
+def run_pref_grpo(
+    config: PrefGRPOConfig,
+    *,
+    evaluator: Any = None,
+    source: str = "pref-grpo config",
+    log: Callable[[str], None] = print,
+    callbacks: list[Any] | None = None,
+) -> PrefGRPOResult:
+    """Run preference GRPO and save the generator under ``config.output_dir``.
+
+    Args:
+        config: the stage's settings.
+        evaluator: a ready :class:`~care_sdk.RubricEvaluator` to use instead of building one
+            from ``config.evaluator`` (e.g. one shared with other code).
+        source: the config's origin, for error messages.
+        log: where progress lines go.
+        callbacks: extra ``transformers.TrainerCallback`` objects.
+
+    Raises:
+        MissingDependencyError: the ``train`` extra is missing.
+        ConfigError: an invalid ``trl`` key or value (named).
+        InputError: the data file is missing or malformed.
+    """
+    from care_sdk.training.tiny import require_train
+
+    require_train()
+    from datasets import Dataset
+    from trl.trainer.grpo_config import GRPOConfig
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    from care_sdk.evaluator import RubricEvaluator
+
+    out = check_dir(config.output_dir, "output_dir")
+    given: dict[str, float] = {str(k): v for k, v in config.reward_weights.items()}
+    weights = [float(given.get(term, 1.0)) for term in REWARD_TERMS]
+    defaults = {
+        **GRPO_DEFAULTS,
+        "output_dir": str(out / "trainer"),
+        "bf16": config.dtype == "bfloat16",
+        "reward_weights": weights,
+    }
+    args = build_trl_config(GRPOConfig, defaults, config.trl, source)
+    records = read_records(config.data, "pairs", "train", config.max_examples)
+    rows = grpo_rows(records, keep=config.max_context_messages, criteria_per_dimension=config.criteria_per_dimension)
+    if evaluator is None:
+        evaluator = RubricEvaluator(
+            config.evaluator, max_tokens=config.evaluator_max_tokens, max_attempts=config.evaluator_max_attempts
+        )
+    model, tokenizer, model_path = load_model(config.model, config.dtype)
+    log(f"pref-grpo: {len(rows)} pairs, model {model_path}, evaluator {evaluator!r}")
+    reward_funcs: list[Any] = [
+        FormatReward(config.criteria_per_dimension),
+        PrefReward(evaluator, tie=config.tie),
+        AlignReward(),
+    ]
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=lora_config(config.lora) if config.finetune == "lora" else None,
+        callbacks=callbacks,
+    )
+    trainer.train()
+    rewards = _reward_log(trainer.state.log_history)
+    saved = save_outputs(trainer, tokenizer, out, merge=config.merge, log=log)
+    with (out / "rewards.jsonl").open("w", encoding="utf-8") as fh:
+        for row in rewards:
+            fh.write(json.dumps(row) + "\n")
+    (out / "metrics.json").write_text(
+        json.dumps(
+            {
+                "rewards": rewards,
+                "saved": saved,
+                "base_model": str(model_path),
+                "log_history": trainer.state.log_history,
+            },
+            indent=2,
+            default=str,
+        ),
+        encoding="utf-8",
+    )
+    return PrefGRPOResult(output_dir=str(out), rewards=rewards, saved=saved)

@@ -1,0 +1,74 @@
+"""``care train policy-grpo`` and ``care train eval-policy``: policy training and evaluation with CARE.
+
+:func:`add_policy_commands` adds both stages to the ``train`` group that
+:func:`care_sdk.training.cli.add_train_commands` creates (call it after that one); when no
+``train`` group exists yet it creates one.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_policy_commands"]
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {"output_dir": args.output_dir} if getattr(args, "output_dir", None) else {}
+
+
+def _policy_grpo(args: argparse.Namespace) -> int:
+    from care_sdk.training.config import load_config
+    from care_sdk.training.policy.config import PolicyGRPOConfig
+    from care_sdk.training.policy.runner import run_policy_grpo
+
+    result = run_policy_grpo(load_config(PolicyGRPOConfig, args.config, _overrides(args)), source=str(args.config))
+    last = result.rewards[-1] if result.rewards else {}
+    print(f"policy-grpo: {len(result.rewards)} logged steps, last {last}")
+    print(f"policy-grpo: saved {result.saved}; scored dialogues in {result.dialogues}, turns in {result.turns}")
+    return 0
+
+
+def _eval_policy(args: argparse.Namespace) -> int:
+    from care_sdk.training.config import load_config
+    from care_sdk.training.policy.config import EvalPolicyConfig
+    from care_sdk.training.policy.evaluate import evaluate_policy
+
+    summary = evaluate_policy(load_config(EvalPolicyConfig, args.config, _overrides(args)))
+    print(summary.table())
+    return 0 if summary.dialogues and not summary.failed_episodes else 1
+
+
+def _train_stages(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:  # type: ignore[type-arg]
+    train: argparse.ArgumentParser | None = subparsers.choices.get("train")
+    if train is None:
+        train = subparsers.add_parser("train", help="training recipes")
+    for action in train._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    stages: argparse._SubParsersAction = train.add_subparsers(dest="stage", required=True, metavar="STAGE")  # type: ignore[type-arg]
+    return stages
+
+
+def add_policy_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register the ``train`` stages ``policy-grpo`` and ``eval-policy``.
+
+    Each takes ``--config FILE`` (YAML, see ``training/configs/policy_*.yaml``) and an optional
+    ``--output-dir`` overriding the file's.
+
+    Examples:
+        >>> parser = argparse.ArgumentParser(prog="care")
+        >>> add_policy_commands(parser.add_subparsers(dest="command"))
+        >>> parser.parse_args(["train", "eval-policy", "--config", "e.yaml"]).func.__name__
+        '_eval_policy'
+    """
+    stages = _train_stages(subparsers)
+    for name, func, text in (
+        ("policy-grpo", _policy_grpo, "GRPO of a dialogue policy with the CARE reward, single- or multi-turn"),
+        ("eval-policy", _eval_policy, "run a policy against the simulated user on held-out profiles, judged by CARE"),
+    ):
+        stage = stages.add_parser(name, help=text, description=text)
+        stage.add_argument("--config", required=True, type=Path, help="the stage's YAML config")
+        stage.add_argument("--output-dir", default=None, help="override the config's output_dir")
+        stage.set_defaults(func=func)

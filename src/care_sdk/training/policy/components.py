@@ -1,0 +1,178 @@
+"""Building the pieces a policy recipe needs from its config: prompts, profiles, simulator, CARE reward.
+
+Backends named by the same spec string (and options) are built once and shared, so with
+``default`` everywhere the bundled model is loaded once for simulator, generator and evaluator.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from care_sdk.backends import Backend, resolve_backend
+from care_sdk.errors import InputError
+from care_sdk.evaluator import RubricEvaluator
+from care_sdk.generator import RubricGenerator
+from care_sdk.reward import AdaptiveReward
+from care_sdk.training.policy.config import PromptSettings, RewardSettings, SimulatorSettings, UserSettings
+from care_sdk.training.policy.profiles import Split, UserProfile, esconv_profiles, sage_profiles, split_profiles
+from care_sdk.training.policy.rewards import build_adaptive_reward
+from care_sdk.training.policy.simulator import SimulatedUser
+from care_sdk.types import Dialogue, Message
+
+__all__ = ["BackendPool", "build_reward", "build_simulator", "load_profiles", "prompt_rows"]
+
+
+def _data_root(data_dir: str | None) -> Path:
+    from care_sdk.data import data_dir as default_data_dir
+
+    return Path(data_dir) if data_dir is not None else default_data_dir()
+
+
+class BackendPool:
+    """Resolves backend specs, building each distinct (spec, options) once.
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> pool = BackendPool({"sim": ScriptedBackend([])})
+        >>> pool.get("sim") is pool.get("sim")
+        True
+    """
+
+    def __init__(self, given: dict[str, Backend] | None = None) -> None:
+        self._built: dict[str, Backend] = dict(given or {})
+
+    def get(self, spec: str, options: dict[str, Any] | None = None) -> Backend:
+        """The backend of ``spec`` (built on first use)."""
+        key = spec if not options else f"{spec}|{json.dumps(options, sort_keys=True, default=str)}"
+        if key not in self._built:
+            self._built[key] = resolve_backend(spec, **(options or {}))
+        return self._built[key]
+
+    def close(self) -> None:
+        """Close every backend this pool built."""
+        for backend in self._built.values():
+            backend.close()
+
+
+def build_reward(settings: RewardSettings, pool: BackendPool) -> AdaptiveReward:
+    """The CARE reward of a config's ``reward`` section (no generator for ``fixed_rubric``)."""
+    evaluator = RubricEvaluator(
+        pool.get(settings.evaluator, settings.evaluator_options),
+        seed=settings.seed,
+        max_tokens=settings.evaluator_max_tokens,
+        max_attempts=settings.max_attempts,
+        use_logprobs=settings.use_logprobs,
+    )
+    generator = None
+    if settings.variant != "fixed_rubric":
+        generator = RubricGenerator(
+            pool.get(settings.generator, settings.generator_options),
+            criteria_per_dimension=settings.criteria_per_dimension,
+            seed=settings.seed,
+            max_tokens=settings.generator_max_tokens,
+            max_attempts=settings.max_attempts,
+        )
+    return build_adaptive_reward(settings.variant, generator, evaluator)
+
+
+def build_simulator(settings: SimulatorSettings, pool: BackendPool, *, seed: int = 0) -> SimulatedUser:
+    """The simulated user of a config's ``simulator`` section."""
+    return SimulatedUser(
+        pool.get(settings.backend, settings.options),
+        max_tokens=settings.max_tokens,
+        temperature=settings.temperature,
+        seed=seed,
+        max_attempts=settings.max_attempts,
+        max_reply_chars=settings.max_reply_chars,
+        max_profile_chars=settings.max_profile_chars,
+    )
+
+
+def load_profiles(settings: UserSettings, split: Split, data_dir: str | None = None) -> list[UserProfile]:
+    """The simulated-user profiles of ``split`` (``train``, ``held_out`` or ``all``).
+
+    Raises:
+        InputError: the file is missing, or the split holds no profile.
+    """
+    root = _data_root(data_dir)
+    if settings.source == "esconv":
+        path = Path(settings.path) if settings.path else root / "esconv" / "train.jsonl"
+        profiles = esconv_profiles(path)
+    else:
+        path = (
+            Path(settings.path)
+            if settings.path
+            else root / "sage_rlver" / "profiles" / "simulator_profile_withfirsttalk.jsonl"
+        )
+        profiles = sage_profiles(path)
+    chosen = split_profiles(profiles, split, held_out_fraction=settings.held_out_fraction, seed=settings.split_seed)
+    if settings.max_profiles is not None:
+        chosen = chosen[: settings.max_profiles]
+    if not chosen:
+        raise InputError(f"no {split} profile (held_out_fraction={settings.held_out_fraction})", location=str(path))
+    return chosen
+
+
+def _dialogues(settings: PromptSettings, root: Path) -> list[Dialogue]:
+    if settings.source == "jsonl":
+        if not settings.path:
+            raise InputError("prompts.source jsonl needs prompts.path", location="prompts.path")
+        from care_sdk.dialogues import read_dialogues
+
+        out = []
+        for line in read_dialogues(settings.path):
+            if line.error is not None:
+                raise line.error
+            assert line.dialogue is not None
+            out.append(line.dialogue)
+        return out
+    if settings.source == "esconv":
+        from care_sdk.data import load_esconv
+
+        loaded = load_esconv(Path(settings.path) if settings.path else root / "esconv" / "train.jsonl")
+    else:
+        from care_sdk.data import load_mint_conversations
+
+        default = root / "mint_lend_an_ear" / "training" / "conversations_322.json"
+        loaded = load_mint_conversations(Path(settings.path) if settings.path else default)
+    return [d.to_dialogue() for d in loaded.records]
+
+
+def prompt_rows(
+    settings: PromptSettings, system_prompt: str | None, data_dir: str | None = None
+) -> list[dict[str, Any]]:
+    """Single-turn GRPO rows: ``prompt`` (system prompt + context), ``context`` (what CARE judges), ``id``.
+
+    Raises:
+        InputError: the source is missing or malformed, or yields no context.
+
+    Examples:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "d.jsonl")
+        >>> _ = open(p, "w").write('{"id": "a", "messages": [{"role": "user", "content": "I failed."},'
+        ...                        ' {"role": "assistant", "content": "Oh no."}]}\\n')
+        >>> row = prompt_rows(PromptSettings(source="jsonl", path=p), "Be kind.")[0]
+        >>> [m["role"] for m in row["prompt"]], row["id"]
+        (['system', 'user'], 'a:1')
+    """
+    root = _data_root(data_dir)
+    dialogues = _dialogues(settings, root)
+    if settings.max_dialogues is not None:
+        dialogues = dialogues[: settings.max_dialogues]
+    head = [Message(role="system", content=system_prompt).model_dump()] if system_prompt else []
+    rows = []
+    for dialogue in dialogues:
+        for k, turn in enumerate(dialogue.turns()):
+            if k >= settings.turns_per_dialogue:
+                break
+            context = [m.model_dump() for m in turn.context if m.role != "system"]
+            if settings.max_context_messages is not None:
+                context = context[-settings.max_context_messages :]
+            if not context or context[-1]["role"] != "user":
+                continue
+            rows.append({"prompt": head + context, "context": context, "id": f"{dialogue.id}:{turn.index}"})
+    if not rows:
+        raise InputError("no dialogue context ending with a user message", location=f"prompts.{settings.source}")
+    return rows

@@ -1,0 +1,304 @@
+"""The generator's preference-GRPO reward terms: format, ``r_pref`` and ``r_align``.
+
+Each term is a plain function of its inputs (:func:`r_align`, :func:`r_pref`,
+:func:`format_reward`) plus a TRL-style reward function ``(prompts, completions, **kwargs) ->
+list[float | None]`` (:class:`FormatReward`, :class:`PrefReward`, :class:`AlignReward`) with its
+own ``__name__``, so TRL logs each term separately. They work in any trainer that passes
+dataset columns as keyword arguments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from care_sdk.prompts import parse_rubric, rubric_reply_json
+from care_sdk.types import DIMENSIONS, Dimension, Message, RewardResult, Rubric, as_messages
+
+__all__ = [
+    "AlignReward",
+    "FormatReward",
+    "PrefReward",
+    "align_violations",
+    "completion_text",
+    "format_reward",
+    "r_align",
+    "r_pref",
+]
+
+_EPS = 1e-9
+
+Weights = Rubric | Mapping[Dimension, float] | Mapping[str, float]
+"""A rubric, or its weight per dimension (keys: :class:`Dimension` or its value)."""
+Counts = Mapping[Dimension, int] | Mapping[str, int]
+"""Strategy counts n_d per dimension (missing dimensions count 0)."""
+
+
+def _as_weights(weights: Weights) -> dict[Dimension, float]:
+    raw = weights.weights if isinstance(weights, Rubric) else weights
+    out = {Dimension(k): float(v) for k, v in raw.items()}
+    missing = [d.value for d in DIMENSIONS if d not in out]
+    if missing:
+        raise ValueError(f"weights: missing {', '.join(missing)}")
+    return out
+
+
+def _as_counts(counts: Counts) -> dict[Dimension, int]:
+    out = dict.fromkeys(DIMENSIONS, 0)
+    for key, value in counts.items():
+        if value < 0:
+            raise ValueError(f"strategy count of {key} is negative: {value}")
+        out[Dimension(key)] = int(value)
+    return out
+
+
+def align_violations(weights: Weights, strategy_counts: Counts) -> list[str]:
+    """The violations of the alignment rule, one sentence each (empty: the weights are aligned).
+
+    The rule, with n_d the strategy counts and w_d the weights:
+
+    1. one violation if no dimension with the largest n_d has the largest weight (a dimension
+       whose weight ties the largest counts as having it);
+    2. one more violation for every pair (z, p) with n_z = 0 < n_p and w_z > w_p.
+
+    Examples:
+        >>> for v in align_violations({"cognitive": 0.3, "affective": 0.5, "proactive": 0.2},
+        ...                           {"cognitive": 2, "affective": 0, "proactive": 0}):
+        ...     print(v)
+        top: no dimension with the most strategies (cognitive) has the largest weight
+        affective (n=0) outweighs cognitive (n=2)
+    """
+    w = _as_weights(weights)
+    n = _as_counts(strategy_counts)
+    out = []
+    top_n = max(n.values())
+    top_w = max(w.values())
+    top_dims = [d for d in DIMENSIONS if n[d] == top_n]
+    if not any(w[d] >= top_w - _EPS for d in top_dims):
+        names = ", ".join(d.value for d in top_dims)
+        out.append(f"top: no dimension with the most strategies ({names}) has the largest weight")
+    for z in DIMENSIONS:
+        for p in DIMENSIONS:
+            if n[z] == 0 < n[p] and w[z] > w[p] + _EPS:
+                out.append(f"{z.value} (n=0) outweighs {p.value} (n={n[p]})")
+    return out
+
+
+def r_align(weights: Weights, strategy_counts: Counts) -> float:
+    """The alignment reward: ``max(0, 1 - 0.5 * violations)`` (see :func:`align_violations`).
+
+    When every count is 0 both conditions hold trivially and the reward is 1.
+
+    Args:
+        weights: the rubric (or its weights per dimension).
+        strategy_counts: n_d, the per-dimension strategy counts of the preferred reply.
+
+    Examples:
+        >>> r_align({"cognitive": 0.5, "affective": 0.3, "proactive": 0.2}, {"cognitive": 2, "affective": 1})
+        1.0
+        >>> r_align({"cognitive": 0.2, "affective": 0.3, "proactive": 0.5}, {"cognitive": 2, "affective": 1})
+        0.0
+    """
+    return max(0.0, 1.0 - 0.5 * len(align_violations(weights, strategy_counts)))
+
+
+def r_pref(chosen_score: float | None, rejected_score: float | None, *, tie: float = 0.0) -> float | None:
+    """The preference reward: 1 when the preferred reply scores higher under the rubric, else 0.
+
+    A tie gets ``tie`` (0 by default): the term rewards rubrics that *separate* the preferred
+    reply from the dispreferred one, and a rubric under which everything scores the same (all 5s,
+    say) must not earn anything for it. ``None`` in, ``None`` out: a failed evaluation is no
+    reward, never a 0.
+
+    Examples:
+        >>> r_pref(0.8, 0.4), r_pref(0.5, 0.5), r_pref(None, 0.4)
+        (1.0, 0.0, None)
+    """
+    if chosen_score is None or rejected_score is None:
+        return None
+    if math.isclose(chosen_score, rejected_score, abs_tol=1e-9):
+        return tie
+    return 1.0 if chosen_score > rejected_score else 0.0
+
+
+def completion_text(completion: str | Sequence[Mapping[str, Any]] | Any) -> str:
+    """The text of a TRL completion: a string, or a conversational list of messages.
+
+    Examples:
+        >>> completion_text([{"role": "assistant", "content": "{}"}])
+        '{}'
+    """
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], Mapping):
+        return str(completion[-1].get("content", ""))
+    raise TypeError(f"cannot read a completion of type {type(completion).__name__}")
+
+
+def _parse(completion: Any, criteria_per_dimension: int | None) -> Rubric | None:
+    try:
+        rubric = parse_rubric(completion_text(completion))
+    except (ValueError, TypeError):
+        return None
+    if criteria_per_dimension is not None and any(
+        len(rubric.criteria_for(d)) != criteria_per_dimension for d in DIMENSIONS
+    ):
+        return None
+    return rubric
+
+
+def format_reward(completion: str | Sequence[Mapping[str, Any]], *, criteria_per_dimension: int | None = None) -> float:
+    """1 when the completion parses and validates as a rubric (with ``criteria_per_dimension``
+    criteria per dimension, when given), else 0.
+
+    Examples:
+        >>> from care_sdk.testing import rubric_json
+        >>> format_reward(rubric_json({"cognitive": 1, "affective": 1, "proactive": 1})), format_reward("{")
+        (1.0, 0.0)
+    """
+    return 1.0 if _parse(completion, criteria_per_dimension) is not None else 0.0
+
+
+def _column(kwargs: Mapping[str, Any], name: str, n: int) -> list[Any]:
+    values = kwargs.get(name)
+    if values is None:
+        raise KeyError(f"the reward needs the dataset column {name!r}; got columns {sorted(kwargs)}")
+    values = list(values)
+    if len(values) != n:
+        raise ValueError(f"column {name!r} has {len(values)} values for {n} completions")
+    return values
+
+
+class FormatReward:
+    """TRL reward function: :func:`format_reward` per completion.
+
+    Examples:
+        >>> FormatReward()(prompts=["p"], completions=["not json"])
+        [0.0]
+    """
+
+    __name__ = "format"
+
+    def __init__(self, criteria_per_dimension: int | None = 2) -> None:
+        self.criteria_per_dimension = criteria_per_dimension
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        return [format_reward(c, criteria_per_dimension=self.criteria_per_dimension) for c in completions]
+
+
+class AlignReward:
+    """TRL reward function: :func:`r_align` of each sampled rubric against the preferred reply's
+    strategy counts (dataset column ``chosen_strategy_counts``, a ``{dimension: n}`` mapping).
+
+    A completion that is not a rubric gets 0 (the format term reports why); a row without counts
+    gets ``None``.
+
+    Examples:
+        >>> from care_sdk.testing import rubric_json
+        >>> AlignReward()(prompts=["p"], completions=[rubric_json({"cognitive": 3, "affective": 1, "proactive": 1})],
+        ...               chosen_strategy_counts=[{"cognitive": 2, "affective": 0, "proactive": 0}])
+        [1.0]
+    """
+
+    __name__ = "r_align"
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        counts = _column(kwargs, "chosen_strategy_counts", len(completions))
+        out: list[float | None] = []
+        for completion, n in zip(completions, counts, strict=True):
+            rubric = _parse(completion, None)
+            if n is None:
+                out.append(None)
+            else:
+                out.append(0.0 if rubric is None else r_align(rubric, n))
+        return out
+
+
+class PrefReward:
+    """TRL reward function: :func:`r_pref` with a frozen evaluator.
+
+    For each sampled rubric, the evaluator scores the preferred (``chosen``) and dispreferred
+    (``rejected``) replies to the row's ``context`` (dataset columns); the reward formula turns
+    each evaluation into a weighted score in [0, 1] and :func:`r_pref` compares them. All
+    evaluations of a batch go to the evaluator in one :meth:`~care_sdk.RubricEvaluator.evaluate_batch`
+    call; results are cached by (context, rubric, reply), so a rubric sampled twice is scored
+    once. A failed evaluation gives ``None`` (TRL's "no reward"); a completion that is not a rubric
+    gets 0.
+
+    Args:
+        evaluator: a :class:`~care_sdk.RubricEvaluator` (or anything with its ``evaluate_batch``).
+        tie: the reward of a tie (see :func:`r_pref`).
+
+    Examples:
+        >>> from care_sdk import RubricEvaluator
+        >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+        >>> ev = RubricEvaluator(ScriptedBackend([evaluation_json([5] * 6), evaluation_json([1] * 6)]))
+        >>> PrefReward(ev)(prompts=["p"], completions=[rubric_json({"cognitive": 1, "affective": 1, "proactive": 1})],
+        ...                context=[[{"role": "user", "content": "I lost my job."}]],
+        ...                chosen=["That sounds scary."], rejected=["Whatever."])
+        [1.0]
+    """
+
+    __name__ = "r_pref"
+
+    def __init__(self, evaluator: Any, *, tie: float = 0.0, cache_size: int = 100_000) -> None:
+        self.evaluator = evaluator
+        self.tie = tie
+        self.cache_size = cache_size
+        self._cache: dict[str, float | None] = {}
+        self.last_errors: list[str] = []
+        """The evaluator errors of the last call (what produced ``None`` rewards)."""
+
+    @staticmethod
+    def _key(context: Sequence[Message], rubric: Rubric, reply: str) -> str:
+        payload = json.dumps([[m.model_dump() for m in context], rubric_reply_json(rubric), reply], ensure_ascii=False)
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    def scores(self, items: Sequence[tuple[Sequence[Message], Rubric, str]]) -> list[float | None]:
+        """Weighted rubric scores of ``(context, rubric, reply)`` items (``None`` where evaluation failed)."""
+        keys = [self._key(c, r, y) for c, r, y in items]
+        todo: dict[str, tuple[Sequence[Message], Rubric, str]] = {}
+        for key, item in zip(keys, items, strict=True):
+            if key not in self._cache and key not in todo:
+                todo[key] = item
+        self.last_errors = []
+        fresh: dict[str, float | None] = {}
+        if todo:
+            results = self.evaluator.evaluate_batch(list(todo.values()))
+            for (key, (_, rubric, _)), result in zip(todo.items(), results, strict=True):
+                if isinstance(result, BaseException):
+                    self.last_errors.append(f"{type(result).__name__}: {result}")
+                    fresh[key] = None  # not cached: a later call may succeed
+                    continue
+                score = RewardResult.from_parts(rubric, result).reward
+                fresh[key] = score
+                if len(self._cache) >= self.cache_size:
+                    self._cache.pop(next(iter(self._cache)))
+                self._cache[key] = score
+        return [fresh[k] if k in fresh else self._cache[k] for k in keys]
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        n = len(completions)
+        contexts = _column(kwargs, "context", n)
+        chosen = _column(kwargs, "chosen", n)
+        rejected = _column(kwargs, "rejected", n)
+        rubrics = [_parse(c, None) for c in completions]
+        items: list[tuple[Sequence[Message], Rubric, str]] = []
+        for rubric, context, yes, no in zip(rubrics, contexts, chosen, rejected, strict=True):
+            if rubric is not None:
+                messages = as_messages(context)
+                items += [(messages, rubric, yes), (messages, rubric, no)]
+        scores = iter(self.scores(items))
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric):  # TRL passes this: evaluator failures show up next to the reward
+            log_metric("r_pref/evaluator_failures", float(len(self.last_errors)))
+        out: list[float | None] = []
+        for rubric in rubrics:
+            if rubric is None:
+                out.append(0.0)
+            else:
+                out.append(r_pref(next(scores), next(scores), tie=self.tie))
+        return out

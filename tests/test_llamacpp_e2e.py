@@ -1,0 +1,182 @@
+"""End to end on the real bundled SmolLM2-135M-Instruct via llama.cpp."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from care_sdk import (
+    AdaptiveReward,
+    Backend,
+    Dimension,
+    GenerationRequest,
+    GenerationResult,
+    Rubric,
+    RubricEvaluator,
+    RubricGenerator,
+)
+from care_sdk.prompts import rubric_schema
+
+pytestmark = pytest.mark.slow
+
+CONTEXT = [
+    {"role": "user", "content": "I got laid off this morning after twelve years at the same company."},
+    {"role": "assistant", "content": "That's a huge shock. How are you feeling right now?"},
+    {"role": "user", "content": "Numb. And scared about the mortgage, my wife's hours were just cut too."},
+]
+
+
+class Counting(Backend):
+    """Delegates to a real backend and counts the requests it forwards."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.requests: list[GenerationRequest] = []
+
+    @property
+    def identity(self) -> str:
+        return self.inner.identity
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        self.requests.extend(requests)
+        return self.inner.generate(requests)
+
+
+def test_rubric_is_schema_valid_and_normalised(llama_backend: Backend) -> None:
+    generator = RubricGenerator(llama_backend, cache=False)
+    raw = llama_backend.generate([generator.request(CONTEXT)])[0].text
+    data = json.loads(raw)
+    schema = rubric_schema()
+    assert set(data) == set(schema["required"])
+    for dim in Dimension:
+        assert len(data["criteria"][dim.value]) == 2
+        assert all(8 <= len(c) <= 200 for c in data["criteria"][dim.value])
+    rubric = generator.generate(CONTEXT)
+    assert sum(rubric.weights.values()) == pytest.approx(1.0)
+    assert all(w >= 0 for w in rubric.weights.values())
+    assert {c.dimension for c in rubric.criteria} == set(Dimension)
+
+
+def test_same_seed_gives_the_same_rubric(llama_backend: Backend) -> None:
+    first = RubricGenerator(llama_backend, seed=3, cache=False).generate(CONTEXT)
+    second = RubricGenerator(llama_backend, seed=3, cache=False).generate(CONTEXT)
+    assert first == second
+
+
+def test_eight_completions_share_one_generator_call(llama_backend: Backend) -> None:
+    counting = Counting(llama_backend)
+    reward = AdaptiveReward(RubricGenerator(counting), RubricEvaluator(llama_backend))
+    replies = [
+        "That sounds frightening. What worries you most about the mortgage?",
+        "Sorry to hear that.",
+        "Twelve years is a long time; losing that so suddenly must feel unreal.",
+        "Have you looked at what severance you get?",
+        "You should just find another job.",
+        "It's okay to feel numb after a shock like this.",
+        "Let's list your monthly costs together so the fear has edges.",
+        "Cheer up!",
+    ]
+    rewards = reward([CONTEXT] * 8, replies)
+    assert len(counting.requests) == 1
+    assert all(r is None or 0.0 <= r <= 1.0 for r in rewards)
+    assert sum(r is not None for r in rewards) >= 7
+
+
+def test_score_dialogue_gives_one_result_per_assistant_turn(llama_backend: Backend, examples_file: Path) -> None:
+    breakup = next(json.loads(x) for x in examples_file.read_text().splitlines() if '"breakup"' in x)
+    messages = [*breakup["messages"], {"role": "user", "content": "Okay. I'll text him tonight."}]
+    messages.append({"role": "assistant", "content": "That's a brave step. I hope the call helps."})
+    assert sum(m["role"] == "assistant" for m in messages) == 6
+    results = AdaptiveReward.from_backend(llama_backend).score_dialogue(messages)
+    assert len(results) == 6
+    for result in results:
+        assert result.reward is not None, result.error
+        assert result.rubric is not None and result.evaluation is not None
+        assert len(result.evaluation.scores) == len(result.rubric.criteria)
+
+
+def test_logprob_expected_scores_are_continuous(model_path: Path) -> None:
+    from care_sdk.backends.llamacpp import LlamaCppBackend
+
+    with LlamaCppBackend(model_path, n_ctx=2048, logprobs=True) as backend:
+        evaluation = RubricEvaluator(backend, use_logprobs=True).evaluate(
+            CONTEXT, Rubric.uniform_fixed(), "That sounds frightening. What worries you most?"
+        )
+    located = [s for s in evaluation.scores if s.distribution is not None]
+    assert located, "no score token was located in the logprobs"
+    for score in located:
+        assert sum(score.distribution or ()) == pytest.approx(1.0)
+        assert 1.0 <= score.score <= 5.0
+
+
+def care(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "care_sdk.cli", *args], capture_output=True, text=True, timeout=900)
+
+
+def test_care_score_on_the_examples(examples_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "scores.jsonl"
+    done = care("score", str(examples_file), "--out", str(out), "--quiet")
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    n_turns = sum(
+        sum(m["role"] == "assistant" for m in json.loads(x)["messages"][1:])
+        for x in examples_file.read_text().splitlines()
+    )
+    assert len(records) == n_turns
+    assert len({(r["id"], r["turn"]) for r in records}) == n_turns
+    for record in records:
+        assert (record["reward"] is None) != (record["error"] is None)
+    assert done.returncode == (0 if all(r["reward"] is not None for r in records) else 1), done.stderr
+    assert "mean reward" in done.stdout
+
+
+def test_care_score_reports_malformed_lines_and_scores_the_rest(tmp_path: Path) -> None:
+    good = {"id": "ok", "messages": [*CONTEXT, {"role": "assistant", "content": "That's a lot at once."}]}
+    lines = [json.dumps(good), '{"id": "x", "messages": [{"role": "bot", "content": "hi"}]}', "oops"]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.jsonl"
+    done = care("score", str(path), "--out", str(out), "--quiet")
+    assert done.returncode == 1
+    assert "in.jsonl:2: messages[0].role" in done.stderr
+    assert "in.jsonl:3: invalid JSON" in done.stderr
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(r["id"], r["turn"]) for r in records] == [("ok", 3)]
+
+
+def test_care_score_resumes_an_interrupted_run(examples_file: Path, tmp_path: Path) -> None:
+    subset = tmp_path / "in.jsonl"
+    subset.write_text("\n".join(examples_file.read_text().splitlines()[1:3]) + "\n")  # 2 dialogues, 8 turns
+    full = tmp_path / "full.jsonl"
+    assert care("score", str(subset), "--out", str(full), "--quiet", "--batch-size", "2").returncode in (0, 1)
+
+    partial = tmp_path / "partial.jsonl"
+    cmd = [
+        sys.executable,
+        "-m",
+        "care_sdk.cli",
+        "score",
+        str(subset),
+        "--out",
+        str(partial),
+        "--quiet",
+        "--batch-size",
+        "2",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and (not partial.exists() or len(partial.read_text().splitlines()) < 2):
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGINT)
+    proc.communicate(timeout=120)
+    interrupted = partial.read_text().splitlines()
+    assert 2 <= len(interrupted) < 8
+    care("score", str(subset), "--out", str(partial), "--quiet", "--batch-size", "2")
+    assert partial.read_text() == full.read_text()

@@ -1,0 +1,243 @@
+"""AdaptiveReward as a TRL reward function: call shape, logging hooks, async detection, real GRPO steps."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from care_sdk import (
+    AdaptiveReward,
+    Backend,
+    GenerationRequest,
+    GenerationResult,
+    Rubric,
+    RubricEvaluator,
+    RubricGenerator,
+)
+from care_sdk.errors import InputError
+from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+
+DIMS = ("cognitive", "affective", "proactive")
+CONTEXTS = [
+    [{"role": "user", "content": "My best friend moved abroad and I feel so alone."}],
+    [
+        {"role": "user", "content": "I got passed over for a promotion again."},
+        {"role": "assistant", "content": "That must be discouraging. How are you taking it?"},
+        {"role": "user", "content": "I'm starting to think I'm just not good enough."},
+    ],
+]
+POLICY_SYSTEM = {"role": "system", "content": "You are a warm, concise supporter."}
+
+
+def script(request: GenerationRequest) -> str:
+    if "weights" in (request.json_schema or {}).get("properties", {}):
+        return rubric_json({"cognitive": 1, "affective": 2, "proactive": 1})
+    candidate = request.messages[-1].content.rsplit("Candidate reply:", 1)[1]
+    if "BROKEN" in candidate:
+        return "not json"
+    return evaluation_json([5, 5, 5, 5, 1, 1] if "sorry" in candidate else [3] * 6)
+
+
+class Hooks:
+    """Stands in for the trainer's log_metric / log_extra hooks and records what they receive."""
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, list[float]] = {}
+        self.extra: dict[str, list[Any]] = {}
+
+    def kwargs(self) -> dict[str, Any]:
+        return {
+            "log_metric": lambda name, value: self.metrics.setdefault(name, []).append(value),
+            "log_extra": lambda column, values: self.extra.setdefault(column, []).extend(values),
+        }
+
+
+def scripted_reward() -> tuple[AdaptiveReward, ScriptedBackend]:
+    backend = ScriptedBackend(script)
+    return AdaptiveReward(RubricGenerator(backend), RubricEvaluator(backend)), backend
+
+
+def test_conversational_call_with_trl_kwargs_logs_every_dimension() -> None:
+    reward, _ = scripted_reward()
+    hooks = Hooks()
+    prompts = [CONTEXTS[0]] * 2
+    completions = [
+        [{"role": "assistant", "content": "I'm sorry, that is lonely."}],
+        [{"role": "assistant", "content": "ok"}],
+    ]
+    rewards = reward(prompts, completions, completion_ids=[[1], [2]], trainer_state=object(), **hooks.kwargs())
+    assert rewards == pytest.approx([0.75, 0.5])
+    assert hooks.metrics["care/failed"] == [0.0]
+    assert hooks.metrics["care/weight/affective"] == pytest.approx([0.5])
+    assert hooks.metrics["care/score/proactive"] == pytest.approx([0.25])  # mean of 0.0 and 0.5
+    assert hooks.extra["care/weights"][0] == "cog=0.25 aff=0.50 pro=0.25"
+    assert hooks.extra["care/error"] == [None, None]
+    assert [r.reward for r in reward.last_results] == rewards
+    assert reward.last_results[0].model_dump_json()  # every reward is explained and serialisable
+
+
+def rubric_prompts(backend: ScriptedBackend) -> list[str]:
+    return [
+        r.messages[-1].content for r in backend.requests if "weights" in (r.json_schema or {}).get("properties", {})
+    ]
+
+
+def test_context_column_replaces_the_policy_prompt() -> None:
+    reward, backend = scripted_reward()
+    prompts = [[POLICY_SYSTEM, *CONTEXTS[1]]] * 2
+    reward(prompts, ["sorry", "hm"], context=[CONTEXTS[1]] * 2)
+    assert len(rubric_prompts(backend)) == 1 and POLICY_SYSTEM["content"] not in rubric_prompts(backend)[0]
+    reward.context_column = None
+    reward(prompts, ["sorry", "hm"], context=[CONTEXTS[1]] * 2)
+    assert len(rubric_prompts(backend)) == 2 and POLICY_SYSTEM["content"] in rubric_prompts(backend)[1]
+    with pytest.raises(InputError, match="'ctx' has 1 values for 2 completions"):
+        reward.context_column = "ctx"
+        reward(prompts, ["a", "b"], ctx=[CONTEXTS[1]])
+
+
+def test_failed_items_are_none_and_logged_with_their_error() -> None:
+    reward, _ = scripted_reward()
+    hooks = Hooks()
+    rewards = reward([CONTEXTS[0]] * 2, ["BROKEN", "sorry"], **hooks.kwargs())
+    assert rewards[0] is None and rewards[1] == pytest.approx(0.75)
+    assert hooks.metrics["care/failed"] == [0.5]
+    assert hooks.extra["care/error"][0].startswith("evaluation failed") and hooks.extra["care/error"][1] is None
+
+
+async def test_async_form_is_a_coroutine_function_named_like_the_reward() -> None:
+    reward, _ = scripted_reward()
+    fn = reward.as_async()
+    assert inspect.iscoroutinefunction(fn) and fn.__name__ == "care_reward"
+    hooks = Hooks()
+    assert await fn([CONTEXTS[0]], ["sorry"], **hooks.kwargs()) == pytest.approx([0.75])
+    assert hooks.metrics["care/weight/affective"] == pytest.approx([0.5])
+
+
+def test_trl_detects_the_async_form_and_names_both_forms() -> None:
+    utils = pytest.importorskip("trl.trainer.utils")
+    reward, _ = scripted_reward()
+    assert not utils.is_async_callable(reward)
+    assert utils.is_async_callable(reward.as_async())
+    assert utils.get_callable_name(reward) == utils.get_callable_name(reward.as_async()) == "care_reward"
+
+
+def test_fixed_rubric_and_ablations_work_through_the_trl_signature() -> None:
+    reward = AdaptiveReward(evaluator=RubricEvaluator(ScriptedBackend(script)), rubric=Rubric.uniform_fixed())
+    assert reward([CONTEXTS[0]], ["sorry"]) == pytest.approx([2 / 3])
+
+
+# -- real GRPO steps ------------------------------------------------------------------------------
+
+
+class CountingBackend(Backend):
+    """Forwards to a real backend and counts the requests it sends."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.requests = 0
+        self.supports_logprobs = inner.supports_logprobs
+
+    @property
+    def identity(self) -> str:
+        return self.inner.identity
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        self.requests += len(requests)
+        return self.inner.generate(requests)
+
+
+@pytest.fixture(scope="module")
+def logprob_backend(model_path: Path) -> Iterator[Backend]:
+    pytest.importorskip("trl")
+    from care_sdk.backends.llamacpp import LlamaCppBackend
+
+    backend = LlamaCppBackend(model_path, n_ctx=2048, logprobs=True)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def care(logprob_backend: Backend) -> tuple[AdaptiveReward, CountingBackend]:
+    """AdaptiveReward on the bundled SmolLM2 via llama.cpp, with logprob-expected (continuous) scores."""
+    pytest.importorskip("trl")
+    generator_backend = CountingBackend(logprob_backend)
+    reward = AdaptiveReward(RubricGenerator(generator_backend), RubricEvaluator(logprob_backend, use_logprobs=True))
+    return reward, generator_backend
+
+
+def run_grpo(tmp_path: Path, reward_func: Any, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
+    """Two GRPO steps on a tiny random SmolLM2-shaped policy; returns the log history and the weight change."""
+    pytest.importorskip("trl")
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from care_sdk.training.tiny import tiny_model_dir
+
+    policy_dir = tiny_model_dir()
+    model = AutoModelForCausalLM.from_pretrained(policy_dir)
+    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    config = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=12,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=[reward_func],
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+    )
+    trainer.train()
+    change = max((p.detach() - before[n]).abs().max().item() for n, p in trainer.model.named_parameters())
+    return trainer.state.log_history, change
+
+
+def check_logs(history: list[dict[str, Any]]) -> None:
+    steps = [h for h in history if "rewards/care_reward/mean" in h]
+    assert len(steps) == 2
+    for h in steps:
+        assert math.isfinite(h["rewards/care_reward/mean"]) and 0.0 <= h["rewards/care_reward/mean"] <= 1.0
+        assert h["care/failed"] == 0.0
+        assert sum(h[f"care/weight/{d}"] for d in DIMS) == pytest.approx(1.0)
+        for d in DIMS:
+            assert 0.0 <= h[f"care/score/{d}"] <= 1.0
+
+
+@pytest.mark.slow
+def test_grpo_trainer_runs_with_care_rewards(tmp_path: Path, care: tuple[AdaptiveReward, CountingBackend]) -> None:
+    reward, generator_backend = care
+    rows = [{"prompt": context} for context in CONTEXTS]
+    history, change = run_grpo(tmp_path, reward, rows)
+    check_logs(history)
+    assert change > 0.0, "no weight changed: every group's rewards tied"
+    assert generator_backend.requests == len(CONTEXTS)  # one rubric per context, not per completion
+
+
+@pytest.mark.slow
+def test_async_variant_with_a_context_column_reuses_every_rubric(
+    tmp_path: Path, care: tuple[AdaptiveReward, CountingBackend]
+) -> None:
+    reward, generator_backend = care
+    reward([CONTEXTS[0], CONTEXTS[1]], ["warm-up", "warm-up"])  # rubrics now cached (as after a first epoch)
+    generated = generator_backend.requests
+    rows = [{"prompt": [POLICY_SYSTEM, *context], "context": context} for context in CONTEXTS]
+    history, change = run_grpo(tmp_path, reward.as_async(), rows)
+    check_logs(history)
+    assert change > 0.0, "no weight changed: every group's rewards tied"
+    assert generator_backend.requests == generated  # the second epoch made zero generator calls
