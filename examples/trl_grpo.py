@@ -18,8 +18,14 @@ turns = [t for d in load_esconv(data_dir() / "esconv" / "valid.jsonl").records f
 dataset = Dataset.from_list([{"prompt": t.context_messages()[-6:]} for t in turns[:256]])
 reward = AdaptiveReward.from_backend("default")  # e.g. "openai:my-judge@http://127.0.0.1:8000/v1"
 args = GRPOConfig(
-    output_dir="runs/trl_grpo", max_steps=int(steps), per_device_train_batch_size=8, num_generations=8,
-    max_completion_length=48, logging_steps=1, report_to="none", save_strategy="no",
+    output_dir="runs/trl_grpo",
+    max_steps=int(steps),
+    per_device_train_batch_size=8,
+    num_generations=8,
+    max_completion_length=48,
+    logging_steps=1,
+    report_to="none",
+    save_strategy="no",
 )
 GRPOTrainer(model=str(resolve_model(policy)), reward_funcs=[reward], args=args, train_dataset=dataset).train()
 print("rubric cache:", reward.generator.cache.stats)  # one rubric per context, reused by all 8 replies

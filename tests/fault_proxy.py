@@ -169,6 +169,8 @@ class FaultProxy:
         self.max_lifetime = max_lifetime
         self.upstream_timeout = upstream_timeout
         self.events: list[ProxyEvent] = []
+        self.errors: list[str] = []
+        """Unexpected exceptions in the proxy itself (should stay empty)."""
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
@@ -316,6 +318,9 @@ def _make_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 self._post()
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
+            except Exception as exc:  # a proxy bug, not an injected fault: make it visible to the test
+                proxy.errors.append(f"{type(exc).__name__}: {exc}")
+                raise
             finally:
                 proxy._leave()
 

@@ -255,3 +255,25 @@ def test_cli_adds_policy_stages_to_the_train_group() -> None:
 def test_backend_pool_shares_one_backend_per_spec() -> None:
     pool = BackendPool({"default": ScriptedBackend([])})
     assert pool.get("default") is pool.get("default")
+
+
+def test_episode_tokens_equal_the_chat_template_rendering() -> None:
+    """Prompt + policy turns + user turns (as TokenPolicy joins them) is what the template renders."""
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from care_sdk.training.policy.tokens import user_turn_ids
+    from care_sdk.training.tiny import tiny_model_dir
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir()), local_files_only=True)
+    conversation = [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "I failed again."}]
+    prompt = tok.apply_chat_template(conversation, tokenize=True, add_generation_prompt=True, return_dict=False)
+    reply = [*tok.encode("What happened?", add_special_tokens=False), tok.eos_token_id]
+    joined = list(prompt) + reply + user_turn_ids(tok, "My driving test.")
+    full = [
+        *conversation,
+        {"role": "assistant", "content": "What happened?"},
+        {"role": "user", "content": "My driving test."},
+    ]
+    rendered = tok.apply_chat_template(full, tokenize=True, add_generation_prompt=True, return_dict=False)
+    assert joined == list(rendered)

@@ -9,11 +9,18 @@ import pytest
 
 from care_sdk.errors import ConfigError
 from care_sdk.training.config import BuildDataConfig, PrefGRPOConfig, SFTStageConfig, load_config
+from care_sdk.training.policy.config import EvalPolicyConfig, PolicyGRPOConfig
 
 pytest.importorskip("yaml")
 
 CONFIGS = Path(__file__).resolve().parents[1] / "training" / "configs"
-CLASSES = {"build_data": BuildDataConfig, "sft": SFTStageConfig, "pref_grpo": PrefGRPOConfig}
+CLASSES = {
+    "build_data": BuildDataConfig,
+    "sft": SFTStageConfig,
+    "pref_grpo": PrefGRPOConfig,
+    "policy_grpo": PolicyGRPOConfig,
+    "policy_eval": EvalPolicyConfig,
+}
 
 
 def _class_for(path: Path) -> type:

@@ -171,7 +171,10 @@ def care(logprob_backend: Backend) -> tuple[AdaptiveReward, CountingBackend]:
 
 
 def run_grpo(tmp_path: Path, reward_func: Any, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
-    """Two GRPO steps on a tiny random SmolLM2-shaped policy; returns the log history and the weight change."""
+    """Two GRPO steps (one prompt x two generations each) on a tiny random SmolLM2-shaped policy.
+
+    Returns the log history and the largest change of any weight.
+    """
     pytest.importorskip("trl")
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -186,8 +189,8 @@ def run_grpo(tmp_path: Path, reward_func: Any, rows: list[dict[str, Any]]) -> tu
     config = GRPOConfig(
         output_dir=str(tmp_path / "out"),
         max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=4,
+        per_device_train_batch_size=2,
+        num_generations=2,
         max_completion_length=12,
         learning_rate=1e-2,
         logging_steps=1,

@@ -65,7 +65,7 @@ def test_json_round_trip_is_exact() -> None:
 def test_reward_formula_with_breakdown() -> None:
     rubric = Rubric(
         weights={"cognitive": 0.5, "affective": 0.3, "proactive": 0.2},
-        criteria=CRITERIA + [{"dimension": "cognitive", "text": "Clarifies."}],
+        criteria=[*CRITERIA, {"dimension": "cognitive", "text": "Clarifies."}],
     )
     scores = {"Reflects the situation.": 5, "Clarifies.": 3, "Validates the fear.": 1, "Suggests a next step.": 4}
     evaluation = Evaluation(

@@ -20,6 +20,7 @@ __all__ = ["build_parser", "main"]
 # Subcommand groups contributed by optional parts of the package: module -> function(subparsers).
 _EXTENSIONS = (
     ("care_sdk.training.cli", "add_train_commands"),
+    ("care_sdk.training.policy.cli", "add_policy_commands"),
     ("care_sdk.bench.cli", "add_bench_commands"),
     ("care_sdk.plots.cli", "add_plot_commands"),
 )

@@ -14,7 +14,8 @@ from care_sdk.backends.base import Backend, Completion, GenerationRequest, Gener
 from care_sdk.errors import BackendError, ConfigError, MissingDependencyError
 
 if TYPE_CHECKING:
-    from llama_cpp import Llama, LlamaGrammar
+    from llama_cpp import Llama
+    from llama_cpp.llama_grammar import LlamaGrammar
 
 __all__ = ["DEFAULT_MODEL_FILE", "DEFAULT_MODEL_PACKAGE", "LlamaCppBackend", "default_model_path"]
 
@@ -130,8 +131,9 @@ class LlamaCppBackend(Backend):
         return grammar
 
     def _one(self, request: GenerationRequest, seed: int) -> tuple[Completion, dict[str, int]]:
+        messages: Any = [{"role": m.role, "content": m.content} for m in request.messages]
         response: Any = self.llama.create_chat_completion(
-            messages=[{"role": m.role, "content": m.content} for m in request.messages],
+            messages=messages,
             temperature=request.temperature,
             top_p=request.top_p,
             seed=seed,

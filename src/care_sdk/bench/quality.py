@@ -117,9 +117,15 @@ def markdown_report(results: Sequence[TaskResult], meta: dict[str, Any]) -> str:
     for result in results:
         for row in result.rows:
             first = next(iter(row.values.values()), None)
-            n = str(first.n) if first is not None else "0"
-            cells = [row.values[v].format() if v in row.values else "n/a" for v in variants]
-            lines.append("| " + " | ".join([result.title, row.name, n, *cells]) + " |")
+            n = first.n if first is not None else 0
+            cells = []
+            for v in variants:
+                est = row.values.get(v)
+                cell = "n/a" if est is None else est.format()
+                if est is not None and est.n != n:
+                    cell += f" (n={est.n})"  # some items of this variant have no result
+                cells.append(cell)
+            lines.append("| " + " | ".join([result.title, row.name, str(n), *cells]) + " |")
     for result in results:
         lines += ["", f"**{result.title}**: {result.units} of {result.available} {result.unit}."]
         failed = {v: n for v, n in result.failed.items() if n}

@@ -44,6 +44,7 @@ VARIANT_TITLES = {
     "fixed_rubric": "fixed rubric",
     "reward": "reward",
 }
+TASK_ORDER = ("", "alignment", "pairwise", "experts", "success", "simulated")
 DESCRIPTIONS = {
     "weights_by_turn": "Mean weight of each dimension by supporter turn (shaded: ±1 standard error).",
     "dominant_by_emotion": "Share of turns whose top-weighted dimension is each dimension, per user emotion.",
@@ -169,7 +170,9 @@ def plot_reward_by_variant(records: Sequence[Record], path: Path, *, title: str 
         >>> plot_reward_by_variant([{"id": "a", "turn": 1, "reward": None}], Path("r.png")) is None
         True
     """
-    data = {t: v for t, v in rewards_by_variant(records).items() if v}
+    grouped = rewards_by_variant(records)
+    order = sorted(grouped, key=lambda t: (TASK_ORDER.index(t) if t in TASK_ORDER else len(TASK_ORDER), t))
+    data = {t: grouped[t] for t in order if grouped[t]}
     if not data:
         return None
     plt = _pyplot()
@@ -223,8 +226,9 @@ def plot_criteria_heatmap(data: HeatmapData, path: Path, *, title: str = "") -> 
     for label in ax.get_yticklabels():
         label.set_color(COLORS[label.get_text().split()[0]])
     fig.colorbar(image, ax=ax, label="score (1-5)", fraction=0.04)
+    name = data.dialogue if len(data.dialogue) <= 32 else data.dialogue[:29] + "..."
     ax.set_title(
-        title or f"Criterion scores, dialogue {data.dialogue}\n(w = cognitive/affective/proactive weights)", fontsize=10
+        title or f"Criterion scores, dialogue {name}\n(w = cognitive/affective/proactive weights)", fontsize=10
     )
     return _save(fig, path)
 

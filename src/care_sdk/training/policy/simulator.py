@@ -43,7 +43,8 @@ After each supporter message, write your next message as this person: one to thr
 reacting honestly to what the supporter just said.$language
 Also rate how you feel now, from 0 (very distressed) to 100 (fully at ease), as "emotion", and set \
 "end" to true only when you feel helped enough or want to leave the conversation.
-Answer with JSON only: {"reply": "<your next message>", "end": false, "emotion": <0-100>}"""
+Answer with one JSON object and nothing else. Its keys: "reply" (your next message, in your own \
+words), "end" (true or false) and "emotion" (an integer from 0 to 100)."""
 )
 _LANGUAGE = {"en": "", "zh": " Write your message in Simplified Chinese (简体中文)."}
 _LABELS = {"user": "You", "assistant": "Supporter"}
