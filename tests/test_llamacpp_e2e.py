@@ -148,7 +148,7 @@ def test_care_score_reports_malformed_lines_and_scores_the_rest(tmp_path: Path) 
     assert "in.jsonl:2: messages[0].role" in done.stderr
     assert "in.jsonl:3: invalid JSON" in done.stderr
     records = [json.loads(x) for x in out.read_text().splitlines()]
-    assert [(r["id"], r["turn"]) for r in records] == [("ok", 3)]
+    assert [(r["id"], r["turn"]) for r in records] == [("ok", 1), ("ok", 3)]
 
 
 def test_care_score_resumes_an_interrupted_run(examples_file: Path, tmp_path: Path) -> None:

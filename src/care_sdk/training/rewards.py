@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from care_sdk.integrations.trl import completion_text
 from care_sdk.prompts import parse_rubric, rubric_reply_json
 from care_sdk.types import DIMENSIONS, Dimension, Message, RewardResult, Rubric, as_messages
 
@@ -122,20 +123,6 @@ def r_pref(chosen_score: float | None, rejected_score: float | None, *, tie: flo
     if math.isclose(chosen_score, rejected_score, abs_tol=1e-9):
         return tie
     return 1.0 if chosen_score > rejected_score else 0.0
-
-
-def completion_text(completion: str | Sequence[Mapping[str, Any]] | Any) -> str:
-    """The text of a TRL completion: a string, or a conversational list of messages.
-
-    Examples:
-        >>> completion_text([{"role": "assistant", "content": "{}"}])
-        '{}'
-    """
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], Mapping):
-        return str(completion[-1].get("content", ""))
-    raise TypeError(f"cannot read a completion of type {type(completion).__name__}")
 
 
 def _parse(completion: Any, criteria_per_dimension: int | None) -> Rubric | None:
