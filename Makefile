@@ -38,7 +38,6 @@ test: $(VENV)/.test-installed
 
 # Real-model tests not yet run to completion on an idle machine; `make test-pending` runs them.
 PENDING := tests/test_fault_tolerance.py::test_care_score_run_survives_faults \
-	tests/test_trl_integration.py::test_async_variant_with_a_context_column_reuses_every_rubric \
 	tests/test_logprob_scores.py::test_real_model_gives_distributions_consistent_with_its_samples
 SLOW_DESELECT := $(foreach t,$(PENDING),--deselect $(t))
 
