@@ -75,7 +75,7 @@ def generator_messages(context: Context, criteria_per_dimension: int = 2) -> lis
         True
     """
     system, user = _template("generator")
-    example = ", ".join('"<criterion>"' for _ in range(criteria_per_dimension))
+    example = ", ".join("C" for _ in range(criteria_per_dimension))
     return [
         Message(
             role="system", content=system.substitute(per_dimension=criteria_per_dimension, example_criteria=example)
