@@ -1,9 +1,9 @@
-"""Shared fixtures: the real bundled model on llama.cpp and the shared data directory."""
+"""Shared fixtures: the real bundled model on llama.cpp, the shared data directory and build-data outputs."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,36 @@ def data_dir() -> Path:
     if not path.is_dir():
         pytest.skip(f"shared data not found at {path} (set CARE_DATA_DIR)")
     return path
+
+
+@pytest.fixture(scope="session")
+def small_build_data(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Callable[[int], Path]:
+    """``build(max_dialogues)``: a build-data output directory from that many ESConv test dialogues
+    (at most 4 SFT targets, no teacher, judges or annotator), built once per count."""
+    built: dict[int, Path] = {}
+
+    def build(max_dialogues: int) -> Path:
+        if max_dialogues not in built:
+            from care_sdk.training.build_data import build_data
+            from care_sdk.training.config import BuildDataConfig
+
+            out = tmp_path_factory.mktemp("data")
+            config = BuildDataConfig(
+                output_dir=str(out),
+                data_dir=str(data_dir),
+                esconv_splits=("test",),
+                use_mint=False,
+                max_dialogues=max_dialogues,
+                max_turns=4,
+                teacher=None,
+                judges=None,
+                annotator=None,
+            )
+            build_data(config, log=lambda s: None)
+            built[max_dialogues] = out
+        return built[max_dialogues]
+
+    return build
 
 
 @pytest.fixture(scope="session")

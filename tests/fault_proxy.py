@@ -31,10 +31,20 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-__all__ = ["Fault", "FaultProxy", "ProxyEvent", "Schedule", "at", "combine", "every", "reject_json_schema"]
+__all__ = [
+    "Fault",
+    "FaultProxy",
+    "LoopbackURLs",
+    "ProxyEvent",
+    "Schedule",
+    "at",
+    "combine",
+    "every",
+    "reject_json_schema",
+]
 
 FaultKind = Literal["status", "drop", "slow", "bad_json", "bad_content"]
 _HOP_HEADERS = frozenset(
@@ -142,7 +152,26 @@ class ProxyEvent:
     payload: dict[str, Any] = field(repr=False, default_factory=dict)
 
 
-class FaultProxy:
+class LoopbackURLs:
+    """The addresses of a server on 127.0.0.1, from the class's ``port``."""
+
+    if TYPE_CHECKING:
+
+        @property
+        def port(self) -> int: ...
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``, the OpenAI base URL."""
+        return f"{self.url}/v1"
+
+
+class FaultProxy(LoopbackURLs):
     """A threaded HTTP proxy on 127.0.0.1 that injects faults by schedule.
 
     Args:
@@ -187,16 +216,6 @@ class FaultProxy:
         """The port the proxy listens on."""
         assert self._server is not None, "the proxy is not running"
         return int(self._server.server_address[1])
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``."""
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:PORT/v1``, the OpenAI base URL through the proxy."""
-        return f"{self.url}/v1"
 
     def start(self) -> FaultProxy:
         """Start serving in a background thread."""

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_proxy import FaultProxy, Schedule
+from fault_proxy import FaultProxy, LoopbackURLs, Schedule
 
 __all__ = ["LlamaServer", "fault_proxy", "free_port", "llama_server", "skip_reason", "start_llama_server"]
 
@@ -40,23 +40,13 @@ STARTUP_TIMEOUT_S = float(os.environ.get("CARE_TEST_SERVER_TIMEOUT", "180"))
 
 
 @dataclass
-class LlamaServer:
-    """A running llama.cpp server process."""
+class LlamaServer(LoopbackURLs):
+    """A running llama.cpp server process (``url``, ``base_url``: its addresses)."""
 
     process: subprocess.Popen[bytes]
     port: int
     model: str
     log_path: Path
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``."""
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:PORT/v1``."""
-        return f"{self.url}/v1"
 
     @property
     def spec(self) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,31 +14,15 @@ pytest.importorskip("peft")
 
 from care_sdk import RubricEvaluator
 from care_sdk.testing import ScriptedBackend, evaluation_json
-from care_sdk.training.build_data import build_data
-from care_sdk.training.config import BuildDataConfig, PrefGRPOConfig
+from care_sdk.training.config import PrefGRPOConfig
 from care_sdk.training.grpo import REWARD_TERMS, grpo_rows, run_pref_grpo
 
 pytestmark = pytest.mark.slow  # real trainer steps (a tiny model, but TRL + PEFT end to end)
 
 
 @pytest.fixture(scope="module")
-def pairs_file(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
-    out = tmp_path_factory.mktemp("data")
-    build_data(
-        BuildDataConfig(
-            output_dir=str(out),
-            data_dir=str(data_dir),
-            esconv_splits=("test",),
-            use_mint=False,
-            max_dialogues=3,
-            max_turns=4,
-            teacher=None,
-            judges=None,
-            annotator=None,
-        ),
-        log=lambda s: None,
-    )
-    return out / "pairs" / "test.jsonl"
+def pairs_file(small_build_data: Callable[[int], Path]) -> Path:
+    return small_build_data(3) / "pairs" / "test.jsonl"
 
 
 def test_grpo_rows_carry_the_reward_columns(pairs_file: Path) -> None:

@@ -4,6 +4,7 @@ that reload into RubricGenerator through the transformers backend."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,31 +13,15 @@ pytest.importorskip("trl")
 pytest.importorskip("peft")
 
 from care_sdk.errors import ConfigError, InputError
-from care_sdk.training.build_data import build_data
-from care_sdk.training.config import BuildDataConfig, SFTStageConfig
+from care_sdk.training.config import SFTStageConfig
 from care_sdk.training.sft import load_trained_generator, run_sft
 
 pytestmark = pytest.mark.slow  # real trainer steps (a tiny model, but TRL + PEFT end to end)
 
 
 @pytest.fixture(scope="module")
-def data_out(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
-    out = tmp_path_factory.mktemp("data")
-    build_data(
-        BuildDataConfig(
-            output_dir=str(out),
-            data_dir=str(data_dir),
-            esconv_splits=("test",),
-            use_mint=False,
-            max_dialogues=2,
-            max_turns=4,
-            teacher=None,
-            judges=None,
-            annotator=None,
-        ),
-        log=lambda s: None,
-    )
-    return out
+def data_out(small_build_data: Callable[[int], Path]) -> Path:
+    return small_build_data(2)
 
 
 @pytest.fixture(scope="module")

@@ -291,6 +291,39 @@ def _failed(data: TaskData, records: Records, variants: Sequence[str]) -> dict[s
     return out
 
 
+def _task_result(
+    task: Task,
+    data: TaskData,
+    records: Records,
+    rows: list[MetricRow],
+    notes: list[str],
+    *,
+    variants: Sequence[str] = VARIANTS,
+    left_out: tuple[str, Mapping[str, int]] | None = None,
+    details: list[str] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> TaskResult:
+    """The task's result: its rows, the failed items per variant and the notes.
+
+    ``left_out`` (what, count per variant) adds a note naming the variants that left units out.
+    """
+    if left_out is not None and any(left_out[1].values()):
+        what, counts = left_out
+        notes = [*notes, f"{what} left out: " + ", ".join(f"{v} {n}" for v, n in counts.items() if n)]
+    return TaskResult(
+        task.name,
+        task.title,
+        task.unit,
+        data.units,
+        data.available,
+        rows,
+        failed=_failed(data, records, variants),
+        notes=notes,
+        details=details or [],
+        extra=extra or {},
+    )
+
+
 def _reward(records: Records, key: str, variant: str) -> float | None:
     record = records.get(key, {}).get(variant)
     if record is None or record.get("error") is not None:
@@ -420,15 +453,13 @@ class AlignmentTask:
             "generated-weight variants only.",
             "Length only has no weights: not applicable.",
         ]
-        return TaskResult(
-            self.name,
-            self.title,
-            self.unit,
-            data.units,
-            data.available,
+        return _task_result(
+            self,
+            data,
+            records,
             [MetricRow("top-dimension match", match_row), MetricRow("mean r_align", align_row)],
-            failed=_failed(data, records, MODEL_VARIANTS),
-            notes=notes,
+            notes,
+            variants=MODEL_VARIANTS,
             extra={"chance": chance, "single_dimension": majority, "mean_weights": mean_weights},
         )
 
@@ -535,15 +566,12 @@ class PairwiseTask:
         ]
         if any(missing.values()):
             notes.append("Pairs left out for a missing reward: " + ", ".join(f"{v} {n}" for v, n in missing.items()))
-        return TaskResult(
-            self.name,
-            self.title,
-            self.unit,
-            data.units,
-            data.available,
+        return _task_result(
+            self,
+            data,
+            records,
             [MetricRow(name, values) for name, values in rows.items()],
-            failed=_failed(data, records, VARIANTS),
-            notes=notes,
+            notes,
             extra={"pairs": len(pairs), "margin": settings.margin, "pairs_missing_reward": missing},
         )
 
@@ -684,17 +712,13 @@ class ExpertTask:
             "Judge columns: gpt-oss-120b's turn ratings aggregated per conversation, against the experts on the same "
             "dimension (shipped with the data).",
         ]
-        if any(excluded.values()):
-            notes.append("Conversations left out: " + ", ".join(f"{v} {n}" for v, n in excluded.items() if n))
-        return TaskResult(
-            self.name,
-            self.title,
-            self.unit,
-            data.units,
-            data.available,
+        return _task_result(
+            self,
+            data,
+            records,
             [MetricRow("Spearman vs expert aggregate", main)],
-            failed=_failed(data, records, VARIANTS),
-            notes=notes,
+            notes,
+            left_out=("Conversations", excluded),
             details=[detail],
             extra={
                 "care_by_dimension": {n: {k: e.to_json() for k, e in col.items()} for n, col in care_columns.items()},
@@ -769,17 +793,13 @@ class SuccessTask:
             + (f" over at most {settings.max_turns} supporter turns, evenly spread" if settings.max_turns else "")
             + "; a dialogue with a failed turn is left out. Length only = mean reply length.",
         ]
-        if any(excluded.values()):
-            notes.append("Dialogues left out: " + ", ".join(f"{v} {n}" for v, n in excluded.items() if n))
-        return TaskResult(
-            self.name,
-            self.title,
-            self.unit,
-            data.units,
-            data.available,
+        return _task_result(
+            self,
+            data,
+            records,
             [MetricRow("AUC (success > failure)", row)],
-            failed=_failed(data, records, VARIANTS),
-            notes=notes,
+            notes,
+            left_out=("Dialogues", excluded),
             extra={"class_means": means, "excluded": excluded},
         )
 
@@ -847,15 +867,12 @@ class SimulatedTask:
         notes = [
             "Emotion change = the simulator's change of the user's emotion (0-100 scale) right after the turn.",
         ]
-        return TaskResult(
-            self.name,
-            self.title,
-            self.unit,
-            data.units,
-            data.available,
+        return _task_result(
+            self,
+            data,
+            records,
             [MetricRow("Spearman vs emotion change", rho), MetricRow("Pearson vs emotion change", r)],
-            failed=_failed(data, records, VARIANTS),
-            notes=notes,
+            notes,
         )
 
 

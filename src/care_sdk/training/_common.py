@@ -1,19 +1,78 @@
-"""Shared trainer wiring: reading build-data records, prompts, models, TRL configs, saving."""
+"""Shared trainer wiring: reading build-data records, prompts, models, TRL configs, reward logs, saving."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from care_sdk.errors import ConfigError, InputError
 from care_sdk.prompts import generator_messages
 from care_sdk.training.tiny import require_train, resolve_model
 from care_sdk.types import Message
 
-__all__ = ["build_trl_config", "load_model", "prompt_messages", "read_records", "save_outputs"]
+__all__ = [
+    "GRPORunResult",
+    "TrainerStage",
+    "build_trl_config",
+    "load_model",
+    "make_trainer",
+    "prompt_messages",
+    "read_records",
+    "reward_log",
+    "save_outputs",
+    "stage_setup",
+    "write_run_files",
+]
+
+
+class TrainerStage(Protocol):
+    """What :func:`stage_setup` and :func:`make_trainer` read from a trainer stage's config."""
+
+    @property
+    def output_dir(self) -> str:
+        """Where the stage writes."""
+        ...
+
+    @property
+    def dtype(self) -> str:
+        """Model weights dtype."""
+        ...
+
+    @property
+    def trl(self) -> dict[str, Any]:
+        """The TRL config overrides."""
+        ...
+
+    @property
+    def finetune(self) -> str:
+        """``lora`` or ``full``."""
+        ...
+
+    @property
+    def lora(self) -> Any:
+        """The :class:`~care_sdk.training.config.LoraSettings`."""
+        ...
+
+
+@dataclass
+class GRPORunResult:
+    """What a GRPO run produced; pref-GRPO's and policy-GRPO's results extend it.
+
+    Examples:
+        >>> GRPORunResult(output_dir="runs/grpo", rewards=[{"step": 1.0, "reward": 0.5}]).rewards[0]["reward"]
+        0.5
+    """
+
+    output_dir: str
+    """The run's output directory."""
+    rewards: list[dict[str, float]] = field(default_factory=list)
+    """Per logged step: ``step``, the mean of each reward term, TRL's ``reward`` (see the run's own result)."""
+    saved: dict[str, str] = field(default_factory=dict)
+    """Written model directories: ``adapter`` and/or ``merged``."""
 
 
 def read_records(path: str | Path, kind: str, split: str = "train", limit: int | None = None) -> list[dict[str, Any]]:
@@ -149,3 +208,115 @@ def check_dir(path: str, field: str) -> Path:
     except OSError as exc:
         raise ConfigError(f"{field}: cannot create {path}: {exc}") from exc
     return out
+
+
+def stage_setup(
+    trainer: Literal["sft", "grpo"], config: TrainerStage, defaults: Mapping[str, Any], source: str
+) -> tuple[Path, Any]:
+    """Check the ``train`` extra, create the stage's output directory and build its TRL config.
+
+    The config is ``SFTConfig`` or ``GRPOConfig`` (by ``trainer``) from ``defaults``, the output
+    and dtype settings, and the stage's ``trl`` section; returns the output directory and the config.
+
+    Raises:
+        MissingDependencyError: the ``train`` extra is missing.
+        ConfigError: the output directory cannot be created, or an invalid ``trl`` key or value (named).
+    """
+    require_train()
+    config_class: type[Any]
+    if trainer == "sft":
+        from trl.trainer.sft_config import SFTConfig
+
+        config_class = SFTConfig
+    else:
+        from trl.trainer.grpo_config import GRPOConfig
+
+        config_class = GRPOConfig
+    out = check_dir(config.output_dir, "output_dir")
+    values = {**defaults, "output_dir": str(out / "trainer"), "bf16": config.dtype == "bfloat16"}
+    return out, build_trl_config(config_class, values, config.trl, source)
+
+
+def make_trainer(
+    trainer: Literal["sft", "grpo"],
+    config: TrainerStage,
+    model: Any,
+    tokenizer: Any,
+    args: Any,
+    rows: list[dict[str, Any]],
+    *,
+    eval_rows: list[dict[str, Any]] | None = None,
+    **options: Any,
+) -> Any:
+    """TRL's ``SFTTrainer`` or ``GRPOTrainer`` (by ``trainer``) on ``rows`` (and ``eval_rows``, when
+    any), with the stage's LoRA adapters under ``finetune: lora``; ``options`` go to the trainer as they are."""
+    from datasets import Dataset
+
+    if eval_rows:
+        options["eval_dataset"] = Dataset.from_list(eval_rows)
+
+    trainer_class: type[Any]
+    if trainer == "sft":
+        from trl.trainer.sft_trainer import SFTTrainer
+
+        trainer_class = SFTTrainer
+    else:
+        from trl.trainer.grpo_trainer import GRPOTrainer
+
+        trainer_class = GRPOTrainer
+    return trainer_class(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=lora_config(config.lora) if config.finetune == "lora" else None,
+        **options,
+    )
+
+
+def reward_log(
+    log_history: Sequence[Mapping[str, Any]], terms: Sequence[str], *, metrics_prefix: str | None = None
+) -> list[dict[str, float]]:
+    """The reward terms per logged step of TRL's ``log_history``.
+
+    A row holds ``step``, the mean of each term (``rewards/<term>/mean``), TRL's ``reward`` (NaN when
+    not logged) and every number whose key starts with ``metrics_prefix``; entries without the
+    first term's mean (e.g. the final summary) are skipped.
+
+    Examples:
+        >>> history = [{"step": 1, "rewards/a/mean": 0.5, "reward": 0.5, "care/x": 2}, {"train_loss": 1.0}]
+        >>> reward_log(history, ["a"], metrics_prefix="care/")
+        [{'step': 1.0, 'a': 0.5, 'reward': 0.5, 'care/x': 2.0}]
+    """
+    out: list[dict[str, float]] = []
+    for entry in log_history:
+        if entry.get(f"rewards/{terms[0]}/mean") is None:
+            continue
+        row = {"step": float(entry.get("step", len(out) + 1))}
+        for term in terms:
+            row[term] = float(entry[f"rewards/{term}/mean"])
+        row["reward"] = float(entry.get("reward", float("nan")))
+        if metrics_prefix is not None:
+            for key, value in entry.items():
+                if key.startswith(metrics_prefix) and isinstance(value, int | float):
+                    row[key] = float(value)
+        out.append(row)
+    return out
+
+
+def write_run_files(
+    out: Path,
+    metrics: Mapping[str, Any],
+    log_history: Sequence[Mapping[str, Any]],
+    rewards: Sequence[Mapping[str, float]] | None = None,
+) -> None:
+    """Write ``rewards.jsonl`` (with ``rewards``) and ``metrics.json``: ``metrics`` then TRL's ``log_history``.
+
+    Values JSON cannot hold are written as strings.
+    """
+    if rewards is not None:
+        with (out / "rewards.jsonl").open("w", encoding="utf-8") as fh:
+            for row in rewards:
+                fh.write(json.dumps(row) + "\n")
+    document = {**metrics, "log_history": log_history}
+    (out / "metrics.json").write_text(json.dumps(document, indent=2, default=str), encoding="utf-8")

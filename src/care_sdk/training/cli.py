@@ -6,24 +6,17 @@ The ``care`` command calls :func:`add_train_commands` on its subparsers.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-from typing import Any
+
+from care_sdk.training._cli import add_stages, config_overrides
 
 __all__ = ["add_train_commands"]
-
-
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if getattr(args, "output_dir", None):
-        out["output_dir"] = args.output_dir
-    return out
 
 
 def _build_data(args: argparse.Namespace) -> int:
     from care_sdk.training.build_data import build_data
     from care_sdk.training.config import BuildDataConfig, load_config
 
-    build_data(load_config(BuildDataConfig, args.config, _overrides(args)))
+    build_data(load_config(BuildDataConfig, args.config, config_overrides(args)))
     return 0
 
 
@@ -31,7 +24,7 @@ def _sft(args: argparse.Namespace) -> int:
     from care_sdk.training.config import SFTStageConfig, load_config
     from care_sdk.training.sft import run_sft
 
-    result = run_sft(load_config(SFTStageConfig, args.config, _overrides(args)), source=str(args.config))
+    result = run_sft(load_config(SFTStageConfig, args.config, config_overrides(args)), source=str(args.config))
     print(f"sft: {result.examples} examples, final loss {result.final_loss}, saved {result.saved}")
     return 0
 
@@ -40,7 +33,7 @@ def _pref_grpo(args: argparse.Namespace) -> int:
     from care_sdk.training.config import PrefGRPOConfig, load_config
     from care_sdk.training.grpo import run_pref_grpo
 
-    result = run_pref_grpo(load_config(PrefGRPOConfig, args.config, _overrides(args)), source=str(args.config))
+    result = run_pref_grpo(load_config(PrefGRPOConfig, args.config, config_overrides(args)), source=str(args.config))
     last = result.rewards[-1] if result.rewards else {}
     print(f"pref-grpo: {len(result.rewards)} logged steps, last {last}, saved {result.saved}")
     return 0
@@ -62,12 +55,11 @@ def add_train_commands(subparsers: argparse._SubParsersAction) -> None:  # type:
     """
     train = subparsers.add_parser("train", help="train the rubric generator (build-data, sft, pref-grpo)")
     stages = train.add_subparsers(dest="stage", required=True, metavar="STAGE")
-    for name, func, text in (
-        ("build-data", _build_data, "build SFT rubric targets and preference pairs"),
-        ("sft", _sft, "supervised fine-tuning on target rubrics (TRL SFTTrainer, LoRA or full)"),
-        ("pref-grpo", _pref_grpo, "preference GRPO with format, r_pref and r_align rewards (TRL GRPOTrainer)"),
-    ):
-        stage = stages.add_parser(name, help=text, description=text)
-        stage.add_argument("--config", required=True, type=Path, help="the stage's YAML config")
-        stage.add_argument("--output-dir", default=None, help="override the config's output_dir")
-        stage.set_defaults(func=func)
+    add_stages(
+        stages,
+        [
+            ("build-data", _build_data, "build SFT rubric targets and preference pairs"),
+            ("sft", _sft, "supervised fine-tuning on target rubrics (TRL SFTTrainer, LoRA or full)"),
+            ("pref-grpo", _pref_grpo, "preference GRPO with format, r_pref and r_align rewards (TRL GRPOTrainer)"),
+        ],
+    )

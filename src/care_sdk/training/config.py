@@ -109,23 +109,19 @@ class LoraSettings(_Config):
     makes CPU runs several times cheaper); all layers when omitted."""
 
 
-class SFTStageConfig(_Config):
-    """Settings of ``care train sft``.
-
-    Examples:
-        >>> SFTStageConfig(data="out/sft/train.jsonl", model="tiny", output_dir="runs/sft").finetune
-        'lora'
-    """
+class _StageConfig(_Config):
+    """Settings the generator-training stages (``sft``, ``pref-grpo``) share."""
 
     data: str
-    """SFT records (a ``train.jsonl`` written by build-data, or the build-data output directory)."""
-    eval_data: str | None = None
-    """Optional evaluation records."""
+    """The training records, SFT records (sft) or preference pairs (pref-grpo): a ``train.jsonl``
+    written by build-data, or the build-data output directory."""
     model: str
-    """The base model: a transformers directory, ``tiny`` (a tiny random SmolLM2-shaped model) or
-    ``bundled`` (SmolLM2-135M-Instruct from the bundled GGUF)."""
+    """The model to start from: a transformers directory, ``tiny`` (a tiny random SmolLM2-shaped
+    model), ``bundled`` (SmolLM2-135M-Instruct from the bundled GGUF), or for pref-grpo the SFT
+    output (merged directory, adapter directory, or the SFT ``output_dir``)."""
     output_dir: str
-    """Where to write the adapter (``adapter/``), the merged model (``merged/``) and logs."""
+    """Where to write the adapter (``adapter/``), the merged model (``merged/``) and logs (pref-grpo:
+    also the reward log)."""
     finetune: Literal["lora", "full"] = "lora"
     """LoRA adapters or full fine-tuning."""
     lora: LoraSettings = LoraSettings()
@@ -135,16 +131,29 @@ class SFTStageConfig(_Config):
     max_context_messages: int | None = Field(default=8, ge=1)
     """Keep only the last this many context messages in prompts."""
     criteria_per_dimension: int = Field(default=2, ge=1, le=5)
-    """Criteria per dimension the prompt asks for."""
+    """Criteria per dimension the prompt asks for (and pref-grpo's format term checks)."""
     merge: bool = True
     """Also save a merged model (LoRA folded into the weights)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Model weights dtype."""
     trl: dict[str, Any] = {}
-    """Passed to ``trl.SFTConfig`` (e.g. ``learning_rate``, ``max_steps``, ``per_device_train_batch_size``)."""
+    """Passed to TRL's config class: ``trl.SFTConfig`` for sft (e.g. ``learning_rate``, ``max_steps``),
+    ``trl.GRPOConfig`` for pref-grpo (e.g. ``num_generations``, ``max_completion_length``, ``use_vllm``)."""
 
 
-class PrefGRPOConfig(_Config):
+class SFTStageConfig(_StageConfig):
+    """Settings of ``care train sft``.
+
+    Examples:
+        >>> SFTStageConfig(data="out/sft/train.jsonl", model="tiny", output_dir="runs/sft").finetune
+        'lora'
+    """
+
+    eval_data: str | None = None
+    """Optional evaluation records."""
+
+
+class PrefGRPOConfig(_StageConfig):
     """Settings of ``care train pref-grpo``.
 
     Examples:
@@ -153,13 +162,6 @@ class PrefGRPOConfig(_Config):
         0.0
     """
 
-    data: str
-    """Preference pairs (a ``train.jsonl`` written by build-data, or the build-data output directory)."""
-    model: str
-    """The generator to start from: the SFT output (merged directory, adapter directory, or the SFT
-    ``output_dir``), or ``tiny`` / ``bundled``."""
-    output_dir: str
-    """Where to write the trained generator (``adapter/``, ``merged/``) and the reward log."""
     evaluator: str
     """Backend spec of the frozen evaluator (e.g. ``openai:MODEL@URL`` at scale, ``default`` here)."""
     evaluator_max_tokens: int = Field(default=160, ge=16)
@@ -170,22 +172,6 @@ class PrefGRPOConfig(_Config):
     """r_pref of a tie."""
     reward_weights: dict[Literal["format", "r_pref", "r_align"], float] = {"format": 1.0, "r_pref": 1.0, "r_align": 1.0}
     """Weight of each reward term in the GRPO objective."""
-    finetune: Literal["lora", "full"] = "lora"
-    """LoRA adapters or full fine-tuning."""
-    lora: LoraSettings = LoraSettings()
-    """LoRA settings (with ``finetune: lora``)."""
-    max_examples: int | None = Field(default=None, ge=1)
-    """Train on at most this many pairs."""
-    max_context_messages: int | None = Field(default=8, ge=1)
-    """Keep only the last this many context messages in prompts."""
-    criteria_per_dimension: int = Field(default=2, ge=1, le=5)
-    """Criteria per dimension the prompt asks for (and the format term checks)."""
-    merge: bool = True
-    """Also save a merged model."""
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Model weights dtype."""
-    trl: dict[str, Any] = {}
-    """Passed to ``trl.GRPOConfig`` (e.g. ``num_generations``, ``max_completion_length``, ``use_vllm``)."""
 
 
 def _describe(exc: ValidationError) -> str:

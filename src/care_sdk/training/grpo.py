@@ -11,19 +11,20 @@ logs each separately (``rewards/format/mean``, ``rewards/r_pref/mean``, ``reward
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from care_sdk.training._common import (
-    build_trl_config,
-    check_dir,
+    GRPORunResult,
     load_model,
-    lora_config,
+    make_trainer,
     prompt_messages,
     read_records,
+    reward_log,
     save_outputs,
+    stage_setup,
+    write_run_files,
 )
 from care_sdk.training.config import PrefGRPOConfig
 from care_sdk.training.rewards import AlignReward, FormatReward, PrefReward
@@ -52,20 +53,14 @@ GRPO_DEFAULTS: dict[str, Any] = {
 
 
 @dataclass
-class PrefGRPOResult:
-    """What a pref-GRPO run produced.
+class PrefGRPOResult(GRPORunResult):
+    """What a pref-GRPO run produced: the stage's ``output_dir``, the ``saved`` model directories, and
+    per logged step the mean of each reward term (``format``, ``r_pref``, ``r_align``) and ``reward``.
 
     Examples:
         >>> PrefGRPOResult(output_dir="runs/grpo", rewards=[{"step": 1, "r_align": 0.5}]).rewards[0]["r_align"]
         0.5
     """
-
-    output_dir: str
-    """The stage's output directory."""
-    rewards: list[dict[str, float]] = field(default_factory=list)
-    """Per logged step: the mean of each reward term (``format``, ``r_pref``, ``r_align``) and ``reward``."""
-    saved: dict[str, str] = field(default_factory=dict)
-    """Written model directories: ``adapter`` and/or ``merged``."""
 
 
 def grpo_rows(records: list[dict[str, Any]], *, keep: int | None, criteria_per_dimension: int) -> list[dict[str, Any]]:
@@ -100,19 +95,6 @@ def grpo_rows(records: list[dict[str, Any]], *, keep: int | None, criteria_per_d
     return rows
 
 
-def _reward_log(log_history: list[dict[str, Any]]) -> list[dict[str, float]]:
-    out: list[dict[str, float]] = []
-    for entry in log_history:
-        if "rewards/format/mean" not in entry:
-            continue
-        row = {"step": float(entry.get("step", len(out) + 1))}
-        for term in REWARD_TERMS:
-            row[term] = float(entry[f"rewards/{term}/mean"])
-        row["reward"] = float(entry.get("reward", float("nan")))
-        out.append(row)
-    return out
-
-
 def run_pref_grpo(
     config: PrefGRPOConfig,
     *,
@@ -136,25 +118,11 @@ def run_pref_grpo(
         ConfigError: an invalid ``trl`` key or value (named).
         InputError: the data file is missing or malformed.
     """
-    from care_sdk.training.tiny import require_train
-
-    require_train()
-    from datasets import Dataset
-    from trl.trainer.grpo_config import GRPOConfig
-    from trl.trainer.grpo_trainer import GRPOTrainer
-
-    from care_sdk.evaluator import RubricEvaluator
-
-    out = check_dir(config.output_dir, "output_dir")
     given: dict[str, float] = {str(k): v for k, v in config.reward_weights.items()}
     weights = [float(given.get(term, 1.0)) for term in REWARD_TERMS]
-    defaults = {
-        **GRPO_DEFAULTS,
-        "output_dir": str(out / "trainer"),
-        "bf16": config.dtype == "bfloat16",
-        "reward_weights": weights,
-    }
-    args = build_trl_config(GRPOConfig, defaults, config.trl, source)
+    out, args = stage_setup("grpo", config, {**GRPO_DEFAULTS, "reward_weights": weights}, source)
+    from care_sdk.evaluator import RubricEvaluator
+
     records = read_records(config.data, "pairs", "train", config.max_examples)
     rows = grpo_rows(records, keep=config.max_context_messages, criteria_per_dimension=config.criteria_per_dimension)
     if evaluator is None:
@@ -168,32 +136,10 @@ def run_pref_grpo(
         PrefReward(evaluator, tie=config.tie),
         AlignReward(),
     ]
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=reward_funcs,
-        args=args,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer,
-        peft_config=lora_config(config.lora) if config.finetune == "lora" else None,
-        callbacks=callbacks,
-    )
+    trainer = make_trainer("grpo", config, model, tokenizer, args, rows, reward_funcs=reward_funcs, callbacks=callbacks)
     trainer.train()
-    rewards = _reward_log(trainer.state.log_history)
+    rewards = reward_log(trainer.state.log_history, REWARD_TERMS)
     saved = save_outputs(trainer, tokenizer, out, merge=config.merge, log=log)
-    with (out / "rewards.jsonl").open("w", encoding="utf-8") as fh:
-        for row in rewards:
-            fh.write(json.dumps(row) + "\n")
-    (out / "metrics.json").write_text(
-        json.dumps(
-            {
-                "rewards": rewards,
-                "saved": saved,
-                "base_model": str(model_path),
-                "log_history": trainer.state.log_history,
-            },
-            indent=2,
-            default=str,
-        ),
-        encoding="utf-8",
-    )
+    metrics = {"rewards": rewards, "saved": saved, "base_model": str(model_path)}
+    write_run_files(out, metrics, trainer.state.log_history, rewards)
     return PrefGRPOResult(output_dir=str(out), rewards=rewards, saved=saved)

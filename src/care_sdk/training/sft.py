@@ -8,7 +8,6 @@ default, full fine-tuning as an option. Saves ``adapter/`` (LoRA) and ``merged/`
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,13 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from care_sdk.training._common import (
-    build_trl_config,
-    check_dir,
     load_model,
-    lora_config,
+    make_trainer,
     prompt_messages,
     read_records,
     save_outputs,
+    stage_setup,
+    write_run_files,
 )
 from care_sdk.training.config import SFTStageConfig
 
@@ -104,20 +103,7 @@ def run_sft(config: SFTStageConfig, *, source: str = "sft config", log: Callable
         ConfigError: an invalid ``trl`` key or value (named).
         InputError: the data file is missing or malformed.
     """
-    from care_sdk.training.tiny import require_train
-
-    require_train()
-    from datasets import Dataset
-    from trl.trainer.sft_config import SFTConfig
-    from trl.trainer.sft_trainer import SFTTrainer
-
-    out = check_dir(config.output_dir, "output_dir")
-    args = build_trl_config(
-        SFTConfig,
-        {**SFT_DEFAULTS, "output_dir": str(out / "trainer"), "bf16": config.dtype == "bfloat16"},
-        config.trl,
-        source,
-    )
+    out, args = stage_setup("sft", config, SFT_DEFAULTS, source)
     records = read_records(config.data, "sft", "train", config.max_examples)
     rows = sft_rows(records, keep=config.max_context_messages, criteria_per_dimension=config.criteria_per_dimension)
     eval_rows = None
@@ -128,34 +114,15 @@ def run_sft(config: SFTStageConfig, *, source: str = "sft config", log: Callable
         )
     model, tokenizer, model_path = load_model(config.model, config.dtype)
     log(f"sft: {len(rows)} records, model {model_path}, {config.finetune}")
-    trainer = SFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=Dataset.from_list(rows),
-        eval_dataset=Dataset.from_list(eval_rows) if eval_rows else None,
-        processing_class=tokenizer,
-        peft_config=lora_config(config.lora) if config.finetune == "lora" else None,
-    )
+    trainer = make_trainer("sft", config, model, tokenizer, args, rows, eval_rows=eval_rows)
     trainer.train()
     losses = [float(h["loss"]) for h in trainer.state.log_history if "loss" in h]
     if any(not math.isfinite(x) for x in losses):
         log(f"sft: warning: non-finite loss logged: {losses}")
     saved = save_outputs(trainer, tokenizer, out, merge=config.merge, log=log)
-    result = SFTResult(output_dir=str(out), losses=losses, saved=saved, examples=len(rows))
-    (out / "metrics.json").write_text(
-        json.dumps(
-            {
-                "losses": losses,
-                "saved": saved,
-                "examples": len(rows),
-                "base_model": str(model_path),
-                "log_history": trainer.state.log_history,
-            },
-            indent=2,
-        ),
-        encoding="utf-8",
-    )
-    return result
+    metrics = {"losses": losses, "saved": saved, "examples": len(rows), "base_model": str(model_path)}
+    write_run_files(out, metrics, trainer.state.log_history)
+    return SFTResult(output_dir=str(out), losses=losses, saved=saved, examples=len(rows))
 
 
 def load_trained_generator(path: str | Path, **generator_options: Any) -> RubricGenerator:

@@ -8,14 +8,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-from typing import Any
+
+from care_sdk.training._cli import add_stages, config_overrides
 
 __all__ = ["add_policy_commands"]
-
-
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    return {"output_dir": args.output_dir} if getattr(args, "output_dir", None) else {}
 
 
 def _policy_grpo(args: argparse.Namespace) -> int:
@@ -23,7 +19,9 @@ def _policy_grpo(args: argparse.Namespace) -> int:
     from care_sdk.training.policy.config import PolicyGRPOConfig
     from care_sdk.training.policy.runner import run_policy_grpo
 
-    result = run_policy_grpo(load_config(PolicyGRPOConfig, args.config, _overrides(args)), source=str(args.config))
+    result = run_policy_grpo(
+        load_config(PolicyGRPOConfig, args.config, config_overrides(args)), source=str(args.config)
+    )
     last = result.rewards[-1] if result.rewards else {}
     print(f"policy-grpo: {len(result.rewards)} logged steps, last {last}")
     print(f"policy-grpo: saved {result.saved}; scored dialogues in {result.dialogues}, turns in {result.turns}")
@@ -35,7 +33,7 @@ def _eval_policy(args: argparse.Namespace) -> int:
     from care_sdk.training.policy.config import EvalPolicyConfig
     from care_sdk.training.policy.evaluate import evaluate_policy
 
-    summary = evaluate_policy(load_config(EvalPolicyConfig, args.config, _overrides(args)))
+    summary = evaluate_policy(load_config(EvalPolicyConfig, args.config, config_overrides(args)))
     print(summary.table())
     return 0 if summary.dialogues and not summary.failed_episodes else 1
 
@@ -64,11 +62,14 @@ def add_policy_commands(subparsers: argparse._SubParsersAction) -> None:  # type
         '_eval_policy'
     """
     stages = _train_stages(subparsers)
-    for name, func, text in (
-        ("policy-grpo", _policy_grpo, "GRPO of a dialogue policy with the CARE reward, single- or multi-turn"),
-        ("eval-policy", _eval_policy, "run a policy against the simulated user on held-out profiles, judged by CARE"),
-    ):
-        stage = stages.add_parser(name, help=text, description=text)
-        stage.add_argument("--config", required=True, type=Path, help="the stage's YAML config")
-        stage.add_argument("--output-dir", default=None, help="override the config's output_dir")
-        stage.set_defaults(func=func)
+    add_stages(
+        stages,
+        [
+            ("policy-grpo", _policy_grpo, "GRPO of a dialogue policy with the CARE reward, single- or multi-turn"),
+            (
+                "eval-policy",
+                _eval_policy,
+                "run a policy against the simulated user on held-out profiles, judged by CARE",
+            ),
+        ],
+    )

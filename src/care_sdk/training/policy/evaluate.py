@@ -148,13 +148,7 @@ def evaluate_policy(
         )
         results = trajectory.score_batch([e.to_dialogue() for e in episodes])
         for episode, result in zip(episodes, results, strict=True):
-            extra = {
-                "profile_id": episode.profile_id,
-                "end_reason": episode.end_reason,
-                "end_error": episode.error,
-                "emotions": list(episode.emotions),
-            }
-            recorder.write(episode.id, episode.messages, result, extra=extra)
+            recorder.write_episode(episode, result)
             summary.dialogues += 1
             summary.end_reasons[episode.end_reason] = summary.end_reasons.get(episode.end_reason, 0) + 1
             rated = [e for e in episode.emotions if e is not None]

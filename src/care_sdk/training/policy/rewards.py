@@ -123,6 +123,26 @@ class EpisodeRecorder:
                     record["emotion"] = emotion
                 fh.write(json.dumps(record, ensure_ascii=False) + "\n")
 
+    def write_episode(self, episode: Episode, result: TrajectoryResult, *, step: int | None = None) -> None:
+        """Append a rolled-out episode and its scored turns, with its profile, end reason and emotions.
+
+        Examples:
+            >>> import json, tempfile
+            >>> rec = EpisodeRecorder(tempfile.mkdtemp(), variant="full")
+            >>> episode = Episode(id="e1", profile_id="p", messages=[{"role": "user", "content": "hi"}],
+            ...                   emotions=[None], end_reason="user_ended")
+            >>> rec.write_episode(episode, TrajectoryResult(reward=None, how="mean", error="no turns"))
+            >>> json.loads(rec.dialogues_path.read_text())["end_reason"]
+            'user_ended'
+        """
+        extra = {
+            "profile_id": episode.profile_id,
+            "end_reason": episode.end_reason,
+            "end_error": episode.error,
+            "emotions": list(episode.emotions),
+        }
+        self.write(episode.id, episode.messages, result, step=step, extra=extra)
+
 
 class PolicyReward:
     """CARE as the policy's TRL reward function, for single-turn replies or whole episodes.
@@ -187,13 +207,7 @@ class PolicyReward:
         if self.recorder is not None:
             step = self._step(kwargs)
             for episode, result in zip(episodes, results, strict=True):
-                extra = {
-                    "profile_id": episode.profile_id,
-                    "end_reason": episode.end_reason,
-                    "end_error": episode.error,
-                    "emotions": list(episode.emotions),
-                }
-                self.recorder.write(episode.id, episode.messages, result, step=step, extra=extra)
+                self.recorder.write_episode(episode, result, step=step)
         return [r.reward for r in results]
 
     def _replies(

@@ -15,10 +15,18 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from care_sdk.training._common import build_trl_config, check_dir, load_model, lora_config, save_outputs
+from care_sdk.training._common import (
+    GRPORunResult,
+    load_model,
+    make_trainer,
+    reward_log,
+    save_outputs,
+    stage_setup,
+    write_run_files,
+)
 from care_sdk.training.policy.components import BackendPool, build_reward, build_simulator, load_profiles, prompt_rows
 from care_sdk.training.policy.config import PolicyGRPOConfig
 from care_sdk.training.policy.profiles import UserProfile
@@ -33,20 +41,15 @@ REWARD_NAME = "care_reward"
 
 
 @dataclass
-class PolicyGRPOResult:
-    """What a policy-GRPO run produced.
+class PolicyGRPOResult(GRPORunResult):
+    """What a policy-GRPO run produced: the run's ``output_dir``, the ``saved`` model directories, and
+    per logged step ``reward`` (TRL's mean), ``care_reward`` and every ``care/...`` metric.
 
     Examples:
         >>> PolicyGRPOResult(output_dir="runs/policy", rewards=[{"step": 1.0, "reward": 0.4}]).rewards[0]["reward"]
         0.4
     """
 
-    output_dir: str
-    """The run's output directory."""
-    rewards: list[dict[str, float]] = field(default_factory=list)
-    """Per logged step: ``reward`` (TRL's mean), ``care_reward`` and every ``care/...`` metric."""
-    saved: dict[str, str] = field(default_factory=dict)
-    """Written model directories: ``adapter`` and/or ``merged``."""
     dialogues: str = ""
     """The scored dialogues file (``dialogues.jsonl``)."""
     turns: str = ""
@@ -118,21 +121,6 @@ def make_rollout_func(
     return rollout
 
 
-def _reward_log(log_history: list[dict[str, Any]]) -> list[dict[str, float]]:
-    out: list[dict[str, float]] = []
-    for entry in log_history:
-        mean = entry.get(f"rewards/{REWARD_NAME}/mean")
-        if mean is None:
-            continue
-        row = {"step": float(entry.get("step", len(out) + 1)), REWARD_NAME: float(mean)}
-        row["reward"] = float(entry.get("reward", float("nan")))
-        for key, value in entry.items():
-            if key.startswith("care/") and isinstance(value, int | float):
-                row[key] = float(value)
-        out.append(row)
-    return out
-
-
 def run_policy_grpo(
     config: PolicyGRPOConfig,
     *,
@@ -156,18 +144,9 @@ def run_policy_grpo(
         ConfigError: an invalid ``trl`` key or value (named).
         InputError: the prompt or profile data is missing or malformed.
     """
-    from care_sdk.training.tiny import require_train
-
-    require_train()
-    from datasets import Dataset
-    from trl.trainer.grpo_config import GRPOConfig
-    from trl.trainer.grpo_trainer import GRPOTrainer
-
     from care_sdk.training.grpo import GRPO_DEFAULTS
 
-    out = check_dir(config.output_dir, "output_dir")
-    defaults = {**GRPO_DEFAULTS, "output_dir": str(out / "trainer"), "bf16": config.dtype == "bfloat16"}
-    args = build_trl_config(GRPOConfig, defaults, config.trl, source)
+    out, args = stage_setup("grpo", config, GRPO_DEFAULTS, source)
     pool = pool if pool is not None else BackendPool()
     care = build_reward(config.reward, pool)
     multi = config.mode == "multi_turn"
@@ -198,37 +177,28 @@ def run_policy_grpo(
     model, tokenizer, model_path = load_model(config.model, config.dtype)
     log(f"policy-grpo ({config.mode}, reward {config.reward.variant}): {what}, policy {model_path}")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    trainer = GRPOTrainer(
-        model=model,
+    trainer = make_trainer(
+        "grpo",
+        config,
+        model,
+        tokenizer,
+        args,
+        rows,
         reward_funcs=[reward],
-        args=args,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer,
-        peft_config=lora_config(config.lora) if config.finetune == "lora" else None,
         callbacks=callbacks,
         rollout_func=rollout_func,
     )
     trainer.train()
-    rewards = _reward_log(trainer.state.log_history)
+    rewards = reward_log(trainer.state.log_history, [REWARD_NAME], metrics_prefix="care/")
     saved = save_outputs(trainer, tokenizer, out, merge=config.merge, log=log)
-    with (out / "rewards.jsonl").open("w", encoding="utf-8") as fh:
-        for row in rewards:
-            fh.write(json.dumps(row) + "\n")
-    (out / "metrics.json").write_text(
-        json.dumps(
-            {
-                "mode": config.mode,
-                "variant": config.reward.variant,
-                "rewards": rewards,
-                "saved": saved,
-                "policy": str(model_path),
-                "log_history": trainer.state.log_history,
-            },
-            indent=2,
-            default=str,
-        ),
-        encoding="utf-8",
-    )
+    metrics = {
+        "mode": config.mode,
+        "variant": config.reward.variant,
+        "rewards": rewards,
+        "saved": saved,
+        "policy": str(model_path),
+    }
+    write_run_files(out, metrics, trainer.state.log_history, rewards)
     return PolicyGRPOResult(
         output_dir=str(out),
         rewards=rewards,
