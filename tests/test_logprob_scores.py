@@ -21,6 +21,8 @@ REPLIES = [
     "Three months of quiet weekends sounds lonely. What did you used to do on weekends back home?",
     "ok",
 ]
+NEAR_TIE = 0.02
+"""How far below the most likely digit's probability the greedy digit's may be (float noise between passes)."""
 
 
 def scripted_completion(distributions: list[dict[int, float]]) -> Completion:
@@ -64,8 +66,9 @@ def logprob_backend(model_path: Path) -> Iterator[Backend]:
 @pytest.mark.slow
 def test_real_model_gives_distributions_consistent_with_its_samples(logprob_backend: Backend) -> None:
     rubric = Rubric.uniform_fixed()
-    sampled = RubricEvaluator(logprob_backend)
-    expected = RubricEvaluator(logprob_backend, use_logprobs=True)
+    # One attempt each: a retry samples at a raised temperature, and this compares greedy replies.
+    sampled = RubricEvaluator(logprob_backend, max_attempts=1)
+    expected = RubricEvaluator(logprob_backend, use_logprobs=True, max_attempts=1)
     for reply in REPLIES:
         plain = sampled.evaluate(CONTEXT, rubric, reply)
         cont = expected.evaluate(CONTEXT, rubric, reply)
@@ -78,8 +81,13 @@ def test_real_model_gives_distributions_consistent_with_its_samples(logprob_back
                 continue
             assert sum(c.distribution) == pytest.approx(1.0)
             assert 1.0 <= c.score <= 5.0
-            # greedy decoding picks the most likely allowed digit
-            assert c.distribution[int(p.score) - 1] == pytest.approx(max(c.distribution))
+            # Greedy decoding picks the most likely allowed digit. The two requests run separate forward
+            # passes (with and without logits kept) whose logits differ in the last float bits, so two
+            # near-equal digits may swap; from there on the replies differ and are not compared.
+            chosen, best = c.distribution[int(p.score) - 1], max(c.distribution)
+            assert chosen >= best - NEAR_TIE, (p.score, c.distribution)
+            if chosen != best:
+                break
 
 
 @pytest.mark.slow
