@@ -19,6 +19,7 @@ from care_sdk import (
     Dimension,
     GenerationRequest,
     GenerationResult,
+    Message,
     Rubric,
     RubricEvaluator,
     RubricGenerator,
@@ -88,6 +89,28 @@ def test_eight_completions_share_one_generator_call(llama_backend: Backend) -> N
     assert len(counting.requests) == 1
     assert all(r is None or 0.0 <= r <= 1.0 for r in rewards)
     assert sum(r is not None for r in rewards) >= 7
+
+
+def test_integer_bounds_hold_in_the_grammar(llama_backend: Backend) -> None:
+    """llama.cpp's converter ignores minimum/maximum; the backend writes bounded integers as enums."""
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 3}},
+        "required": ["n"],
+        "additionalProperties": False,
+    }
+    request = GenerationRequest(
+        messages=(Message(role="user", content='Reply with JSON {"n": 250}.'),),
+        json_schema=schema,
+        max_tokens=16,
+        temperature=1.0,
+        n=8,
+        seed=0,
+    )
+    [result] = llama_backend.generate([request])
+    assert result.error is None, result.error
+    values = [json.loads(c.text)["n"] for c in result.completions]
+    assert len(values) == 8 and all(0 <= v <= 3 for v in values), values
 
 
 def test_score_dialogue_gives_one_result_per_assistant_turn(llama_backend: Backend, examples_file: Path) -> None:

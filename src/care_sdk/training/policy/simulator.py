@@ -25,7 +25,7 @@ from care_sdk.types import Message
 
 __all__ = ["SIMULATOR_PROMPT_VERSION", "SimulatedUser", "UserTurn", "user_turn_schema"]
 
-SIMULATOR_PROMPT_VERSION = "v2"
+SIMULATOR_PROMPT_VERSION = "v1"
 """Version of the simulated user's prompt and schema."""
 
 _SYSTEM = Template(
@@ -69,11 +69,11 @@ class UserTurn(BaseModel):
 
 
 def user_turn_schema(max_reply_chars: int = 300) -> dict[str, Any]:
-    """The JSON schema of a simulated-user reply (fixed keys, bounded string, emotion one of 0-100).
+    """The JSON schema of a simulated-user reply (fixed keys, bounded string, emotion 0-100).
 
     Examples:
         >>> schema = user_turn_schema(120)
-        >>> schema["properties"]["reply"]["maxLength"], schema["properties"]["emotion"]["enum"][-1]
+        >>> schema["properties"]["reply"]["maxLength"], schema["properties"]["emotion"]["maximum"]
         (120, 100)
     """
     return {
@@ -81,8 +81,7 @@ def user_turn_schema(max_reply_chars: int = 300) -> dict[str, Any]:
         "properties": {
             "reply": {"type": "string", "minLength": 1, "maxLength": max_reply_chars},
             "end": {"type": "boolean"},
-            # An enum, not minimum/maximum: grammar-constrained decoders (llama.cpp) enforce it.
-            "emotion": {"type": "integer", "enum": list(range(101))},
+            "emotion": {"type": "integer", "minimum": 0, "maximum": 100},
         },
         "required": ["reply", "end", "emotion"],
         "additionalProperties": False,
