@@ -31,9 +31,13 @@ def _print_record(record: dict[str, Any]) -> None:
     if record["reward"] is None:
         print(f"{head}  FAILED: {record['error']}")
         return
-    rubric = record["rubric"]
+    flags = f"  flags: {', '.join(record['flags'])}" if record.get("flags") else ""
+    rubric = record.get("rubric")
+    if rubric is None or record.get("evaluation") is None:
+        print(f"{head}  reward {record['reward']:.3f}{flags}  ({record.get('note') or 'no evaluation'})")
+        return
     weights = "  ".join(f"{d} {w:.2f}" for d, w in rubric["weights"].items())
-    print(f"{head}  reward {record['reward']:.3f}  weights: {weights}")
+    print(f"{head}  reward {record['reward']:.3f}  weights: {weights}{flags}")
     for score in record["evaluation"]["scores"]:
         print(f"    [{score['score']:.1f}] {score['dimension']:<9}  {score['criterion']}")
 
@@ -46,7 +50,10 @@ def _build_reward(args: argparse.Namespace) -> Any:
     eval_backend = resolve_backend(args.evaluator_backend) if args.evaluator_backend else shared
     generator = RubricGenerator(gen_backend, seed=args.seed)
     evaluator = RubricEvaluator(eval_backend, seed=args.seed)
-    return AdaptiveReward(generator, evaluator, weights=args.weights, criteria=args.criteria)
+    from care_sdk.guards import Guards
+
+    guards = None if args.guards == "off" else Guards(on_flag=args.guards)
+    return AdaptiveReward(generator, evaluator, weights=args.weights, criteria=args.criteria, guards=guards)
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
@@ -106,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--out", help="output JSONL, one record per assistant turn; an existing file is resumed")
     score.add_argument("--weights", choices=["generated", "uniform"], default="generated", help="rubric weights")
     score.add_argument("--criteria", choices=["generated", "fixed"], default="generated", help="rubric criteria")
+    score.add_argument(
+        "--guards",
+        choices=["zero", "penalise", "report", "off"],
+        default="zero",
+        help="flagged replies (empty, forged turns, text aimed at the evaluator): reward 0, a penalty, "
+        "flags only, or no guards at all (default: %(default)s)",
+    )
     score.add_argument("--batch-size", type=int, default=8, help="turns per backend batch (default: %(default)s)")
     score.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     score.add_argument(

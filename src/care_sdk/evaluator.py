@@ -11,7 +11,15 @@ from care_sdk._engine import Plan, adrive, drive, parse_plan, unwrap
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.errors import CareError
-from care_sdk.prompts import SCORES, Context, evaluation_schema, evaluator_messages, parse_evaluation
+from care_sdk.prompts import (
+    EVALUATOR_PROMPT_VERSION,
+    EVALUATOR_PROMPT_VERSIONS,
+    SCORES,
+    Context,
+    evaluation_schema,
+    evaluator_messages,
+    parse_evaluation,
+)
 from care_sdk.types import CriterionScore, Evaluation, Rubric
 
 __all__ = ["RubricEvaluator", "expected_scores"]
@@ -34,6 +42,8 @@ class RubricEvaluator:
         use_logprobs: where the backend returns logprobs, score each criterion by the
             probability-weighted mean over the score tokens 1-5 instead of the sampled token,
             which gives continuous rewards.
+        prompt_version: the evaluator prompt (``"v2"``, the default, fences the dialogue and the reply
+            as quoted data; ``"v1"`` pastes the reply in as plain text).
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json
@@ -52,6 +62,7 @@ class RubricEvaluator:
         max_tokens: int = 160,
         max_attempts: int = 3,
         use_logprobs: bool = False,
+        prompt_version: str = EVALUATOR_PROMPT_VERSION,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -61,11 +72,14 @@ class RubricEvaluator:
         self.max_tokens = max_tokens
         self.max_attempts = max_attempts
         self.use_logprobs = use_logprobs
+        if prompt_version not in EVALUATOR_PROMPT_VERSIONS:
+            raise ValueError(f"prompt_version must be one of {EVALUATOR_PROMPT_VERSIONS}, got {prompt_version!r}")
+        self.prompt_version = prompt_version
 
     def request(self, context: Context, rubric: Rubric, reply: str) -> GenerationRequest:
         """The backend request that scores ``reply`` (useful to inspect the exact prompt)."""
         return GenerationRequest(
-            messages=tuple(evaluator_messages(context, rubric, reply)),
+            messages=tuple(evaluator_messages(context, rubric, reply, self.prompt_version)),
             json_schema=evaluation_schema(len(rubric.criteria)),
             max_tokens=self.max_tokens,
             temperature=self.temperature,
@@ -107,7 +121,8 @@ class RubricEvaluator:
         return await adrive(self._plan(items), self.backend)
 
     def __repr__(self) -> str:
-        return f"RubricEvaluator({self.backend!r}, use_logprobs={self.use_logprobs})"
+        options = f"use_logprobs={self.use_logprobs}, prompt_version={self.prompt_version!r}"
+        return f"RubricEvaluator({self.backend!r}, {options})"
 
 
 _SCORE_RE = re.compile(r'"c(\d+)"\s*:\s*([1-5])')

@@ -9,6 +9,7 @@ from care_sdk.backends import Backend, resolve_backend
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
+from care_sdk.guards import Guards, merge_outcomes, screen_items
 from care_sdk.integrations.trl import completion_text, report_to_trainer, trl_items
 from care_sdk.prompts import Context, fixed_criteria
 from care_sdk.types import DIMENSIONS, Dialogue, Message, RewardResult, Rubric, as_messages
@@ -38,6 +39,11 @@ class AdaptiveReward:
         weights: ``"generated"`` or ``"uniform"``.
         criteria: ``"generated"`` or ``"fixed"``.
         rubric: a fixed rubric for every context.
+        guards: deterministic pre-checks and flags (see :mod:`care_sdk.guards`): by default an
+            empty or punctuation-only reply gets 0 without a model call, a reply over 2,000
+            characters is truncated, and a reply flagged for text aimed at the evaluator (forged
+            turns, requests for scores, the evaluator's own answer format) gets 0 without a model
+            call; ``Guards(on_flag="report")`` only reports flags, ``None`` turns every guard off.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
@@ -56,6 +62,7 @@ class AdaptiveReward:
         weights: WeightsMode = "generated",
         criteria: CriteriaMode = "generated",
         rubric: Rubric | None = None,
+        guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
     ) -> None:
         if evaluator is None:
             raise ConfigError("AdaptiveReward needs an evaluator")
@@ -72,6 +79,7 @@ class AdaptiveReward:
         self.weights = weights
         self.criteria = criteria
         self.rubric = rubric
+        self.guards = guards
         self.__name__ = "care_reward"  # TRL names reward functions by __name__
 
     @classmethod
@@ -132,12 +140,16 @@ class AdaptiveReward:
         return outcomes
 
     def _outcomes(self, items: Sequence[ScoreItem]) -> list[tuple[RewardResult, CareError | None]]:
-        rubrics = self._rubrics([c for c, _ in items])
-        return self._combine(rubrics, self.evaluator.evaluate_batch(self._eval_items(items, rubrics)))
+        screens, todo = screen_items(items, self.guards)
+        rubrics = self._rubrics([c for c, _ in todo])
+        outcomes = self._combine(rubrics, self.evaluator.evaluate_batch(self._eval_items(todo, rubrics)))
+        return merge_outcomes(screens, outcomes, self.guards)
 
     async def _aoutcomes(self, items: Sequence[ScoreItem]) -> list[tuple[RewardResult, CareError | None]]:
-        rubrics = await self._arubrics([c for c, _ in items])
-        return self._combine(rubrics, await self.evaluator.aevaluate_batch(self._eval_items(items, rubrics)))
+        screens, todo = screen_items(items, self.guards)
+        rubrics = await self._arubrics([c for c, _ in todo])
+        outcomes = self._combine(rubrics, await self.evaluator.aevaluate_batch(self._eval_items(todo, rubrics)))
+        return merge_outcomes(screens, outcomes, self.guards)
 
     @staticmethod
     def _eval_items(items: Sequence[ScoreItem], rubrics: list[Rubric | CareError]) -> list[tuple[Context, Rubric, str]]:
@@ -251,7 +263,8 @@ class AdaptiveReward:
     def __repr__(self) -> str:
         return (
             f"AdaptiveReward(generator={self.generator!r}, evaluator={self.evaluator!r}, "
-            f"weights={self.weights!r}, criteria={self.criteria!r}, fixed_rubric={self.rubric is not None})"
+            f"weights={self.weights!r}, criteria={self.criteria!r}, fixed_rubric={self.rubric is not None}, "
+            f"guards={self.guards!r})"
         )
 
 

@@ -1,9 +1,11 @@
 """Scoring logged dialogue files: one output record per assistant turn, resumable.
 
 Output records are JSON lines ``{"id", "turn", "reward", "error", "rubric", "evaluation",
-"dimension_scores"}`` in input order. Records are appended as they finish, so an interrupted run
-loses nothing; re-running with the same output file keeps every scored record, recomputes only
-missing or failed ones, and rewrites the file in input order, identical to an uninterrupted run.
+"dimension_scores", "flags", "raw_reward", "note"}`` in input order (``flags``: what the guards
+found in the reply; a reply they settled without a model call has no rubric). Records are
+appended as they finish, so an interrupted run loses nothing; re-running with the same output
+file keeps every scored record, recomputes only missing or failed ones, and rewrites the file in
+input order, identical to an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -184,7 +186,7 @@ def score_file(
             continue
         summary.scored += 1
         summary.rewards.append(record["reward"])
-        for dim, weight in record["rubric"]["weights"].items():
+        for dim, weight in (record.get("rubric") or {}).get("weights", {}).items():
             summary.weights[dim].append(weight)
     if out_path:
         tmp = out_path.with_name(out_path.name + ".tmp")

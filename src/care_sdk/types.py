@@ -324,6 +324,12 @@ class RewardResult(_Frozen):
     """Mean normalised score per dimension, before weighting."""
     error: str | None = None
     """Why no reward was computed, when ``reward`` is ``None``."""
+    flags: tuple[str, ...] = ()
+    """What the deterministic guards found in the reply (see :mod:`care_sdk.guards`), e.g. ``forged_turn``."""
+    raw_reward: float | None = None
+    """The evaluator's reward before a guard lowered it (set only when one did)."""
+    note: str | None = None
+    """What a guard did to the reward, in words (e.g. an empty reply scored 0 without a model call)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> RewardResult:

@@ -109,7 +109,7 @@ def _cmd_quality(args: argparse.Namespace) -> int:
 
 
 def add_bench_commands(subparsers: Any) -> None:
-    """Register ``care bench quality`` on the ``care`` command's subparsers.
+    """Register ``care bench quality`` and ``care bench robustness`` on the ``care`` command's subparsers.
 
     Examples:
         >>> import argparse
@@ -170,3 +170,7 @@ def add_bench_commands(subparsers: Any) -> None:
     quality.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
     quality.add_argument("--quiet", action="store_true", help="no progress bar")
     quality.set_defaults(func=_cmd_quality)
+
+    from care_sdk.bench.robustness_cli import add_robustness_command
+
+    add_robustness_command(sub)

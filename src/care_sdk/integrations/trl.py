@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from care_sdk.errors import InputError
+from care_sdk.guards import INFO_FLAGS
 from care_sdk.types import DIMENSIONS, Message, RewardResult
 
 __all__ = ["METRIC_PREFIX", "completion_text", "report_to_trainer", "trl_items"]
@@ -81,10 +82,12 @@ def report_to_trainer(results: Sequence[RewardResult], kwargs: Mapping[str, Any]
     """Log a batch's explanation through TRL's ``log_metric`` and ``log_extra`` hooks, when present.
 
     Metrics (averaged by TRL over each logging step): ``care/failed`` (share of replies without
-    a reward), and over the replies that got one, ``care/score/<dimension>`` (mean normalised
-    score per dimension, before weighting) and ``care/weight/<dimension>`` (mean rubric weight).
-    Completions-table columns, one value per reply: ``care/weights``, ``care/scores`` (compact
-    per-dimension text) and ``care/error``.
+    a reward), ``care/flagged`` (share of replies a guard flagged: empty, forged turns, text aimed
+    at the evaluator; see :mod:`care_sdk.guards`), and over the replies the evaluator scored,
+    ``care/score/<dimension>`` (mean normalised score per dimension, before weighting) and
+    ``care/weight/<dimension>`` (mean rubric weight). Completions-table columns, one value per
+    reply: ``care/weights``, ``care/scores`` (compact per-dimension text), ``care/flags``
+    (comma-separated) and ``care/error``.
 
     Examples:
         >>> from care_sdk import Rubric
@@ -92,7 +95,7 @@ def report_to_trainer(results: Sequence[RewardResult], kwargs: Mapping[str, Any]
         >>> report_to_trainer([RewardResult.failed("evaluation failed")],
         ...                   {"log_metric": lambda name, value: logged.setdefault(name, value)})
         >>> logged
-        {'care/failed': 1.0}
+        {'care/failed': 1.0, 'care/flagged': 0.0}
     """
     if not results:
         return
@@ -100,7 +103,8 @@ def report_to_trainer(results: Sequence[RewardResult], kwargs: Mapping[str, Any]
     log_extra: Callable[[str, list[Any]], None] | None = kwargs.get("log_extra")
     scored = [r for r in results if r.reward is not None and r.rubric is not None and r.dimension_scores]
     if callable(log_metric):
-        log_metric(f"{prefix}/failed", 1.0 - len(scored) / len(results))
+        log_metric(f"{prefix}/failed", sum(r.reward is None for r in results) / len(results))
+        log_metric(f"{prefix}/flagged", sum(_flags(r) for r in results) / len(results))
         if scored:
             for dim in DIMENSIONS:
                 scores = [r.dimension_scores[dim] for r in scored if r.dimension_scores and dim in r.dimension_scores]
@@ -111,4 +115,9 @@ def report_to_trainer(results: Sequence[RewardResult], kwargs: Mapping[str, Any]
     if callable(log_extra):
         log_extra(f"{prefix}/weights", [_compact(r.rubric.weights) if r.rubric else None for r in results])
         log_extra(f"{prefix}/scores", [_compact(r.dimension_scores) if r.dimension_scores else None for r in results])
+        log_extra(f"{prefix}/flags", [",".join(r.flags) or None for r in results])
         log_extra(f"{prefix}/error", [r.error for r in results])
+
+
+def _flags(result: RewardResult) -> bool:
+    return any(f not in INFO_FLAGS for f in result.flags)

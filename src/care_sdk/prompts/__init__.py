@@ -20,9 +20,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from care_sdk.prompts.fence import fenced_fields, template
 from care_sdk.types import DIMENSIONS, Criterion, CriterionScore, Dimension, Evaluation, Message, Rubric, as_messages
 
 __all__ = [
+    "EVALUATOR_PROMPT_VERSION",
+    "EVALUATOR_PROMPT_VERSIONS",
     "PROMPT_VERSION",
     "Context",
     "evaluation_schema",
@@ -38,6 +41,11 @@ __all__ = [
 
 PROMPT_VERSION = "v1"
 """Version of the templates and schemas; part of every rubric cache key."""
+
+EVALUATOR_PROMPT_VERSION = "v2"
+"""Version of the evaluator prompt used by default: ``v2`` fences the dialogue and the reply as quoted data."""
+EVALUATOR_PROMPT_VERSIONS = ("v1", "v2")
+"""Evaluator prompt versions that can be loaded (``v1``: the reply pasted in as plain text)."""
 
 Context = str | Sequence[Message | dict[str, Any]]
 """A dialogue context: OpenAI chat messages, or a string taken as one user message."""
@@ -179,20 +187,35 @@ def rubric_reply_json(rubric: Rubric) -> str:
     )
 
 
-def evaluator_messages(context: Context, rubric: Rubric, reply: str) -> list[Message]:
+def evaluator_messages(
+    context: Context, rubric: Rubric, reply: str, version: str = EVALUATOR_PROMPT_VERSION
+) -> list[Message]:
     """The chat messages that ask a model to score ``reply`` on every criterion of ``rubric``.
 
     Instructions, context and rubric come first and the candidate last, so that servers reuse
-    the shared prefix across candidates of one context.
+    the shared prefix across candidates of one context. Version ``v2`` (the default) quotes the
+    dialogue and the reply between fences the reply cannot forge, with role labels and markers
+    inside neutralised (see :mod:`care_sdk.prompts.fence`); ``v1`` pastes the reply in as is.
+
+    Raises:
+        ValueError: an unknown ``version``.
 
     Examples:
-        >>> msgs = evaluator_messages("I failed.", Rubric.uniform_fixed(), "That hurts.")
-        >>> msgs[-1].content.endswith("That hurts.")
+        >>> msgs = evaluator_messages("I failed.", Rubric.uniform_fixed(), "That hurts.\nUser: thanks!")
+        >>> msgs[-1].content.splitlines()[-3:-1]
+        ['That hurts.', 'User - thanks!']
+        >>> evaluator_messages("I failed.", Rubric.uniform_fixed(), "That hurts.", "v1")[-1].content.endswith("hurts.")
         True
     """
-    system, user = _template("evaluator")
+    if version not in EVALUATOR_PROMPT_VERSIONS:
+        raise ValueError(f"unknown evaluator prompt version {version!r}; choose from {EVALUATOR_PROMPT_VERSIONS}")
+    system, user = template("evaluator", version)
     lines = [f"c{i + 1} ({c.dimension.value}): {c.text}" for i, c in enumerate(rubric.criteria)]
-    content = user.substitute(transcript=render_transcript(context), criteria="\n".join(lines), reply=reply.strip())
+    if version == "v1":
+        fields = {"transcript": render_transcript(context), "reply": reply.strip()}
+    else:
+        fields = fenced_fields(context, reply)
+    content = user.substitute(criteria="\n".join(lines), **fields)
     return [Message(role="system", content=system.substitute()), Message(role="user", content=content)]
 
 
