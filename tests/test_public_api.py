@@ -5,6 +5,7 @@ import care_sdk
 
 EXPECTED = {
     "DIMENSIONS",
+    "EVALUATOR_PROMPT_VERSION",
     "PROMPT_VERSION",
     "AdaptiveReward",
     "Backend",
@@ -19,6 +20,7 @@ EXPECTED = {
     "Evaluation",
     "GenerationRequest",
     "GenerationResult",
+    "Guards",
     "InputError",
     "MemoryCache",
     "Message",

@@ -14,7 +14,8 @@ from care_sdk.cache import CacheStats, MemoryCache, RubricCache
 from care_sdk.errors import BackendError, CareError, ConfigError, InputError, MissingDependencyError, OutputError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
-from care_sdk.prompts import PROMPT_VERSION
+from care_sdk.guards import Guards
+from care_sdk.prompts import EVALUATOR_PROMPT_VERSION, PROMPT_VERSION
 from care_sdk.reward import AdaptiveReward
 from care_sdk.sqlite_cache import SqliteCache
 from care_sdk.trajectory import TrajectoryResult, TrajectoryReward
@@ -35,6 +36,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DIMENSIONS",
+    "EVALUATOR_PROMPT_VERSION",
     "PROMPT_VERSION",
     "AdaptiveReward",
     "Backend",
@@ -49,6 +51,7 @@ __all__ = [
     "Evaluation",
     "GenerationRequest",
     "GenerationResult",
+    "Guards",
     "InputError",
     "MemoryCache",
     "Message",

@@ -17,6 +17,7 @@ supporter reply of the ESConv test split (no model needed), and the cost of the 
 evaluator calls, prompt tokens and seconds.
 
 A run writes ``records.jsonl`` (resumable: a re-run scores only what is missing), ``run.json``,
+``cost.json`` (evaluator calls, tokens and seconds, summed over every run into the directory),
 ``robustness.json`` and ``robustness.md`` into its output directory.
 
 Examples:
@@ -256,7 +257,8 @@ class RobustnessRunner:
         todo = [i for i in items if not all((c, i.key, a) in store for c in self.rewards for a in names)]
         if on_start:
             on_start(len(todo))
-        cost = _Cost()
+        cost_file = self.out_dir / "cost.json"
+        cost = _Cost(json.loads(cost_file.read_text(encoding="utf-8")) if cost_file.exists() else {})
         started = time.perf_counter()
         with path.open("a", encoding="utf-8") as handle:
             for start in range(0, len(todo), self.batch_size):
@@ -286,6 +288,7 @@ class RobustnessRunner:
                                 store[(config, item.key, name)] = record
                             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
                 handle.flush()
+                cost_file.write_text(json.dumps(cost.totals, indent=2) + "\n", encoding="utf-8")
                 if progress:
                     progress(len(chunk))
         report = self.report(items, store, esconv_replies, cost, time.perf_counter() - started)
