@@ -18,7 +18,7 @@ from care_sdk import (
     RubricGenerator,
 )
 from care_sdk.prompts import fixed_criteria
-from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+from care_sdk.testing import ScriptedBackend, candidate_reply, evaluation_json, rubric_json
 
 CONTEXT = [{"role": "user", "content": "My exam went terribly and I feel stupid."}]
 GOOD_RUBRIC = rubric_json({"cognitive": 1, "affective": 3, "proactive": 1})
@@ -113,9 +113,9 @@ def test_evaluator_prompt_puts_the_candidate_last_and_shares_the_prefix() -> Non
     evaluator = RubricEvaluator(ScriptedBackend([]))
     a = evaluator.request(CONTEXT, Rubric.uniform_fixed(), "First candidate.")
     b = evaluator.request(CONTEXT, Rubric.uniform_fixed(), "Second candidate.")
-    assert a.messages[-1].content.endswith("First candidate.")
-    prefix_a = a.messages[-1].content.rsplit("First candidate.", 1)[0]
-    assert b.messages[-1].content.startswith(prefix_a)
+    assert candidate_reply(a) == "First candidate." and a.messages[-1].content.rstrip().endswith(">>>")
+    shared = a.messages[-1].content.split("<<<REPLY-")[0]
+    assert b.messages[-1].content.startswith(shared) and "Rubric:" in shared
     assert a.messages[0] == b.messages[0]
 
 
@@ -152,7 +152,7 @@ def test_score_dialogue_judges_each_turn_against_its_context() -> None:
     assert len(results) == 2
     assert "I'm so sorry." not in gen_backend.requests[0].messages[-1].content
     assert "I'm so sorry." in gen_backend.requests[1].messages[-1].content
-    assert ev_backend.requests[1].messages[-1].content.endswith("Fourteen years is a lifetime together.")
+    assert candidate_reply(ev_backend.requests[1]) == "Fourteen years is a lifetime together."
 
 
 def test_trl_conversational_form() -> None:
@@ -163,7 +163,7 @@ def test_trl_conversational_form() -> None:
         [{"role": "assistant", "content": "Tell me more."}],
     ]
     assert len(reward([CONTEXT, CONTEXT], completions)) == 2
-    assert ev_backend.requests[1].messages[-1].content.endswith("Tell me more.")
+    assert candidate_reply(ev_backend.requests[1]) == "Tell me more."
     with pytest.raises(ValueError, match="2 prompts but 1 completions"):
         reward([CONTEXT, CONTEXT], completions[:1])
 

@@ -24,6 +24,7 @@ import pytest
 import servers
 from care_sdk.backends import GenerationRequest
 from care_sdk.backends._retry import RetryPolicy
+from care_sdk.testing import candidate_reply
 from care_sdk.types import Message, Rubric
 from fault_proxy import Fault, FaultProxy, Schedule, at, combine, every
 from servers import LlamaServer
@@ -287,7 +288,7 @@ def test_care_score_run_survives_faults(
 
     def candidate(payload: Mapping[str, Any]) -> str:
         messages = payload.get("messages") or [{}]
-        return str(messages[-1].get("content", "")).rpartition("Candidate reply:\n")[2]
+        return candidate_reply(str(messages[-1].get("content", "")))
 
     def doomed(n: int, payload: Mapping[str, Any]) -> Fault | None:
         echo = "internal error for {authorization}"  # the server echoes the key back

@@ -10,7 +10,7 @@ import pytest
 from care_sdk import AdaptiveReward, Rubric, RubricEvaluator, RubricGenerator
 from care_sdk.dialogues import read_dialogues
 from care_sdk.scoring import score_file
-from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+from care_sdk.testing import ScriptedBackend, candidate_reply, evaluation_json, rubric_json
 
 
 def dialogue(did: str, turns: int) -> dict[str, object]:
@@ -43,7 +43,7 @@ def write(path: Path, lines: list[str]) -> Path:
 def make_reward(fail_on: str | None = None) -> tuple[AdaptiveReward, ScriptedBackend]:
     def evaluate(request: object) -> str:
         text = request.messages[-1].content  # type: ignore[attr-defined]
-        if fail_on and text.endswith(fail_on):
+        if fail_on and candidate_reply(text).endswith(fail_on):
             return "not json"
         score = 1 + sum(map(ord, text)) % 5
         return evaluation_json([score] * 6)

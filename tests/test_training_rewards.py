@@ -7,7 +7,7 @@ import pytest
 from care_sdk import RubricEvaluator
 from care_sdk.backends import GenerationRequest
 from care_sdk.errors import BackendError
-from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+from care_sdk.testing import ScriptedBackend, candidate_reply, evaluation_json, rubric_json
 from care_sdk.training import AlignReward, FormatReward, PrefReward, align_violations, format_reward, r_align, r_pref
 
 
@@ -101,7 +101,7 @@ def test_align_reward_reads_the_counts_column() -> None:
 
 def _evaluator_by_reply(scores: dict[str, int | BackendError]) -> tuple[RubricEvaluator, ScriptedBackend]:
     def answer(request: GenerationRequest) -> str | BackendError:
-        reply = request.messages[-1].content
+        reply = candidate_reply(request)
         for key, value in scores.items():
             if reply.rstrip().endswith(key):
                 return value if isinstance(value, BackendError) else evaluation_json([value] * 6)

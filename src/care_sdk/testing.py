@@ -11,13 +11,14 @@ Examples:
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob
 from care_sdk.errors import BackendError
 
-__all__ = ["Reply", "ScriptedBackend", "evaluation_json", "rubric_json"]
+__all__ = ["Reply", "ScriptedBackend", "candidate_reply", "evaluation_json", "rubric_json"]
 
 Reply = str | BackendError | Completion
 """What a script yields for one completion: text, a full completion, or an error to report."""
@@ -39,6 +40,30 @@ def rubric_json(
             for d in ("cognitive", "affective", "proactive")
         }
     return json.dumps({"weights": dict(weights), "criteria": {k: list(v) for k, v in criteria.items()}})
+
+
+_FENCED = re.compile(r"<<<REPLY-([0-9a-f]+)>>>\n(.*)\n<<<END-\1>>>\s*$", re.DOTALL)
+
+
+def candidate_reply(request: GenerationRequest | str) -> str:
+    """The candidate reply quoted in an evaluator request (or its last message's text), as the evaluator sees it.
+
+    Works for every evaluator prompt version, so a scripted judge can answer by the reply it is shown.
+
+    Examples:
+        >>> from care_sdk import Rubric, RubricEvaluator
+        >>> request = RubricEvaluator(ScriptedBackend([])).request("I'm sad.", Rubric.uniform_fixed(), "I'm here.")
+        >>> candidate_reply(request)
+        "I'm here."
+        >>> v1 = RubricEvaluator(ScriptedBackend([]), prompt_version="v1")
+        >>> candidate_reply(v1.request("I'm sad.", Rubric.uniform_fixed(), "I'm here."))
+        "I'm here."
+    """
+    text = request if isinstance(request, str) else request.messages[-1].content
+    fenced = _FENCED.search(text)
+    if fenced is not None:
+        return fenced.group(2)
+    return text.rpartition("Candidate reply:\n")[2]
 
 
 def evaluation_json(scores: Sequence[int]) -> str:
