@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob
 from care_sdk.errors import BackendError
 
-__all__ = ["Reply", "ScriptedBackend", "candidate_reply", "evaluation_json", "rubric_json"]
+__all__ = ["RecordingBackend", "Reply", "ScriptedBackend", "candidate_reply", "evaluation_json", "rubric_json"]
 
 Reply = str | BackendError | Completion
 """What a script yields for one completion: text, a full completion, or an error to report."""
@@ -147,3 +147,35 @@ def score_logprobs(probabilities: Mapping[int, float]) -> TokenLogprob:
 
     top = tuple(sorted(((str(k), math.log(v)) for k, v in probabilities.items() if v > 0), key=lambda kv: -kv[1]))
     return TokenLogprob(token=top[0][0], logprob=top[0][1], top=top)
+
+
+class RecordingBackend(Backend):
+    """Passes requests on to another (real) backend and records every request it forwards.
+
+    Useful to check what reaches a model, e.g. that a reply settled by the guards costs no call.
+
+    Examples:
+        >>> recording = RecordingBackend(ScriptedBackend(lambda req: "ok"))
+        >>> recording.generate([GenerationRequest(messages=())])[0].text, len(recording.requests)
+        ('ok', 1)
+    """
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.provider = inner.provider
+        self.supports_seed = inner.supports_seed
+        self.supports_logprobs = inner.supports_logprobs
+        self.requests: list[GenerationRequest] = []
+        """Every request forwarded, in order."""
+
+    @property
+    def identity(self) -> str:
+        return self.inner.identity
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        self.requests.extend(requests)
+        return self.inner.generate(requests)
+
+    async def agenerate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        self.requests.extend(requests)
+        return await self.inner.agenerate(requests)

@@ -198,6 +198,7 @@ class QualityRunner:
             "evaluator": (
                 f"{self.evaluator.backend.identity}|t={self.evaluator.temperature}|seed={self.evaluator.seed}"
                 f"|max_tokens={self.evaluator.max_tokens}|logprobs={self.evaluator.use_logprobs}"
+                f"|prompt={self.evaluator.prompt_version}"
             ),
             "prompt_version": PROMPT_VERSION,
         }

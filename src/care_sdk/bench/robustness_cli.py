@@ -6,10 +6,11 @@ Importing this module is light; the runner, the data and the backends load when 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 from typing import Any
+
+from care_sdk.bench.cli import _csv, _slug
 
 __all__ = ["add_robustness_command"]
 
@@ -39,11 +40,7 @@ def _cmd_robustness(args: argparse.Namespace) -> int:
     )
     evaluator_backend = resolve_backend(args.evaluator_backend) if args.evaluator_backend else shared
     spec = args.evaluator_backend or args.backend
-    out = (
-        Path(args.out)
-        if args.out
-        else Path("care-robustness") / (re.sub(r"[^A-Za-z0-9._-]+", "_", spec).strip("_") or "backend")
-    )
+    out = Path(args.out) if args.out else Path("care-robustness") / _slug(spec)
     guards = Guards(on_flag=args.on_flag, max_chars=args.max_chars)
     runner = RobustnessRunner(
         generator,
@@ -98,7 +95,7 @@ def add_robustness_command(sub: Any) -> None:
     cmd.add_argument("--limit", type=int, default=40, help="contexts, one per dialogue (default: %(default)s)")
     cmd.add_argument(
         "--attacks",
-        type=lambda v: tuple(p.strip() for p in v.split(",") if p.strip()),
+        type=_csv,
         help="comma-separated attack names (default: all)",
     )
     cmd.add_argument(
