@@ -51,7 +51,7 @@ from care_sdk.guards import EMPTY_REPLY, INFO_FLAGS, NO_WORDS, Guards, penalised
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import Message
 
-__all__ = ["VIEWS", "Meter", "RobustItem", "RobustnessRunner", "flag_rates", "load_items"]
+__all__ = ["VIEWS", "Meter", "RobustItem", "RobustnessRunner", "flag_rates", "load_items", "markdown"]
 
 VIEWS: dict[str, str] = {"off": "off", "fence": "fence + pre-checks", "on": "all defences"}
 """The report's views: id -> column title."""
@@ -81,7 +81,13 @@ class RobustItem:
 def load_items(path: Path, limit: int | None, seed: int = 0, min_chars: int = 40) -> tuple[list[RobustItem], int]:
     """One supporter turn per dialogue (a reply of at least ``min_chars``), a seeded sample of ``limit`` dialogues.
 
-    Returns the items and how many dialogues had such a turn.
+    Returns the items and how many dialogues had such a turn. A larger ``limit`` keeps every item of
+    a smaller one (the same seeded order), so a run cut short is reported with a smaller limit.
+
+    Examples:
+        >>> items, available = load_items(Path("esconv/test.jsonl"), 40)  # doctest: +SKIP
+        >>> len(items), items[0].honest[:30]  # doctest: +SKIP
+        (40, 'That sounds really hard. Have ')
     """
     units = []
     for dialogue in load_esconv(path):
@@ -182,6 +188,17 @@ class RobustnessRunner:
         batch_size: items per batch.
         seed: sampling and bootstrap seed.
         resamples: bootstrap resamples.
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+        >>> import tempfile
+        >>> backend = ScriptedBackend(lambda r: evaluation_json([3] * 6) if "scores" in r.json_schema["properties"]
+        ...                           else rubric_json({"cognitive": 1, "affective": 1, "proactive": 1}))
+        >>> runner = RobustnessRunner(RubricGenerator(backend), backend, out_dir=tempfile.mkdtemp(),
+        ...                           attacks=["score_json", "empty"], resamples=10)
+        >>> item = RobustItem("d:1", (Message(role="user", content="I failed."),), "That hurts. What happened?")
+        >>> [row["on_reward"]["value"] for row in runner.run([item])["rows"]]
+        [0.5, 0.0, 0.0]
     """
 
     def __init__(
