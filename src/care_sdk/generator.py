@@ -9,8 +9,8 @@ from care_sdk._engine import Plan, adrive, drive, parse_plan, unwrap
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.cache import MemoryCache, RubricCache, context_key
-from care_sdk.errors import CareError
-from care_sdk.prompts import PROMPT_VERSION, Context, generator_messages, parse_rubric, rubric_schema
+from care_sdk.errors import CareError, ConfigError
+from care_sdk.prompts import GENERATOR_PROMPT_VERSION, Context, generator_messages, parse_rubric, rubric_schema
 from care_sdk.types import Message, Rubric, as_messages
 
 __all__ = ["RubricGenerator"]
@@ -32,6 +32,9 @@ class RubricGenerator:
         max_attempts: replies tried per context before giving up with :class:`OutputError`.
         cache: ``True`` for an in-memory LRU cache, ``False``/``None`` for none, or a
             :class:`~care_sdk.cache.RubricCache` (e.g. shared or persistent).
+        max_context_messages: show the model only the last this many messages (the prompt still
+            states the reply's position). Default: the setting a trained generator adapter on the
+            backend was trained with, else the whole context.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, rubric_json
@@ -53,12 +56,21 @@ class RubricGenerator:
         max_tokens: int = 512,
         max_attempts: int = 3,
         cache: RubricCache | bool | None = True,
+        max_context_messages: int | None = None,
     ) -> None:
         if criteria_per_dimension < 1:
-            raise ValueError("criteria_per_dimension must be at least 1")
+            raise ConfigError("criteria_per_dimension must be at least 1")
         if max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
-        self.backend = resolve_backend(backend)
+            raise ConfigError("max_attempts must be at least 1")
+        if max_context_messages is not None and max_context_messages < 1:
+            raise ConfigError("max_context_messages must be at least 1")
+        self.backend = resolve_backend(backend, role="generator")
+        adapter = getattr(self.backend, "adapter", None)
+        if adapter is not None:
+            adapter.require(role="generator", prompt_version=GENERATOR_PROMPT_VERSION)
+            if max_context_messages is None:
+                max_context_messages = adapter.max_context_messages
+        self.max_context_messages = max_context_messages
         self.criteria_per_dimension = criteria_per_dimension
         self.temperature = temperature
         self.seed = seed
@@ -71,14 +83,16 @@ class RubricGenerator:
     def identity(self) -> str:
         """Backend identity, prompt version and sampling settings: everything that shapes a rubric."""
         return (
-            f"{self.backend.identity}|prompt={PROMPT_VERSION}|k={self.criteria_per_dimension}"
-            f"|t={self.temperature}|seed={self.seed}|max_tokens={self.max_tokens}"
+            f"{self.backend.identity}|prompt=generator-{GENERATOR_PROMPT_VERSION}|k={self.criteria_per_dimension}"
+            f"|t={self.temperature}|seed={self.seed}|max_tokens={self.max_tokens}|keep={self.max_context_messages}"
         )
 
     def request(self, context: Context) -> GenerationRequest:
         """The backend request for one context (useful to inspect or log the exact prompt)."""
         return GenerationRequest(
-            messages=tuple(generator_messages(context, self.criteria_per_dimension)),
+            messages=tuple(
+                generator_messages(context, self.criteria_per_dimension, max_context_messages=self.max_context_messages)
+            ),
             json_schema=self._schema,
             max_tokens=self.max_tokens,
             temperature=self.temperature,

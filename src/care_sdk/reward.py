@@ -93,6 +93,8 @@ class AdaptiveReward:
             >>> AdaptiveReward.from_backend(ScriptedBackend([]), weights="uniform").weights
             'uniform'
         """
+        if isinstance(backend, str) and backend.strip().lower() == "default":  # one bundled adapter per role
+            return cls(RubricGenerator(backend), RubricEvaluator(backend), **options)
         shared = resolve_backend(backend)
         return cls(RubricGenerator(shared), RubricEvaluator(shared), **options)
 

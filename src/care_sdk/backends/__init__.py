@@ -2,7 +2,10 @@
 
 Spec strings:
 
-- ``default``: the bundled SmolLM2-135M-Instruct GGUF on llama.cpp (no network, no GPU)
+- ``default``: the bundled SmolLM2-135M-Instruct GGUF on llama.cpp (no network, no GPU), with the
+  bundled LoRA adapter of the component that uses it (the rubric generator's adapter for a
+  :class:`~care_sdk.RubricGenerator`; the evaluator has none yet and uses the base model)
+- ``base``: the bundled SmolLM2-135M-Instruct without any adapter (the untrained base)
 - ``llamacpp:PATH.gguf``: any GGUF file on llama.cpp
 - ``openai:MODEL`` or ``openai:MODEL@BASE_URL``: hosted APIs and OpenAI-compatible servers
 - ``vllm:MODEL``: an in-process vLLM engine
@@ -28,6 +31,7 @@ __all__ = [
 
 SPEC_FORMS = (
     "default",
+    "base",
     "llamacpp:PATH.gguf",
     "openai:MODEL",
     "openai:MODEL@BASE_URL",
@@ -53,17 +57,19 @@ def _from_object(obj: Any) -> Backend | None:
     return None
 
 
-def resolve_backend(spec: str | Backend | Any, **options: Any) -> Backend:
+def resolve_backend(spec: str | Backend | Any, *, role: str | None = None, **options: Any) -> Backend:
     """Turn a spec string or a user-built object into a :class:`Backend`.
 
-    ``options`` are passed to the backend's constructor (e.g. ``n_ctx`` for llama.cpp).
+    ``options`` are passed to the backend's constructor (e.g. ``n_ctx`` for llama.cpp). ``role``
+    (``generator`` or ``evaluator``) selects the bundled adapter for ``default``; without a role,
+    ``default`` is the base model.
 
     Examples:
         >>> try:
         ...     resolve_backend("nonsense")
         ... except ConfigError as exc:
         ...     print(exc)
-        unknown backend spec 'nonsense'; valid forms: default, llamacpp:PATH.gguf, openai:MODEL, ...
+        unknown backend spec 'nonsense'; valid forms: default, base, llamacpp:PATH.gguf, openai:MODEL, ...
     """
     if isinstance(spec, Backend):
         if options:
@@ -76,9 +82,13 @@ def resolve_backend(spec: str | Backend | Any, **options: Any) -> Backend:
         return backend
     kind, _, rest = spec.partition(":")
     kind = kind.strip().lower()
-    if kind == "default" and not rest:
+    if kind in ("default", "base") and not rest:
+        from care_sdk.adapters import bundled_adapter
         from care_sdk.backends.llamacpp import LlamaCppBackend, default_model_path
 
+        adapter = bundled_adapter(role) if kind == "default" and role is not None else None
+        if adapter is not None:
+            options.setdefault("adapter", adapter)
         return LlamaCppBackend(default_model_path(), **options)
     if kind == "llamacpp" and rest:
         from care_sdk.backends.llamacpp import LlamaCppBackend

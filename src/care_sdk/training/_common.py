@@ -105,7 +105,9 @@ def read_records(path: str | Path, kind: str, split: str = "train", limit: int |
 def prompt_messages(
     context: list[dict[str, Any]], *, keep: int | None, criteria_per_dimension: int
 ) -> list[dict[str, str]]:
-    """The generator prompt for a context (its last ``keep`` messages) as chat message dicts.
+    """The generator prompt for a context cut to its last ``keep`` messages (the prompt still states
+    the reply's position), as chat message dicts: exactly what :class:`~care_sdk.RubricGenerator`
+    sends with ``max_context_messages=keep``.
 
     Examples:
         >>> msgs = prompt_messages([{"role": "user", "content": "hi"}], keep=8, criteria_per_dimension=2)
@@ -113,9 +115,7 @@ def prompt_messages(
         ['system', 'user']
     """
     messages = [Message.model_validate(m) for m in context]
-    if keep is not None:
-        messages = messages[-keep:]
-    return [m.model_dump() for m in generator_messages(messages, criteria_per_dimension)]
+    return [m.model_dump() for m in generator_messages(messages, criteria_per_dimension, max_context_messages=keep)]
 
 
 def load_model(name: str, dtype: str) -> tuple[Any, Any, Path]:

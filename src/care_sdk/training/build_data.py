@@ -592,6 +592,10 @@ def build_data(config: BuildDataConfig, *, log: Callable[[str], None] = print) -
         >>> if (pathlib.Path(os.environ.get("CARE_DATA_DIR", "../shared/data")) / "esconv").exists():
         ...     assert build_data(cfg, log=lambda s: None).files
     """
+    if config.targets == "templates":
+        from care_sdk.training.rubric_targets import build_template_sft
+
+        return build_template_sft(config, log=log)
     mapping = StrategyMap.from_file(config.strategy_map) if config.strategy_map else default_strategy_map()
     report = BuildReport()
     out_dir = Path(config.output_dir)

@@ -1,4 +1,4 @@
-"""``care train <stage> --config FILE``: the training subcommands (build-data, sft, pref-grpo).
+"""``care train <stage> --config FILE``: the training subcommands (build-data, sft, pref-grpo, export-adapter).
 
 The ``care`` command calls :func:`add_train_commands` on its subparsers.
 """
@@ -39,8 +39,47 @@ def _pref_grpo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_adapter(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from care_sdk.backends.llamacpp import default_model_path
+    from care_sdk.prompts import GENERATOR_PROMPT_VERSION
+    from care_sdk.training.config import SFTStageConfig, load_config
+    from care_sdk.training.export_adapter import export_lora_gguf
+
+    config = load_config(SFTStageConfig, args.config, config_overrides(args))
+    run = Path(config.output_dir)
+    metrics_path = run / "metrics.json"
+    metrics = json.loads(metrics_path.read_text(encoding="utf-8")) if metrics_path.is_file() else {}
+    history = metrics.get("log_history", [])
+    summary = next((h for h in reversed(history) if "train_runtime" in h), {})
+    training = {
+        "config": str(args.config),
+        "data": config.data,
+        "records": metrics.get("examples"),
+        "steps": summary.get("step") or max((h.get("step", 0) for h in history), default=0),
+        "train_runtime_s": summary.get("train_runtime"),
+        "losses": metrics.get("losses", []),
+        "lora": config.lora.model_dump(mode="json"),
+        "trl": config.trl,
+    }
+    out = Path(args.out) if args.out else run / f"{args.role}.gguf"
+    export_lora_gguf(
+        run / "adapter",
+        out,
+        base_gguf=default_model_path(),
+        role=args.role,
+        prompt_version=GENERATOR_PROMPT_VERSION,
+        max_context_messages=config.max_context_messages,
+        training=training,
+    )
+    print(f"export-adapter: wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
 def add_train_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register ``train`` with its stages ``build-data``, ``sft`` and ``pref-grpo``.
+    """Register ``train`` with its stages ``build-data``, ``sft``, ``pref-grpo`` and ``export-adapter``.
 
     Each stage takes ``--config FILE`` (YAML, see ``training/configs/``) and an optional
     ``--output-dir`` that overrides the file's; the parser's ``func`` default runs the stage and
@@ -61,5 +100,9 @@ def add_train_commands(subparsers: argparse._SubParsersAction) -> None:  # type:
             ("build-data", _build_data, "build SFT rubric targets and preference pairs"),
             ("sft", _sft, "supervised fine-tuning on target rubrics (TRL SFTTrainer, LoRA or full)"),
             ("pref-grpo", _pref_grpo, "preference GRPO with format, r_pref and r_align rewards (TRL GRPOTrainer)"),
+            ("export-adapter", _export_adapter, "write a trained LoRA adapter as a GGUF adapter file for llama.cpp"),
         ],
     )
+    export = stages.choices["export-adapter"]
+    export.add_argument("--role", default="generator", choices=["generator"], help="what the adapter was trained as")
+    export.add_argument("--out", default=None, help="the GGUF file to write (default: OUTPUT_DIR/ROLE.gguf)")

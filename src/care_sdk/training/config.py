@@ -41,6 +41,10 @@ class BuildDataConfig(_Config):
     """Where to write ``sft/{train,valid,test}.jsonl``, ``pairs/{...}.jsonl`` and ``report.json``."""
     data_dir: str | None = None
     """The shared data directory; ``$CARE_DATA_DIR`` or ``../shared/data`` when omitted."""
+    targets: Literal["teacher", "templates"] = "teacher"
+    """How SFT targets are written: by the ``teacher`` backend (filtered by the judges), or from the
+    documented criterion templates filled from each dialogue (no model; ESConv train/valid only, no
+    preference pairs; see :mod:`care_sdk.training.rubric_targets`)."""
     esconv_splits: tuple[str, ...] = ("train", "valid", "test")
     """ESConv splits to read (each keeps its split in the output)."""
     use_mint: bool = True

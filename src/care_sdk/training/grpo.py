@@ -80,12 +80,11 @@ def grpo_rows(records: list[dict[str, Any]], *, keep: int | None, criteria_per_d
             from care_sdk.errors import InputError
 
             raise InputError(f"a pair record needs {', '.join(missing)}", location=f"record {i}")
-        context = [Message.model_validate(m).model_dump() for m in record["context"]]
-        if keep is not None:
-            context = context[-keep:]
+        full = [Message.model_validate(m).model_dump() for m in record["context"]]
+        context = full[-keep:] if keep is not None else full
         rows.append(
             {
-                "prompt": prompt_messages(context, keep=None, criteria_per_dimension=criteria_per_dimension),
+                "prompt": prompt_messages(full, keep=keep, criteria_per_dimension=criteria_per_dimension),
                 "context": context,
                 "chosen": record["chosen"],
                 "rejected": record["rejected"],

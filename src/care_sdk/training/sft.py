@@ -98,6 +98,9 @@ def sft_rows(records: list[dict[str, Any]], *, keep: int | None, criteria_per_di
 def run_sft(config: SFTStageConfig, *, source: str = "sft config", log: Callable[[str], None] = print) -> SFTResult:
     """Run the SFT stage and save its outputs under ``config.output_dir``.
 
+    A run whose TRL config saves checkpoints (``save_strategy: steps``) resumes from the latest
+    checkpoint under ``output_dir/trainer`` when it is started again after an interruption.
+
     Raises:
         MissingDependencyError: the ``train`` extra is missing.
         ConfigError: an invalid ``trl`` key or value (named).
@@ -115,7 +118,10 @@ def run_sft(config: SFTStageConfig, *, source: str = "sft config", log: Callable
     model, tokenizer, model_path = load_model(config.model, config.dtype)
     log(f"sft: {len(rows)} records, model {model_path}, {config.finetune}")
     trainer = make_trainer("sft", config, model, tokenizer, args, rows, eval_rows=eval_rows)
-    trainer.train()
+    checkpoints = sorted(Path(args.output_dir).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    if checkpoints:
+        log(f"sft: resuming from {checkpoints[-1]}")
+    trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
     losses = [float(h["loss"]) for h in trainer.state.log_history if "loss" in h]
     if any(not math.isfinite(x) for x in losses):
         log(f"sft: warning: non-finite loss logged: {losses}")

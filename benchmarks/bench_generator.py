@@ -1,0 +1,302 @@
+"""The bundled rubric generator on held-out ESConv test turns, against its baselines, in one run.
+
+Rows (the same seeded sample of ESConv **test** supporter turns for every row):
+
+- ``shipped``: the bundled SmolLM2-135M-Instruct + the bundled generator adapter (spec ``default``);
+- ``untrained base``: the same model without the adapter (spec ``base``, whole context);
+- ``uniform weights``: 1/3 each;
+- ``majority class``: all weight on the dimension most often on top in ESConv train;
+- ``turn-position prior``: all weight on the dimension most often on top at this supporter-turn
+  number in ESConv train (turn numbers from 15 on pooled).
+
+Metrics: top-dimension match (:func:`care_sdk.rubric_checks.top_match`: ties count fractionally,
+the same rule for every row) with a 95 % bootstrap interval over dialogues; mean r_align; the share
+of rubrics with a single largest weight; for the model rows the share of valid rubrics, the sanity
+checks of :func:`care_sdk.rubric_checks.check_rubric`, and the time per rubric (llama.cpp, one
+thread each, both models at once in two processes). Also the shipped generator's rubrics for the
+dialogues of ``examples/`` (sanity only), and a weights-by-turn figure.
+
+Usage:
+    python benchmarks/bench_generator.py --turns 500 --out runs/bench_generator
+Writes ``results.json``, ``results.md``, the rubrics per row (``rubrics_<row>.jsonl``, reused when
+the run is started again) and ``weights_by_turn.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from care_sdk.bench.metrics import Estimate, bootstrap
+from care_sdk.data import SupportTurn, data_dir, load_esconv
+from care_sdk.dialogues import read_dialogues
+from care_sdk.prompts import generator_position
+from care_sdk.rubric_checks import check_rubric, top_match
+from care_sdk.training import r_align
+from care_sdk.types import DIMENSIONS, Dimension, Rubric
+
+MODEL_ROWS = {"shipped": "default", "untrained base": "base"}
+POSITION_CAP = 15
+
+
+def _slug(name: str) -> str:
+    return name.replace(" ", "_")
+
+
+def turn_number(turn: SupportTurn) -> int:
+    """The supporter-turn number of the reply (1 for the first), as the generator prompt states it."""
+    return generator_position(list(turn.context))[1]
+
+
+def _tops(counts: dict[Dimension, int]) -> list[Dimension]:
+    best = max(counts.values())
+    return [d for d in DIMENSIONS if counts[d] == best] if best else []
+
+
+def fit_priors(train: list[SupportTurn]) -> tuple[Dimension, dict[int, Dimension]]:
+    """The majority top dimension and the top dimension per turn number, from ESConv train (ties split)."""
+    overall: Counter[Dimension] = Counter()
+    by_turn: dict[int, Counter[Dimension]] = defaultdict(Counter)
+    for turn in train:
+        tops = _tops(turn.counts)
+        for d in tops:
+            overall[d] += 1 / len(tops)
+            by_turn[min(turn_number(turn), POSITION_CAP)][d] += 1 / len(tops)
+    majority = overall.most_common(1)[0][0]
+    return majority, {k: c.most_common(1)[0][0] for k, c in by_turn.items()}
+
+
+def _one_hot(d: Dimension) -> dict[Dimension, float]:
+    return {x: 1.0 if x == d else 0.0 for x in DIMENSIONS}
+
+
+def generate_rows(name: str, spec: str, items: list[dict[str, Any]], out: Path, threads: int) -> str:
+    """Write ``rubrics_<row>.jsonl``: one rubric (or error) and its seconds per item; resumes."""
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    from care_sdk import RubricGenerator
+    from care_sdk.backends import resolve_backend
+
+    path = out / f"rubrics_{_slug(name)}.jsonl"
+    done = {json.loads(line)["key"] for line in path.read_text().splitlines()} if path.exists() else set()
+    generator = RubricGenerator(resolve_backend(spec, role="generator", n_threads=threads), cache=False)
+    with path.open("a", encoding="utf-8") as fh:
+        for item in items:
+            if item["key"] in done:
+                continue
+            start = time.perf_counter()
+            result = generator.generate_batch([item["context"]])[0]
+            row: dict[str, Any] = {"key": item["key"], "seconds": time.perf_counter() - start}
+            if isinstance(result, Rubric):
+                row["rubric"] = result.model_dump(mode="json")
+            else:
+                row["error"] = str(result)
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            fh.flush()
+    return str(path)
+
+
+def _read_rows(path: Path) -> dict[str, dict[str, Any]]:
+    return {r["key"]: r for r in (json.loads(line) for line in path.read_text().splitlines() if line.strip())}
+
+
+def _estimate(items: list[dict[str, Any]], values: dict[str, float | None]) -> Estimate:
+    by_dialogue: dict[str, list[float]] = defaultdict(list)
+    for item in items:
+        value = values.get(item["key"])
+        by_dialogue[item["dialogue"]].append(0.0 if value is None else value)
+    units = list(by_dialogue.values())
+
+    def mean_of(sample: list[list[float]]) -> float:
+        flat = [x for unit in sample for x in unit]
+        return sum(flat) / len(flat)
+
+    return bootstrap(units, mean_of, resamples=2000, seed=0)
+
+
+def score_row(
+    items: list[dict[str, Any]], weights_of: Callable[[dict[str, Any]], dict[Dimension, float] | None]
+) -> dict[str, Any]:
+    """Top match (invalid rubrics count 0), mean r_align and single-top share over ``items``."""
+    matches: dict[str, float | None] = {}
+    aligns, single = [], 0
+    for item in items:
+        weights = weights_of(item)
+        if weights is None:
+            matches[item["key"]] = 0.0
+            aligns.append(0.0)
+            continue
+        matches[item["key"]] = top_match(weights, item["counts"])
+        aligns.append(r_align(weights, item["counts"]))
+        largest = max(weights.values())
+        single += sum(abs(w - largest) < 1e-9 for w in weights.values()) == 1
+    return {
+        "top_match": _estimate(items, matches).to_json(),
+        "mean_r_align": sum(aligns) / len(aligns),
+        "single_top_share": single / len(items),
+    }
+
+
+def sanity(rows: dict[str, dict[str, Any]], contexts: dict[str, Any]) -> dict[str, Any]:
+    """Validity, the rubric sanity checks and time per rubric over a row's generated rubrics."""
+    checks, seconds, valid = [], [], 0
+    for key, row in rows.items():
+        seconds.append(row["seconds"])
+        if "rubric" not in row:
+            continue
+        valid += 1
+        checks.append(check_rubric(Rubric.model_validate(row["rubric"]), contexts[key]))
+    n, criteria = len(rows), sum(c.criteria for c in checks) or 1
+    return {
+        "rubrics": n,
+        "valid_share": valid / n if n else None,
+        "near_uniform_share": sum(c.near_uniform for c in checks) / max(1, len(checks)),
+        "copied_criteria_share": sum(c.copied_criteria for c in checks) / criteria,
+        "repeated_phrase_criteria_share": sum(c.repeated_phrase_criteria for c in checks) / criteria,
+        "placeholder_criteria_share": sum(c.placeholder_criteria for c in checks) / criteria,
+        "duplicate_criterion_share": sum(c.duplicate for c in checks) / max(1, len(checks)),
+        "grounded_share": sum(c.grounded for c in checks) / max(1, len(checks)),
+        "seconds_per_rubric_median": statistics.median(seconds) if seconds else None,
+        "seconds_per_rubric_mean": statistics.fmean(seconds) if seconds else None,
+    }
+
+
+def plot_weights_by_turn(items: list[dict[str, Any]], rows: dict[str, dict[str, Any]], path: Path) -> None:
+    """Mean weight per dimension by supporter-turn number: the shipped generator beside the reference."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gen: dict[int, list[dict[Dimension, float]]] = defaultdict(list)
+    ref: dict[int, list[dict[Dimension, float]]] = defaultdict(list)
+    for item in items:
+        t = min(item["turn"], POSITION_CAP)
+        total = sum(item["counts"].values())
+        ref[t].append({d: item["counts"][d] / total for d in DIMENSIONS})
+        row = rows.get(item["key"])
+        if row and "rubric" in row:
+            gen[t].append(Rubric.model_validate(row["rubric"]).weights)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    for ax, data, title in ((axes[0], gen, "shipped generator: weights"), (axes[1], ref, "reference: strategy shares")):
+        turns = sorted(t for t in data if len(data[t]) >= 5)
+        for d in DIMENSIONS:
+            ax.plot(turns, [statistics.fmean(w[d] for w in data[t]) for t in turns], marker="o", label=d.value)
+        ax.set_title(title)
+        ax.set_xlabel(f"supporter turn (>= {POSITION_CAP} pooled)")
+    axes[0].set_ylabel("mean weight / share")
+    axes[0].legend()
+    fig.suptitle("ESConv test: priorities by turn")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=500, help="ESConv test supporter turns (seeded sample)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="runs/bench_generator")
+    parser.add_argument("--data-dir", default=None, help="the data directory (default: $CARE_DATA_DIR)")
+    parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads per model row")
+    parser.add_argument("--examples", default="examples/dialogues.jsonl", help="dialogues for the sanity rows")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    root = Path(args.data_dir) if args.data_dir else data_dir()
+    train = [t for d in load_esconv(root / "esconv" / "train.jsonl").records for t in d.supporter_turns()]
+    test = [t for d in load_esconv(root / "esconv" / "test.jsonl").records for t in d.supporter_turns()]
+    test = [t for t in test if t.labelled and any(t.counts.values())]
+    random.Random(args.seed).shuffle(test)
+    chosen = test[: args.turns]
+    items = [
+        {
+            "key": f"{t.dialogue_id}:{t.index}",
+            "dialogue": t.dialogue_id,
+            "turn": turn_number(t),
+            "context": t.context_messages(),
+            "counts": t.counts,
+        }
+        for t in chosen
+    ]
+    examples = []
+    lines = read_dialogues(args.examples) if Path(args.examples).exists() else iter(())
+    for dialogue in (line.dialogue for line in lines if line.dialogue is not None):
+        for i, message in enumerate(dialogue.messages):
+            if message.role == "assistant" and i:
+                examples.append(
+                    {"key": f"{dialogue.id}:{i}", "context": [m.model_dump() for m in dialogue.messages[:i]]}
+                )
+    majority, by_turn = fit_priors([t for t in train if t.labelled and any(t.counts.values())])
+    n_dialogues = len({i["dialogue"] for i in items})
+    print(f"{len(items)} ESConv test turns from {n_dialogues} dialogues; majority {majority.value}")
+
+    jobs = [(name, spec, items) for name, spec in MODEL_ROWS.items()]
+    jobs.append(("shipped examples", MODEL_ROWS["shipped"], examples))
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        list(pool.map(generate_rows, *zip(*[(n, s, i, out, args.threads) for n, s, i in jobs], strict=True)))
+    wall = time.perf_counter() - started
+
+    generated = {name: _read_rows(out / f"rubrics_{_slug(name)}.jsonl") for name, _, _ in jobs}
+    contexts = {i["key"]: i["context"] for i in items + examples}
+
+    def model_weights(name: str) -> Callable[[dict[str, Any]], dict[Dimension, float] | None]:
+        def weights(item: dict[str, Any]) -> dict[Dimension, float] | None:
+            row = generated[name].get(item["key"])
+            return Rubric.model_validate(row["rubric"]).weights if row and "rubric" in row else None
+
+        return weights
+
+    rows: dict[str, dict[str, Any]] = {}
+    for name in MODEL_ROWS:
+        rows[name] = {**score_row(items, model_weights(name)), **sanity(generated[name], contexts)}
+    rows["uniform weights"] = score_row(items, lambda i: {d: 1 / 3 for d in DIMENSIONS})
+    rows["majority class"] = score_row(items, lambda i: _one_hot(majority))
+    rows["turn-position prior"] = score_row(
+        items, lambda i: _one_hot(by_turn.get(min(i["turn"], POSITION_CAP), majority))
+    )
+    example_sanity = sanity(generated["shipped examples"], contexts)
+    plot_weights_by_turn(items, generated["shipped"], out / "weights_by_turn.png")
+
+    header = "| row | top match [95% CI] | mean r_align | single top | valid | s/rubric |"
+    lines = [header, "|---|---|---|---|---|---|"]
+    for name, r in rows.items():
+        est = Estimate(**{k: r["top_match"][k] for k in ("value", "low", "high", "n", "level")})
+        valid = f"{r['valid_share']:.3f}" if "valid_share" in r else "-"
+        secs = f"{r['seconds_per_rubric_median']:.2f}" if r.get("seconds_per_rubric_median") else "-"
+        lines.append(
+            f"| {name} | {est.format()} | {r['mean_r_align']:.3f} | {r['single_top_share']:.3f} | {valid} | {secs} |"
+        )
+    keys = [k for k in rows["shipped"] if k.endswith("_share") and k not in ("single_top_share", "valid_share")]
+    lines += ["", "| sanity | shipped (ESConv test) | untrained base | shipped (examples/) |", "|---|---|---|---|"]
+    for key in keys:
+        lines.append(
+            f"| {key} | {rows['shipped'][key]:.3f} | {rows['untrained base'][key]:.3f} | {example_sanity[key]:.3f} |"
+        )
+    table = "\n".join(lines)
+    print(table)
+    result = {
+        "turns": len(items),
+        "dialogues": len({i["dialogue"] for i in items}),
+        "seed": args.seed,
+        "majority": majority.value,
+        "position_prior": {str(k): v.value for k, v in sorted(by_turn.items())},
+        "rows": rows,
+        "examples_sanity": example_sanity,
+        "generation_wall_s": wall,
+    }
+    (out / "results.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    (out / "results.md").write_text(table + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
