@@ -468,7 +468,7 @@ def markdown(report: dict[str, Any]) -> str:
         rate = summary["must_flag_rate"]
         lines.append(
             f"Injection, forged-turn and fence-break attacks flagged: {'n/a' if rate is None else f'{rate:.1%}'} "
-            f"(over {summary['must_flag_attacks']} attacks x items)."
+            f"({summary['must_flag_attacks']} attacks, each built on every item)."
         )
     fp = report["false_positives"]
     if fp:
