@@ -25,11 +25,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "bench_report.json"
 DIMS = ("cognitive", "affective", "proactive")
-WORDS = (
+SAMPLE = (
     "I hear how heavy this has been for you and it makes sense that you feel worn out after weeks of "
     "pressure at work what would help most right now could we look at one small step together you "
     "said your manager never listens that sounds lonely and frustrating"
-).split()
+)
+WORDS = SAMPLE.split()
 CRITERIA = {
     "cognitive": ["Reflects the user's view of the conflict in their own terms", "Helps separate facts from fears"],
     "affective": ["Names the exhaustion without minimising it", "Validates the anger as understandable"],
@@ -66,28 +67,47 @@ def synthetic(turns: int, per_dialogue: int = 10, seed: int = 0) -> tuple[list[d
             rubric = {
                 "weights": weights,
                 "criteria": [  # generated criteria differ from turn to turn
-                    {"dimension": dim, "text": f"{t}: {_text(rng, 3, 8).lower()}"} for dim in DIMS for t in CRITERIA[dim]
+                    {"dimension": dim, "text": f"{t}: {_text(rng, 3, 8).lower()}"}
+                    for dim in DIMS
+                    for t in CRITERIA[dim]
                 ],
             }
             if rng.random() < 0.02:
                 records.append(
-                    {"id": did, "turn": index, "reward": None, "rubric": rubric, "evaluation": None,
-                     "dimension_scores": None, "error": "evaluation failed: no valid reply after 3 attempts",
-                     "scored_by": by}
+                    {
+                        "id": did,
+                        "turn": index,
+                        "reward": None,
+                        "rubric": rubric,
+                        "evaluation": None,
+                        "dimension_scores": None,
+                        "error": "evaluation failed: no valid reply after 3 attempts",
+                        "scored_by": by,
+                    }
                 )
                 continue
             scores = [
-                {"dimension": c["dimension"], "criterion": c["text"], "score": float(rng.randint(1, 5)),
-                 "distribution": None}
+                {
+                    "dimension": c["dimension"],
+                    "criterion": c["text"],
+                    "score": float(rng.randint(1, 5)),
+                    "distribution": None,
+                }
                 for c in rubric["criteria"]
             ]
-            dim_scores = {
-                dim: sum((s["score"] - 1) / 4 for s in scores if s["dimension"] == dim) / 2 for dim in DIMS
-            }
+            dim_scores = {dim: sum((s["score"] - 1) / 4 for s in scores if s["dimension"] == dim) / 2 for dim in DIMS}
             reward = sum(weights[dim] * dim_scores[dim] for dim in DIMS)
             records.append(
-                {"id": did, "turn": index, "reward": reward, "error": None, "rubric": rubric,
-                 "evaluation": {"scores": scores}, "dimension_scores": dim_scores, "scored_by": by}
+                {
+                    "id": did,
+                    "turn": index,
+                    "reward": reward,
+                    "error": None,
+                    "rubric": rubric,
+                    "evaluation": {"scores": scores},
+                    "dimension_scores": dim_scores,
+                    "scored_by": by,
+                }
             )
         dialogues.append({"id": did, "messages": messages})
     return records, dialogues

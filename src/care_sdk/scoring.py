@@ -1,7 +1,7 @@
 """Scoring logged dialogue files: one output record per assistant turn, resumable.
 
 Output records are JSON lines ``{"id", "turn", "reward", "error", "rubric", "evaluation",
-"dimension_scores", "scored_by"}`` in input order (``scored_by``: see :func:`scored_by`). Records are appended as they finish, so an interrupted run
+"dimension_scores", "scored_by"}`` in input order. Records are appended as they finish, so an interrupted run
 loses nothing; re-running with the same output file keeps every scored record, recomputes only
 missing or failed ones, and rewrites the file in input order, identical to an uninterrupted run.
 """
@@ -87,7 +87,8 @@ def scored_by(reward: AdaptiveReward) -> dict[str, str | None]:
     Examples:
         >>> from care_sdk import RubricEvaluator, Rubric
         >>> from care_sdk.testing import ScriptedBackend
-        >>> by = scored_by(AdaptiveReward(evaluator=RubricEvaluator(ScriptedBackend([])), rubric=Rubric.uniform_fixed()))
+        >>> evaluator = RubricEvaluator(ScriptedBackend([]))
+        >>> by = scored_by(AdaptiveReward(evaluator=evaluator, rubric=Rubric.uniform_fixed()))
         >>> by["generator"], by["evaluator"], by["prompt_version"]
         (None, 'scripted:scripted|t=0.0|seed=0|max_tokens=160|logprobs=False', 'v1')
     """

@@ -17,7 +17,7 @@ from care_sdk.dialogues import read_dialogues
 from care_sdk.errors import InputError
 from care_sdk.plots.records import DIMS, weights_by_turn
 
-__all__ = ["DialogueTexts", "reward_histogram", "report_data", "turn_flags"]
+__all__ = ["DialogueTexts", "report_data", "reward_histogram", "turn_flags"]
 
 Record = Mapping[str, Any]
 EXTREMES = 10
@@ -76,7 +76,7 @@ def reward_histogram(rewards: Iterable[float], bins: int = HISTOGRAM_BINS) -> li
     """
     counts = [0] * bins
     for reward in rewards:
-        counts[min(bins - 1, max(0, int(math.floor(float(reward) * bins))))] += 1
+        counts[min(bins - 1, max(0, math.floor(float(reward) * bins)))] += 1
     return counts
 
 
@@ -228,10 +228,13 @@ def report_data(
     ranked = sorted(scored, key=lambda i: (turns[i]["r"], i))
     weighted = [t["w"] for t in turns if t["w"] is not None]
     rewards = [turns[i]["r"] for i in scored]
-    by_turn = weights_by_turn([r for r in unique.values() if _weights(r) is not None])
+    by_turn = weights_by_turn([dict(r) for r in unique.values() if _weights(r) is not None])
     dialogues = [
-        {"id": did, "m": [list(m) for m in texts.messages[did]] if texts and did in texts.messages else None,
-         "turns": dialogue_turns[d]}
+        {
+            "id": did,
+            "m": [list(m) for m in texts.messages[did]] if texts and did in texts.messages else None,
+            "turns": dialogue_turns[d],
+        }
         for did, d in dialogue_index.items()
     ]
     return {

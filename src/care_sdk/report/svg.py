@@ -24,8 +24,7 @@ def _svg(width: int, height: int, body: list[str], label: str) -> str:
 
 def _text(x: float, y: float, text: str, anchor: str = "middle", size: int = 11) -> str:
     return (
-        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}" fill="{_TEXT}">'
-        f"{escape(text)}</text>"
+        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}" fill="{_TEXT}">{escape(text)}</text>'
     )
 
 
