@@ -2,7 +2,9 @@
 
 Generates score records and their dialogues (generated criteria, a few failures, realistic reply
 lengths), then builds the report with and without the dialogue file for each size, side by side.
-No model is involved: this measures the report alone.
+No model is involved: this measures the report alone. Where Chromium is installed, it also opens
+each report headless and reads how long the page's script took to parse the data and draw the
+first page (``open ms``).
 
 Usage:
     python benchmarks/bench_report.py                       # 1,000 and 10,000 turns
@@ -16,6 +18,9 @@ import argparse
 import json
 import platform
 import random
+import re
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -118,6 +123,20 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
+def open_ms(path: Path) -> int | None:
+    """Milliseconds the page's script takes to parse the data and draw the first page, in headless Chromium."""
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    if binary is None:
+        return None
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--dump-dom"]
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run(
+            [binary, *flags, f"--user-data-dir={profile}", path.as_uri()], capture_output=True, text=True, timeout=300
+        ).stdout
+    found = re.search(r'data-ready-ms="(\d+)"', dom)
+    return int(found.group(1)) if found else None
+
+
 def run(sizes: list[int], folder: Path, repeats: int) -> list[dict[str, Any]]:
     """Build each report ``repeats`` times; the fastest run counts."""
     from care_sdk.report import write_report
@@ -143,6 +162,7 @@ def run(sizes: list[int], folder: Path, repeats: int) -> list[dict[str, Any]]:
                     "build_s": round(min(times), 3),
                     "report_mb": round(summary.size / 1e6, 2),
                     "report_per_scores": round(summary.size / scores.stat().st_size, 2),
+                    "open_ms": open_ms(out),
                 }
             )
     return rows
@@ -161,12 +181,15 @@ def main() -> int:
     else:
         with tempfile.TemporaryDirectory() as tmp:
             rows = run(args.turns, Path(tmp), args.repeats)
-    head = f"{'turns':>7} {'dialogues':>9} {'texts':>5} {'scores MB':>9} {'build s':>8} {'report MB':>9} {'ratio':>6}"
+    head = (
+        f"{'turns':>7} {'dialogues':>9} {'texts':>5} {'scores MB':>9} {'build s':>8} {'report MB':>9} "
+        f"{'ratio':>6} {'open ms':>8}"
+    )
     print(head)
     for r in rows:
         print(
             f"{r['turns']:>7} {r['dialogues']:>9} {'yes' if r['with_dialogues'] else 'no':>5} {r['scores_mb']:>9} "
-            f"{r['build_s']:>8} {r['report_mb']:>9} {r['report_per_scores']:>6}"
+            f"{r['build_s']:>8} {r['report_mb']:>9} {r['report_per_scores']:>6} {r['open_ms'] or '-':>8}"
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     result = {"benchmark": "report", "python": sys.version.split()[0], "machine": platform.machine(), "rows": rows}

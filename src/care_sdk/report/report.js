@@ -2,6 +2,7 @@
 // inserted with textContent (never innerHTML), so replies render as text.
 (function () {
   "use strict";
+  const STARTED = performance.now();
   const DATA = JSON.parse(document.getElementById("care-data").textContent);
   const DIMS = DATA.dims, TURNS = DATA.turns, DLG = DATA.dialogues, STR = DATA.strings, OV = DATA.overview;
   const PAGE_DIALOGUES = 10, PAGE_TURNS = 25, MESSAGE_CHUNK = 40;
@@ -360,7 +361,7 @@
       const known = cols.some((c) => p[c]);
       const row = el("tr");
       if (!known) row.appendChild(Object.assign(el("td", "empty", "not recorded in these records (written before care score recorded scored_by)"), { colSpan: cols.length }));
-      else for (const c of cols) row.appendChild(el("td", "mono", p[c] === null || p[c] === undefined ? "–" : p[c]));
+      else for (const c of cols) row.appendChild(el("td", c === "generator" || c === "evaluator" ? "mono" : null, p[c] === null || p[c] === undefined ? "–" : p[c]));
       row.appendChild(el("td", "num", p.turns));
       table.appendChild(row);
     }
@@ -375,4 +376,5 @@
   renderOverview();
   window.addEventListener("hashchange", render);
   render();
+  document.body.dataset.readyMs = String(Math.round(performance.now() - STARTED)); // parse + first render
 })();
