@@ -187,6 +187,7 @@ def report_data(
     turns: list[dict[str, Any]] = []
     dialogue_turns: list[list[int]] = [[] for _ in dialogue_index]
     failures: dict[str, list[Any]] = {}
+    with_rubric: list[dict[str, Any]] = []
     for (did, number), record in unique.items():
         d = dialogue_index[did]
         messages = texts.messages.get(did) if texts else None
@@ -196,6 +197,9 @@ def report_data(
         reward = record.get("reward")
         scores = (record.get("evaluation") or {}).get("scores") or []
         dimension_scores = record.get("dimension_scores")
+        weights = _weights(record)
+        if weights is not None:
+            with_rubric.append(dict(record))
         key, value = _producer_key(record)
         p = producers(key, value)
         producer_counts[p] = producer_counts.get(p, 0) + 1
@@ -204,7 +208,7 @@ def report_data(
             "t": number,
             "r": None if reward is None else round(float(reward), 4),
             "e": record.get("error"),
-            "w": _weights(record),
+            "w": weights,
             "s": [
                 [DIMS.index(str(s["dimension"])), strings(str(s["criterion"])), round(float(s["score"]), 2)]
                 for s in scores
@@ -228,7 +232,7 @@ def report_data(
     ranked = sorted(scored, key=lambda i: (turns[i]["r"], i))
     weighted = [t["w"] for t in turns if t["w"] is not None]
     rewards = [turns[i]["r"] for i in scored]
-    by_turn = weights_by_turn([dict(r) for r in unique.values() if _weights(r) is not None])
+    by_turn = weights_by_turn(with_rubric)
     dialogues = [
         {
             "id": did,
