@@ -8,7 +8,8 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -268,3 +269,115 @@ def test_browser_opens_ten_thousand_turns_a_page_at_a_time(browser: Callable[...
     assert len(_turns(dom)) == 100  # ten dialogues of ten turns, not ten thousand
     failed = browser(out.as_uri() + "#view=turns&status=failed", "--dump-dom")
     assert "200 matching turns" in failed and len(_turns(failed)) == 25
+
+
+class DevTools:
+    """A minimal Chrome DevTools protocol client over ``--remote-debugging-pipe`` (fds 3 and 4)."""
+
+    def __init__(self, binary: str, profile: Path) -> None:
+        to_chrome, self._write = os.pipe()
+        self._read, from_chrome = os.pipe()
+
+        def child() -> None:  # the browser reads commands on fd 3 and answers on fd 4
+            os.dup2(to_chrome, 3)
+            os.dup2(from_chrome, 4)
+
+        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--remote-debugging-pipe"]
+        self.process = subprocess.Popen(
+            [binary, *flags, f"--user-data-dir={profile}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(3, 4),
+            preexec_fn=child,
+        )
+        os.close(to_chrome)
+        os.close(from_chrome)
+        self._buffer = b""
+        self._id = 0
+        self.session = ""
+
+    def send(self, method: str, params: dict[str, Any] | None = None, *, session: bool = True) -> dict[str, Any]:
+        self._id += 1
+        message: dict[str, Any] = {"id": self._id, "method": method, "params": params or {}}
+        if session and self.session:
+            message["sessionId"] = self.session
+        os.write(self._write, json.dumps(message).encode() + b"\0")
+        while True:
+            while b"\0" not in self._buffer:
+                chunk = os.read(self._read, 1 << 16)
+                assert chunk, "the browser closed the pipe"
+                self._buffer += chunk
+            raw, self._buffer = self._buffer.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._id:
+                assert "error" not in reply, reply["error"]
+                return reply["result"]  # type: ignore[no-any-return]
+
+    def open(self, url: str) -> None:
+        target = self.send("Target.createTarget", {"url": url}, session=False)["targetId"]
+        self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True}, session=False)[
+            "sessionId"
+        ]
+        deadline = time.monotonic() + 60
+        while not self.eval("document.body && document.body.dataset.readyMs"):
+            assert time.monotonic() < deadline, "the report did not finish drawing"
+            time.sleep(0.05)
+
+    def eval(self, expression: str) -> Any:
+        result = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True})
+        assert "exceptionDetails" not in result, result["exceptionDetails"]
+        return result["result"].get("value")
+
+    def close(self) -> None:
+        self.send("Browser.close", session=False)
+        self.process.wait(timeout=30)
+        os.close(self._read)
+        os.close(self._write)
+
+
+@pytest.fixture
+def devtools(tmp_path: Path) -> Iterator[DevTools]:
+    client = DevTools(_chromium(), tmp_path / "profile")
+    try:
+        yield client
+    finally:
+        if client.process.poll() is None:
+            client.close()
+
+
+@pytest.mark.slow
+def test_browser_controls_filter_and_sort(devtools: DevTools, files: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    write_report(files[0], out, dialogues=files[1])
+    devtools.open(out.as_uri())
+    assert devtools.eval("typeof window.pwned") == "undefined"  # neither the reply's nor the criterion's script ran
+    assert devtools.eval("document.title") == "CARE report: scores.jsonl"
+    assert devtools.eval("document.querySelectorAll('#list img, #list b').length") == 0
+    assert devtools.eval("[...document.querySelectorAll('.msg .text')].some(e => e.textContent.startsWith('<script>'))")
+    assert devtools.eval("document.querySelectorAll('.turn').length") == 7
+
+    def choose(name: str, value: str) -> None:
+        devtools.eval(
+            f"(() => {{ const s = document.querySelector('select[name={name}]'); s.value = '{value}';"
+            " s.dispatchEvent(new Event('change')); })()"
+        )
+
+    def wait_for(hash_: str) -> None:
+        deadline = time.monotonic() + 10
+        while devtools.eval("location.hash") != hash_:
+            assert time.monotonic() < deadline, devtools.eval("location.hash")
+            time.sleep(0.05)
+        devtools.eval("undefined")  # let the hashchange handler run
+
+    choose("status", "failed")
+    wait_for("#status=failed")
+    assert devtools.eval("document.querySelectorAll('.turn.match').length") == 2
+    assert devtools.eval("document.body.dataset.matching") == "2"
+
+    devtools.eval("[...document.querySelectorAll('.seg button')].find(b => b.textContent === 'Turns').click()")
+    wait_for("#view=turns&status=failed")
+    choose("status", "scored")
+    choose("sort", "reward-desc")
+    wait_for("#view=turns&status=scored&sort=reward-desc")
+    rewards = devtools.eval("[...document.querySelectorAll('#list .badge')].map(b => b.textContent)")
+    assert rewards == ["0.950", "0.800", "0.600", "0.400", "0.100"]
