@@ -1,5 +1,7 @@
 """``care report``: the data behind the page (by hand), the page's safety (escaping, no network),
-the commands, and the page itself in headless Chromium (turn counts, filters, injected script)."""
+the commands, and the page itself in headless Chromium: turn counts, filters from the address and
+from the page's controls (driven over the DevTools protocol), an injected script that must not run,
+and a screenshot (``CARE_REPORT_SCREENSHOT=path.png`` keeps it)."""
 
 from __future__ import annotations
 
