@@ -82,15 +82,17 @@ def turn_record(dialogue_id: str, turn: int, result: RewardResult) -> dict[str, 
 def scored_by(reward: AdaptiveReward) -> dict[str, str | None]:
     """What produced a record: backend identities and settings, prompt version, package version, ablations.
 
-    ``generator`` is ``None`` when every turn is judged against one fixed rubric.
+    ``generator`` is the generator's identity (its backend, prompt version and sampling settings), or
+    ``None`` when every turn is judged against one fixed rubric; ``evaluator`` is the evaluator's
+    backend identity and settings; ``prompt_version`` is :data:`care_sdk.PROMPT_VERSION`.
 
     Examples:
         >>> from care_sdk import RubricEvaluator, Rubric
         >>> from care_sdk.testing import ScriptedBackend
         >>> evaluator = RubricEvaluator(ScriptedBackend([]))
         >>> by = scored_by(AdaptiveReward(evaluator=evaluator, rubric=Rubric.uniform_fixed()))
-        >>> by["generator"], by["evaluator"], by["prompt_version"]
-        (None, 'scripted:scripted|t=0.0|seed=0|max_tokens=160|logprobs=False', 'v1')
+        >>> by["generator"], by["evaluator"].split("|")[0], by["criteria"]
+        (None, 'scripted:scripted', 'fixed rubric')
     """
     from care_sdk import __version__
     from care_sdk.prompts import PROMPT_VERSION
