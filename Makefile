@@ -33,6 +33,7 @@ test: $(VENV)/.test-installed
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(VENV)/site
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) || true
 	$(PY) -m pytest --doctest-modules src/care_sdk tests -m "not slow and not gpu" --timeout 900 $(PYTEST_ARGS)
 	$(PY) -m pytest tests -m "slow and not gpu" --timeout 1800 --durations=15 $(PYTEST_ARGS)
 

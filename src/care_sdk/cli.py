@@ -23,6 +23,7 @@ _EXTENSIONS = (
     ("care_sdk.training.policy.cli", "add_policy_commands"),
     ("care_sdk.bench.cli", "add_bench_commands"),
     ("care_sdk.plots.cli", "add_plot_commands"),
+    ("care_sdk.report.cli", "add_report_commands"),
 )
 
 
@@ -70,6 +71,14 @@ def _cmd_score(args: argparse.Namespace) -> int:
     def input_error(error: InputError) -> None:
         bar.write(f"care score: skipped {error}", file=sys.stderr)
 
+    collected: list[dict[str, Any]] = []  # the report's records when there is no --out file
+
+    def on_record(record: dict[str, Any]) -> None:
+        if args.report:
+            collected.append(record)
+        if show:
+            _print_record(record)
+
     try:
         summary = score_file(
             args.input,
@@ -77,12 +86,18 @@ def _cmd_score(args: argparse.Namespace) -> int:
             out=args.out,
             batch_size=args.batch_size,
             on_input_error=input_error,
-            on_record=_print_record if show else None,
+            on_record=on_record,
             progress=bar.update,
         )
     finally:
         bar.close()
     print(summary.table())
+    if args.report:
+        from care_sdk.report import write_report
+        from care_sdk.report.cli import print_report_summary
+
+        report = write_report(args.out or collected, args.report, dialogues=args.input)
+        print_report_summary(report, prog="care score", issues=False)  # input issues were reported above
     return 0 if summary.ok else 1
 
 
@@ -118,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print each turn's weights, criteria and reward (default: on without --out)",
     )
     score.add_argument("--quiet", action="store_true", help="no progress bar")
+    score.add_argument("--report", metavar="HTML", help="also write a self-contained HTML report (see care report)")
     score.set_defaults(func=_cmd_score)
 
     for module_name, function in _EXTENSIONS:

@@ -1,7 +1,7 @@
 """Scoring logged dialogue files: one output record per assistant turn, resumable.
 
 Output records are JSON lines ``{"id", "turn", "reward", "error", "rubric", "evaluation",
-"dimension_scores"}`` in input order. Records are appended as they finish, so an interrupted run
+"dimension_scores", "scored_by"}`` in input order. Records are appended as they finish, so an interrupted run
 loses nothing; re-running with the same output file keeps every scored record, recomputes only
 missing or failed ones, and rewrites the file in input order, identical to an uninterrupted run.
 """
@@ -20,7 +20,7 @@ from care_sdk.errors import InputError
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import DIMENSIONS, Dialogue, RewardResult, Turn
 
-__all__ = ["ScoreSummary", "load_records", "score_file", "turn_record"]
+__all__ = ["ScoreSummary", "load_records", "score_file", "scored_by", "turn_record"]
 
 Key = tuple[str, int]
 
@@ -77,6 +77,36 @@ def turn_record(dialogue_id: str, turn: int, result: RewardResult) -> dict[str, 
         'boom'
     """
     return {"id": dialogue_id, "turn": turn, **result.model_dump(mode="json")}
+
+
+def scored_by(reward: AdaptiveReward) -> dict[str, str | None]:
+    """What produced a record: backend identities and settings, prompt version, package version, ablations.
+
+    ``generator`` is the generator's identity (its backend, prompt version and sampling settings), or
+    ``None`` when every turn is judged against one fixed rubric; ``evaluator`` is the evaluator's
+    backend identity and settings; ``prompt_version`` is :data:`care_sdk.PROMPT_VERSION`.
+
+    Examples:
+        >>> from care_sdk import RubricEvaluator, Rubric
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> evaluator = RubricEvaluator(ScriptedBackend([]))
+        >>> by = scored_by(AdaptiveReward(evaluator=evaluator, rubric=Rubric.uniform_fixed()))
+        >>> by["generator"], by["evaluator"].split("|")[0], by["criteria"]
+        (None, 'scripted:scripted', 'fixed rubric')
+    """
+    from care_sdk import __version__
+    from care_sdk.prompts import PROMPT_VERSION
+
+    ev = reward.evaluator
+    return {
+        "generator": reward.generator.identity if reward.generator and reward.rubric is None else None,
+        "evaluator": f"{ev.backend.identity}|t={ev.temperature}|seed={ev.seed}|max_tokens={ev.max_tokens}"
+        f"|logprobs={ev.use_logprobs}",
+        "prompt_version": PROMPT_VERSION,
+        "care_sdk": __version__,
+        "weights": "fixed rubric" if reward.rubric is not None else reward.weights,
+        "criteria": "fixed rubric" if reward.rubric is not None else reward.criteria,
+    }
 
 
 def load_records(path: Path) -> dict[Key, dict[str, Any]]:
@@ -156,6 +186,7 @@ def score_file(
     summary.reused = len(done)
     todo = [(d, t) for d, t in turns if (str(d.id), t.index) not in done]
 
+    producer = scored_by(reward)
     handle = out_path.open("a", encoding="utf-8") if out_path else None
     try:
         if progress and done:
@@ -163,7 +194,7 @@ def score_file(
         for chunk in _chunks(todo, max(1, batch_size)):
             results = reward.score_batch([(list(t.context), t.reply) for _, t in chunk])
             for (dialogue, turn), result in zip(chunk, results, strict=True):
-                record = turn_record(str(dialogue.id), turn.index, result)
+                record = {**turn_record(str(dialogue.id), turn.index, result), "scored_by": producer}
                 done[(str(dialogue.id), turn.index)] = record
                 if handle:
                     handle.write(json.dumps(record, ensure_ascii=False) + "\n")
