@@ -20,7 +20,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from care_sdk.types import DIMENSIONS, Criterion, CriterionScore, Dimension, Evaluation, Message, Rubric, as_messages
+from care_sdk._core import CRITERION_MAX_CHARS, CRITERION_MIN_CHARS, SCORES
+from care_sdk.types import (
+    DIMENSIONS,
+    Context,
+    CriterionScore,
+    Dimension,
+    Evaluation,
+    Message,
+    Rubric,
+    as_messages,
+    fixed_criteria,
+)
 
 __all__ = [
     "PROMPT_VERSION",
@@ -39,12 +50,8 @@ __all__ = [
 PROMPT_VERSION = "v1"
 """Version of the templates and schemas; part of every rubric cache key."""
 
-Context = str | Sequence[Message | dict[str, Any]]
-"""A dialogue context: OpenAI chat messages, or a string taken as one user message."""
-
-CRITERION_MIN_CHARS = 8
-CRITERION_MAX_CHARS = 200
-SCORES = (1, 2, 3, 4, 5)
+# Context, SCORES, the criterion length bounds and fixed_criteria live in care_sdk.types and
+# care_sdk._core (below this module); they stay importable from here.
 _ROLE_LABELS = {"user": "User", "assistant": "Supporter", "system": "System"}
 
 
@@ -243,15 +250,3 @@ def parse_evaluation(text: str, rubric: Rubric) -> Evaluation:
             raise ValueError(f"scores.{key}: expected an integer 1-5, got {value!r}")
         result.append(CriterionScore(dimension=criterion.dimension, criterion=criterion.text, score=float(value)))
     return Evaluation(scores=tuple(result))
-
-
-@cache
-def fixed_criteria() -> tuple[Criterion, ...]:
-    """The fixed six-criterion set (two per dimension) used by the fixed-criteria ablations.
-
-    Examples:
-        >>> [c.dimension.value for c in fixed_criteria()][:2]
-        ['cognitive', 'cognitive']
-    """
-    data = json.loads(resources.files(__package__).joinpath(f"fixed_criteria_{PROMPT_VERSION}.json").read_text())
-    return tuple(Criterion(dimension=Dimension(d), text=t) for d in (x.value for x in DIMENSIONS) for t in data[d])
