@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from care_sdk import AdaptiveReward, Message, Rubric, RubricEvaluator, RubricGenerator
-from care_sdk.backends import GenerationRequest
+from care_sdk.backends import EVALUATION, GenerationRequest
 from care_sdk.bench.quality import QualityRunner
 from care_sdk.bench.tasks import TASKS, DataPaths, Settings, select, spread
 from care_sdk.bench.variants import VARIANTS, Item, VariantScorer
@@ -33,7 +33,7 @@ def script(request: GenerationRequest) -> str:
     """Rubric: weights from the last marker in the context. Evaluation: scores from the reply's marker."""
     text = request.messages[-1].content
     assert request.json_schema is not None
-    if "scores" in request.json_schema["properties"]:
+    if request.purpose == EVALUATION:
         reply = text.rsplit("Candidate reply:\n", 1)[1]
         dims = re.findall(r"^c\d+ \((\w+)\)", text, re.M)
         if "<FAIL>" in reply:

@@ -25,6 +25,7 @@ from care_sdk import (
     RubricGenerator,
 )
 from care_sdk.prompts import rubric_schema
+from care_sdk.testing import RecordingBackend
 
 pytestmark = pytest.mark.slow
 
@@ -33,22 +34,6 @@ CONTEXT = [
     {"role": "assistant", "content": "That's a huge shock. How are you feeling right now?"},
     {"role": "user", "content": "Numb. And scared about the mortgage, my wife's hours were just cut too."},
 ]
-
-
-class Counting(Backend):
-    """Delegates to a real backend and counts the requests it forwards."""
-
-    def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.requests: list[GenerationRequest] = []
-
-    @property
-    def identity(self) -> str:
-        return self.inner.identity
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        self.requests.extend(requests)
-        return self.inner.generate(requests)
 
 
 def test_rubric_is_schema_valid_and_normalised(llama_backend: Backend) -> None:
@@ -73,7 +58,7 @@ def test_same_seed_gives_the_same_rubric(llama_backend: Backend) -> None:
 
 
 def test_eight_completions_share_one_generator_call(llama_backend: Backend) -> None:
-    counting = Counting(llama_backend)
+    counting = RecordingBackend(llama_backend)
     reward = AdaptiveReward(RubricGenerator(counting), RubricEvaluator(llama_backend))
     replies = [
         "That sounds frightening. What worries you most about the mortgage?",

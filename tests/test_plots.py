@@ -20,6 +20,7 @@ from care_sdk.plots.records import (
     weights_by_turn,
 )
 from care_sdk.scoring import score_file
+from care_sdk.backends import EVALUATION
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -133,7 +134,7 @@ def test_read_meta_rejects_lines_without_id(tmp_path: Path) -> None:
 
 
 def _script(request: Any) -> str:
-    if "scores" in request.json_schema["properties"]:
+    if request.purpose == EVALUATION:
         n = len(request.json_schema["properties"]["scores"]["required"])
         return evaluation_json([(i % 5) + 1 for i in range(n)])
     turns = request.messages[-1].content.count("User:")

@@ -39,14 +39,17 @@ def _print_record(record: dict[str, Any]) -> None:
 
 
 def _build_reward(args: argparse.Namespace) -> Any:
-    from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator, resolve_backend
+    from care_sdk.reward import build_reward
+    from care_sdk.variants import variant_of
 
-    shared = resolve_backend(args.backend)
-    gen_backend = resolve_backend(args.generator_backend) if args.generator_backend else shared
-    eval_backend = resolve_backend(args.evaluator_backend) if args.evaluator_backend else shared
-    generator = RubricGenerator(gen_backend, seed=args.seed)
-    evaluator = RubricEvaluator(eval_backend, seed=args.seed)
-    return AdaptiveReward(generator, evaluator, weights=args.weights, criteria=args.criteria)
+    return build_reward(
+        variant_of(args.weights, args.criteria),
+        backend=args.backend,
+        generator_backend=args.generator_backend,
+        evaluator_backend=args.evaluator_backend,
+        generator_options={"seed": args.seed},
+        evaluator_options={"seed": args.seed},
+    )
 
 
 def _cmd_score(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from care_sdk._core import SCORES
 from care_sdk._engine import Plan, adrive, drive, parse_plan, unwrap
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import EVALUATION, Completion
-from care_sdk.errors import CareError
+from care_sdk.errors import CareError, ConfigError
 from care_sdk.prompts import evaluation_schema, evaluator_messages, parse_evaluation
 from care_sdk.types import Context, CriterionScore, Evaluation, Rubric
 
@@ -55,7 +55,7 @@ class RubricEvaluator:
         use_logprobs: bool = False,
     ) -> None:
         if max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
+            raise ConfigError("max_attempts must be at least 1")
         self.backend = resolve_backend(backend)
         self.temperature = temperature
         self.seed = seed

@@ -70,7 +70,7 @@ class AdaptiveReward:
         self.generator = generator
         self.evaluator = evaluator
         # Every rubric, given or generated, goes through _adapt: no option is ever ignored.
-        self.rubric = self._adapt(rubric) if rubric is not None else None
+        self.rubric = self.adapt(rubric) if rubric is not None else None
         self.__name__ = "care_reward"  # TRL names reward functions by __name__
 
     @classmethod
@@ -107,7 +107,17 @@ class AdaptiveReward:
 
     # -- rubrics -------------------------------------------------------------------------------
 
-    def _adapt(self, rubric: Rubric) -> Rubric:
+    def adapt(self, rubric: Rubric) -> Rubric:
+        """The rubric this reward judges by when the generator wrote ``rubric`` (options applied).
+
+        Examples:
+            >>> from care_sdk.testing import ScriptedBackend
+            >>> reward = AdaptiveReward(RubricGenerator(ScriptedBackend([])), RubricEvaluator(ScriptedBackend([])),
+            ...                         weights="uniform")
+            >>> one_sided = Rubric.uniform_fixed().with_weights({"cognitive": 1, "affective": 0, "proactive": 0})
+            >>> reward.adapt(one_sided).weights == Rubric.uniform_fixed().weights
+            True
+        """
         if self.criteria == "fixed":
             rubric = Rubric(weights=rubric.weights, criteria=fixed_criteria())
         if self.weights == "uniform":
@@ -115,7 +125,7 @@ class AdaptiveReward:
         return rubric
 
     def _finish(self, rubrics: list[Rubric | CareError]) -> list[Rubric | CareError]:
-        return [r if isinstance(r, CareError) else self._adapt(r) for r in rubrics]
+        return [r if isinstance(r, CareError) else self.adapt(r) for r in rubrics]
 
     def _rubrics(self, contexts: Sequence[Context]) -> list[Rubric | CareError]:
         if self.rubric is not None:

@@ -33,6 +33,7 @@ from care_sdk.errors import ConfigError
 __all__ = [
     "VARIANTS",
     "VARIANT_ALIASES",
+    "VARIANT_LABELS",
     "CriteriaMode",
     "Variant",
     "VariantField",
@@ -54,6 +55,13 @@ VARIANTS: tuple[Variant, ...] = get_args(Variant)
 """Every variant, in report order."""
 VARIANT_ALIASES: dict[str, Variant] = {"full": "care"}
 """Older spellings still read, mapped to their variant."""
+VARIANT_LABELS: dict[str, str] = {
+    "care": "CARE",
+    "uniform_weights": "uniform weights",
+    "fixed_criteria": "fixed criteria",
+    "fixed_rubric": "fixed rubric",
+}
+"""How reports and figures title each variant."""
 
 _MODES: dict[Variant, tuple[WeightsMode, CriteriaMode]] = {
     "care": ("generated", "generated"),

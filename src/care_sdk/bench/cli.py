@@ -11,10 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from care_sdk.variants import VARIANTS
+
 __all__ = ["add_bench_commands"]
 
 _TASK_NAMES = ("alignment", "pairwise", "experts", "success", "simulated")
-_VARIANT_NAMES = ("care", "uniform_weights", "fixed_criteria", "fixed_rubric", "length")
+_VARIANT_NAMES = (*VARIANTS, "length")
 
 
 def _csv(value: str) -> tuple[str, ...]:
