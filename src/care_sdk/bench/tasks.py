@@ -72,7 +72,7 @@ class DataPaths:
     """
 
     root: Path
-    """The data directory (``../shared/data`` or ``$CARE_DATA_DIR``)."""
+    """The data directory (see :func:`care_sdk.data.data_dir`)."""
     esconv: Path | None = None
     """ESConv dialogues with strategy labels (default: the test split)."""
     failed_esconv: Path | None = None
