@@ -188,3 +188,20 @@ def test_care_score_resumes_an_interrupted_run(examples_file: Path, tmp_path: Pa
     assert 2 <= len(interrupted) < 8
     care("score", str(subset), "--out", str(partial), "--quiet", "--batch-size", "2")
     assert partial.read_text() == full.read_text()
+
+
+def test_a_backend_alive_at_exit_closes_cleanly(tmp_path: Path) -> None:
+    # A script that keeps the default backend (and its rubric grammar) alive until the interpreter exits.
+    script = tmp_path / "keep_alive.py"
+    script.write_text(
+        "from care_sdk import AdaptiveReward, Rubric\n"
+        "from care_sdk.backends import resolve_backend\n"
+        "backend = resolve_backend('default')\n"
+        "reward = AdaptiveReward.from_backend(backend)\n"
+        "result = reward.generator.generate_batch(['I failed my exam.'])\n"
+        "print('done', type(result[0]).__name__)\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("done")
+    assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.metadata
 import json
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,6 +86,16 @@ def _import_llama_cpp() -> Any:
     return llama_cpp
 
 
+_OPEN: weakref.WeakSet[LlamaCppBackend] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_backends() -> None:
+    """Close every live model before interpreter teardown, when ``Llama.__del__`` can no longer run cleanly."""
+    for backend in list(_OPEN):
+        backend.close()
+
+
 class LlamaCppBackend(Backend):
     """Runs a GGUF model in-process on llama.cpp; JSON schemas are enforced as grammars.
 
@@ -144,6 +156,7 @@ class LlamaCppBackend(Backend):
             self.llama = model
             self.model_path = str(getattr(model, "model_path", "llama"))
         self.supports_logprobs = bool(getattr(self.llama, "_logits_all", logprobs))
+        _OPEN.add(self)
 
     @property
     def identity(self) -> str:
@@ -215,6 +228,8 @@ class LlamaCppBackend(Backend):
             return [self._request(r) for r in requests]
 
     def close(self) -> None:
+        """Free the model (also done at interpreter exit for a backend still alive then)."""
+        _OPEN.discard(self)
         llama = getattr(self, "llama", None)
         if llama is not None and hasattr(llama, "close"):
             llama.close()
