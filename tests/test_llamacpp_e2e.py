@@ -191,14 +191,16 @@ def test_care_score_resumes_an_interrupted_run(examples_file: Path, tmp_path: Pa
 
 
 def test_a_backend_alive_at_exit_closes_cleanly(tmp_path: Path) -> None:
-    # A script that keeps the default backend (and its rubric grammar) alive until the interpreter exits.
+    # A script that keeps the default backend alive until the interpreter exits, held by a module
+    # that is torn down after llama_cpp (as a trainer holding its reward functions does).
     script = tmp_path / "keep_alive.py"
     script.write_text(
-        "from care_sdk import AdaptiveReward, Rubric\n"
+        "import json\n"
+        "from care_sdk import AdaptiveReward\n"
         "from care_sdk.backends import resolve_backend\n"
-        "backend = resolve_backend('default')\n"
-        "reward = AdaptiveReward.from_backend(backend)\n"
+        "reward = AdaptiveReward.from_backend(resolve_backend('default'))\n"
         "result = reward.generator.generate_batch(['I failed my exam.'])\n"
+        "json._kept_alive = reward\n"
         "print('done', type(result[0]).__name__)\n"
     )
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
