@@ -19,16 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from care_sdk import (
-    Backend,
     CareError,
-    GenerationRequest,
-    GenerationResult,
     RubricEvaluator,
     RubricGenerator,
     __version__,
     resolve_backend,
 )
-
 from care_sdk.testing import RecordingBackend
 
 DATA = Path(os.environ.get("CARE_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))

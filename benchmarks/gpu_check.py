@@ -32,8 +32,6 @@ from typing import Any
 from care_sdk import (
     Backend,
     CareError,
-    GenerationRequest,
-    GenerationResult,
     RubricEvaluator,
     RubricGenerator,
     __version__,

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ from care_sdk import (
     Backend,
     Dimension,
     GenerationRequest,
-    GenerationResult,
     Message,
     Rubric,
     RubricEvaluator,

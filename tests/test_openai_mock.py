@@ -8,6 +8,7 @@ backend sent and what it returned: which statuses are retried, ``Retry-After`` h
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +21,8 @@ from care_sdk.backends._retry import RetryPolicy
 from care_sdk.types import Message
 
 openai = pytest.importorskip("openai", reason="needs the openai extra")
-httpx = pytest.importorskip("httpx")
+# The HTTP library the installed openai client is built on (httpx, or its successor httpx2).
+httpx: Any = importlib.import_module(openai.DefaultHttpxClient.__mro__[1].__module__.split(".")[0])
 
 from care_sdk.backends.openai import OpenAIBackend  # noqa: E402
 
@@ -31,10 +33,10 @@ SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required"
 SLOW_BACKOFF = RetryPolicy(max_retries=2, initial_delay=30.0, jitter=0.0)
 NO_WAIT = RetryPolicy(max_retries=2, initial_delay=0.0, jitter=0.0)
 
-Handler = Callable[[int, dict[str, Any]], "httpx.Response"]
+Handler = Callable[[int, dict[str, Any]], Any]
 
 
-def reply(text: str = '{"a": 1}', *, choices: int = 1) -> httpx.Response:
+def reply(text: str = '{"a": 1}', *, choices: int = 1) -> Any:
     body = {
         "id": "c1",
         "object": "chat.completion",
@@ -49,7 +51,7 @@ def reply(text: str = '{"a": 1}', *, choices: int = 1) -> httpx.Response:
     return httpx.Response(200, json=body)
 
 
-def error(status: int, message: str = "failed", headers: dict[str, str] | None = None) -> httpx.Response:
+def error(status: int, message: str = "failed", headers: dict[str, str] | None = None) -> Any:
     return httpx.Response(status, json={"error": {"message": message, "type": "error"}}, headers=headers)
 
 
@@ -61,7 +63,7 @@ class Server:
         self.bodies: list[dict[str, Any]] = []
         self.times: list[float] = []
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    def __call__(self, request: Any) -> Any:
         body = json.loads(request.content)
         self.bodies.append(body)
         self.times.append(time.monotonic())
@@ -71,7 +73,9 @@ class Server:
         transport = httpx.MockTransport(self)
         client: Any
         if asynchronous:
-            client = openai.AsyncOpenAI(api_key="k", base_url=BASE_URL, http_client=httpx.AsyncClient(transport=transport))
+            client = openai.AsyncOpenAI(
+                api_key="k", base_url=BASE_URL, http_client=httpx.AsyncClient(transport=transport)
+            )
         else:
             client = openai.OpenAI(api_key="k", base_url=BASE_URL, http_client=httpx.Client(transport=transport))
         return OpenAIBackend(model="m", client=client, **options)
@@ -118,7 +122,7 @@ def test_retry_after_is_honoured(serve: Callable[[Handler], Server], headers: di
 
 
 def test_a_rejected_json_schema_falls_back_to_json_mode_once(serve: Callable[[Handler], Server]) -> None:
-    def handler(n: int, body: dict[str, Any]) -> httpx.Response:
+    def handler(n: int, body: dict[str, Any]) -> Any:
         if body["response_format"]["type"] == "json_schema":
             return error(400, "response_format of type json_schema is not supported")
         return reply()

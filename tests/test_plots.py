@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
+from care_sdk.backends import EVALUATION
 from care_sdk.cli import main
 from care_sdk.errors import InputError
 from care_sdk.plots.records import (
@@ -20,7 +21,6 @@ from care_sdk.plots.records import (
     weights_by_turn,
 )
 from care_sdk.scoring import score_file
-from care_sdk.backends import EVALUATION
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

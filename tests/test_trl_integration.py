@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +14,12 @@ from care_sdk import (
     AdaptiveReward,
     Backend,
     GenerationRequest,
-    GenerationResult,
     Rubric,
     RubricEvaluator,
     RubricGenerator,
 )
-from care_sdk.errors import InputError
 from care_sdk.backends import RUBRIC
+from care_sdk.errors import InputError
 from care_sdk.testing import RecordingBackend, ScriptedBackend, evaluation_json, rubric_json
 
 DIMS = ("cognitive", "affective", "proactive")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from care_sdk import AdaptiveReward, ConfigError, RubricEvaluator, RubricGenerator, Rubric
+from care_sdk import AdaptiveReward, ConfigError, Rubric, RubricEvaluator, RubricGenerator
 from care_sdk.reward import build_reward
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
 from care_sdk.types import fixed_criteria
@@ -21,7 +21,7 @@ def test_a_given_rubric_gets_uniform_weights() -> None:
     )
     result = reward.score("I failed my exam.", "That must hurt.")
     assert result.reward == pytest.approx(1 / 3)
-    assert result.rubric is not None and set(result.rubric.weights.values()) == {pytest.approx(1 / 3)}
+    assert result.rubric is not None and list(result.rubric.weights.values()) == pytest.approx([1 / 3] * 3)
 
 
 def test_a_given_rubric_gets_the_fixed_criteria() -> None:

@@ -18,8 +18,8 @@ import pytest
 
 import care_sdk.integrations.verl as verl_module
 from care_sdk import CareError, GenerationRequest, InputError
-from care_sdk.integrations.verl import make_row
 from care_sdk.backends import RUBRIC
+from care_sdk.integrations.verl import make_row
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
 
 CONTEXT = [

@@ -24,7 +24,7 @@ Examples:
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, cast, get_args
+from typing import Annotated, Literal, get_args
 
 from pydantic import BeforeValidator
 
@@ -84,7 +84,7 @@ def as_variant(name: str) -> Variant:
     name = VARIANT_ALIASES.get(name, name)
     if name not in _MODES:
         raise ConfigError(f"unknown reward variant {name!r}; choose from {', '.join(VARIANTS)}")
-    return cast(Variant, name)
+    return name
 
 
 def variant_modes(variant: str) -> tuple[WeightsMode, CriteriaMode]:

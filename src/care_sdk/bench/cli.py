@@ -157,7 +157,9 @@ def add_bench_commands(subparsers: Any) -> None:
         "--systems", type=_csv, default=(), help="pairwise: comma-separated judged systems to compare (default: all)"
     )
     quality.add_argument("--out", help="output directory (default: care-quality/<backend>); an existing run is resumed")
-    quality.add_argument("--data-dir", help="the data directory (default: $CARE_DATA_DIR; see the docs' data page for its layout)")
+    quality.add_argument(
+        "--data-dir", help="the data directory (default: $CARE_DATA_DIR; see the docs' data page for its layout)"
+    )
     quality.add_argument("--esconv", help="ESConv file for alignment and success (default: esconv/test.jsonl)")
     quality.add_argument("--failed-esconv", help="FailedESConv.json (default: esconv/FailedESConv.json)")
     quality.add_argument("--lend-an-ear", help="the mint_lend_an_ear directory")

@@ -201,6 +201,7 @@ class VariantScorer:
         self.evaluator = self._wrap(evaluator) if evaluator is not None else None
         self.rewards: dict[str, AdaptiveReward] = {}
         for variant in needs_model:
+            assert self.evaluator is not None  # checked above
             self.rewards[variant] = AdaptiveReward.for_variant(variant, self.generator, self.evaluator)
 
     def _wrap(self, component: Any) -> Any:

@@ -12,7 +12,6 @@ Examples:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from string import Template
@@ -25,7 +24,6 @@ from care_sdk.types import (
     DIMENSIONS,
     Context,
     CriterionScore,
-    Dimension,
     Evaluation,
     Message,
     Rubric,
@@ -146,7 +144,7 @@ def parse_rubric(text: str) -> Rubric:
     Examples:
         >>> parse_rubric('{"weights": {"cognitive": 1, "affective": 1, "proactive": 2},'
         ...              ' "criteria": {"cognitive": ["Names the conflict."], "affective": ["Validates fear."],'
-        ...              ' "proactive": ["Suggests one step."]}}').weights[Dimension.PROACTIVE]
+        ...              ' "proactive": ["Suggests one step."]}}').weights[DIMENSIONS[2]]
         0.5
     """
     data = _load_json(text)
