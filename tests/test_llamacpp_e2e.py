@@ -151,8 +151,8 @@ def test_care_score_reports_malformed_lines_and_scores_the_rest(tmp_path: Path) 
     out = tmp_path / "out.jsonl"
     done = care("score", str(path), "--out", str(out), "--quiet")
     assert done.returncode == 1
-    assert "in.jsonl:2: messages[0].role" in done.stderr
-    assert "in.jsonl:3: invalid JSON" in done.stderr
+    assert "in.jsonl:line 2: messages[0].role" in done.stderr
+    assert "in.jsonl:line 3: not valid JSON" in done.stderr
     records = [json.loads(x) for x in out.read_text().splitlines()]
     assert [(r["id"], r["turn"]) for r in records] == [("ok", 1), ("ok", 3)]
 
