@@ -9,15 +9,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-# The package reads data only from explicit paths or $CARE_DATA_DIR; the tests (and the doctests
-# collected with them) use the data directory beside this repository unless told otherwise.
-os.environ.setdefault("CARE_DATA_DIR", str(REPO.parent / "shared" / "data"))
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The real dialogue data ($CARE_DATA_DIR, by default ../shared/data); skips when absent."""
-    path = Path(os.environ["CARE_DATA_DIR"])
+    path = Path(os.environ["CARE_DATA_DIR"])  # set by the conftest.py at the repository root
     if not path.is_dir():
         pytest.skip(f"shared data not found at {path} (set CARE_DATA_DIR)")
     return path

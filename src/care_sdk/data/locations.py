@@ -72,10 +72,11 @@ def data_dir(path: str | Path | None = None) -> Path:
         >>> root = tempfile.mkdtemp()
         >>> data_dir(root) == Path(root)
         True
+        >>> before = os.environ.get("CARE_DATA_DIR")
         >>> os.environ["CARE_DATA_DIR"] = root
         >>> data_dir() == Path(root)
         True
-        >>> del os.environ["CARE_DATA_DIR"]
+        >>> _ = os.environ.pop("CARE_DATA_DIR") if before is None else os.environ.update(CARE_DATA_DIR=before)
     """
     if path is None or str(path) == "":
         raw = os.environ.get(DATA_DIR_ENV, "").strip()
