@@ -205,6 +205,7 @@ class Task(Protocol):
     """A quality task: ``load`` builds the items, ``evaluate`` turns scored records into metrics.
 
     Examples:
+        >>> from care_sdk.bench.tasks import TASKS
         >>> sorted(TASKS)
         ['alignment', 'experts', 'pairwise', 'simulated', 'success']
     """
