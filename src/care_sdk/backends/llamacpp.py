@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import gc
 import importlib.metadata
 import json
 import os
@@ -91,9 +92,11 @@ _OPEN: weakref.WeakSet[LlamaCppBackend] = weakref.WeakSet()
 
 @atexit.register
 def _close_open_backends() -> None:
-    """Close every live model before interpreter teardown, when ``Llama.__del__`` can no longer run cleanly."""
-    for backend in list(_OPEN):
-        backend.close()
+    """Free every live model before interpreter teardown, where ``Llama.__del__`` can no longer run cleanly."""
+    if _OPEN:
+        for backend in list(_OPEN):
+            backend.close()
+        gc.collect()  # models held in reference cycles are freed now, not during teardown
 
 
 class LlamaCppBackend(Backend):
@@ -230,6 +233,6 @@ class LlamaCppBackend(Backend):
     def close(self) -> None:
         """Free the model (also done at interpreter exit for a backend still alive then)."""
         _OPEN.discard(self)
-        llama = getattr(self, "llama", None)
+        llama = self.__dict__.pop("llama", None)  # dropped, so the model is freed now
         if llama is not None and hasattr(llama, "close"):
             llama.close()
