@@ -14,14 +14,8 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from care_sdk.backends.base import (
-    Backend,
-    Completion,
-    ForwardingBackend,
-    GenerationRequest,
-    GenerationResult,
-    TokenLogprob,
-)
+from care_sdk.backends import base
+from care_sdk.backends.base import Backend, Completion, ForwardingBackend, GenerationRequest, GenerationResult
 from care_sdk.errors import BackendError
 
 __all__ = ["RecordingBackend", "Reply", "ScriptedBackend", "evaluation_json", "rubric_json"]
@@ -152,7 +146,7 @@ class RecordingBackend(ForwardingBackend):
         return sum(1 for r in self.requests if purpose is None or r.purpose == purpose)
 
 
-def score_logprobs(probabilities: Mapping[int, float]) -> TokenLogprob:
+def score_logprobs(probabilities: Mapping[int, float]) -> base.TokenLogprob:
     """A score token with the given probabilities of 1-5, for testing logprob-expected scores.
 
     Examples:
@@ -162,4 +156,4 @@ def score_logprobs(probabilities: Mapping[int, float]) -> TokenLogprob:
     import math
 
     top = tuple(sorted(((str(k), math.log(v)) for k, v in probabilities.items() if v > 0), key=lambda kv: -kv[1]))
-    return TokenLogprob(token=top[0][0], logprob=top[0][1], top=top)
+    return base.TokenLogprob(token=top[0][0], logprob=top[0][1], top=top)
