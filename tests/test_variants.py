@@ -92,3 +92,16 @@ def test_for_variant_drops_the_generator_of_fixed_rubric() -> None:
     gen = RubricGenerator(ScriptedBackend([]))
     reward = AdaptiveReward.for_variant("fixed_rubric", gen, RubricEvaluator(ScriptedBackend([])))
     assert reward.generator is None and reward.rubric == Rubric.uniform_fixed()
+
+
+@pytest.mark.parametrize(
+    ("flags", "variant"),
+    [([], "care"), (["--weights", "uniform"], "uniform_weights"), (["--variant", "fixed_rubric"], "fixed_rubric")],
+)
+def test_care_score_builds_its_reward_with_the_factory(flags: list[str], variant: str) -> None:
+    pytest.importorskip("openai", reason="needs the openai extra")
+    from care_sdk.cli import _build_reward, build_parser
+
+    spec = "openai:m@http://127.0.0.1:9/v1"  # built lazily: nothing is sent
+    reward = _build_reward(build_parser().parse_args(["score", "in.jsonl", "--backend", spec, *flags]))
+    assert reward.variant == variant and (reward.generator is None) == (variant == "fixed_rubric")

@@ -14,6 +14,7 @@ from typing import Any
 
 from care_sdk import __version__
 from care_sdk.errors import CareError, InputError
+from care_sdk.variants import VARIANTS
 
 __all__ = ["build_parser", "main"]
 
@@ -43,7 +44,7 @@ def _build_reward(args: argparse.Namespace) -> Any:
     from care_sdk.variants import variant_of
 
     return build_reward(
-        variant_of(args.weights, args.criteria),
+        args.variant or variant_of(args.weights, args.criteria),
         backend=args.backend,
         generator_backend=args.generator_backend,
         evaluator_backend=args.evaluator_backend,
@@ -109,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--out", help="output JSONL, one record per assistant turn; an existing file is resumed")
     score.add_argument("--weights", choices=["generated", "uniform"], default="generated", help="rubric weights")
     score.add_argument("--criteria", choices=["generated", "fixed"], default="generated", help="rubric criteria")
+    score.add_argument(
+        "--variant",
+        choices=VARIANTS,
+        help="a named reward variant; replaces --weights and --criteria",
+    )
     score.add_argument("--batch-size", type=int, default=8, help="turns per backend batch (default: %(default)s)")
     score.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     score.add_argument(
