@@ -86,6 +86,9 @@ def test_the_factory_resolves_each_spec_once() -> None:
     assert reward.generator is not None and reward.generator.backend.identity == "scripted:shared"
     build_reward("fixed_rubric", backend="unused", evaluator_backend="judge", resolve=resolve)
     assert resolved[2:] == ["judge"]
+    shared = build_reward("care", backend="one", resolve=resolve)
+    assert resolved[3:] == ["one"] and shared.generator is not None
+    assert shared.generator.backend is shared.evaluator.backend  # one model serves both
 
 
 def test_for_variant_drops_the_generator_of_fixed_rubric() -> None:

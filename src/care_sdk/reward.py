@@ -295,11 +295,13 @@ def build_reward(
     """The reward of a variant, built from backend specs or objects: the one factory the CLI,
     the verl adapter, policy training and the benchmarks use.
 
-    ``generator_backend`` and ``evaluator_backend`` default to ``backend`` (resolved once and
-    shared). ``generator_options`` and ``evaluator_options`` are keyword arguments of
-    :class:`RubricGenerator` and :class:`RubricEvaluator` (``seed``, ``max_tokens``, ``cache``,
-    ...). ``fixed_rubric`` builds no generator and resolves no generator backend. ``resolve``
-    turns a spec into a backend (a pool that builds each spec once, for example).
+    ``generator_backend`` and ``evaluator_backend`` default to ``backend``; a spec used by both is
+    resolved once and shared (one model loaded once), except ``default``, which gives each
+    component its own bundled adapter. ``generator_options`` and ``evaluator_options`` are
+    keyword arguments of :class:`RubricGenerator` and :class:`RubricEvaluator` (``seed``,
+    ``max_tokens``, ``cache``, ...). ``fixed_rubric`` builds no generator and resolves no
+    generator backend. ``resolve`` turns a spec into a backend (a pool that builds each spec
+    once, for example).
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -307,14 +309,16 @@ def build_reward(
         >>> reward.variant, reward.weights, reward.evaluator.seed
         ('uniform_weights', 'uniform', 1)
     """
-    shared: list[Backend] = []
+    built: dict[Any, Backend] = {}
 
-    def backend_for(spec: Any) -> Backend:
-        if spec is not None:
-            return resolve(spec)
-        if not shared:
-            shared.append(resolve(backend))
-        return shared[0]
+    def backend_for(spec: Any) -> Any:
+        spec = backend if spec is None else spec
+        if isinstance(spec, str) and spec.strip().lower() == "default":
+            return spec  # each component resolves it with its role, so it gets its own adapter
+        key = spec if isinstance(spec, str) else id(spec)
+        if key not in built:
+            built[key] = resolve(spec)
+        return built[key]
 
     evaluator = RubricEvaluator(backend_for(evaluator_backend), **dict(evaluator_options or {}))
     generator = None
