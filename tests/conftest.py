@@ -13,8 +13,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    """The real dialogue data (../shared/data, or $CARE_DATA_DIR); skips when absent."""
-    path = Path(os.environ.get("CARE_DATA_DIR", REPO.parent / "shared" / "data"))
+    """The real dialogue data ($CARE_DATA_DIR, by default ../shared/data); skips when absent."""
+    path = Path(os.environ["CARE_DATA_DIR"])  # set by the conftest.py at the repository root
     if not path.is_dir():
         pytest.skip(f"shared data not found at {path} (set CARE_DATA_DIR)")
     return path

@@ -220,7 +220,7 @@ def test_prompt_rows_from_esconv_and_jsonl(data_dir: Path, tmp_path: Path) -> No
     assert all(r["context"][-1]["role"] == "user" for r in rows)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a", "messages": [{"role": "bot", "content": "x"}]}\n')
-    with pytest.raises(InputError, match=r"bad.jsonl:1"):
+    with pytest.raises(InputError, match=r"bad.jsonl:line 1"):
         prompt_rows(PromptSettings(source="jsonl", path=str(bad)), None)
 
 

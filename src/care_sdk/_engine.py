@@ -43,8 +43,9 @@ def parse_plan(
 
     A reply that raises ``ValueError`` is retried up to ``max_attempts`` in all, then becomes an
     :class:`OutputError`. A backend error (already retried by the backend's own retry layer) is
-    final for that item.
+    final for that item. A request without a ``purpose`` is sent with ``what`` as its purpose.
     """
+    requests = [r if r.purpose is not None else dataclasses.replace(r, purpose=what) for r in requests]
     outcomes: list[T | CareError | None] = [None] * len(requests)
     pending = list(range(len(requests)))
     failures: dict[int, tuple[str, str]] = {}

@@ -14,6 +14,7 @@ from typing import Any
 
 from care_sdk import __version__
 from care_sdk.errors import CareError, InputError
+from care_sdk.variants import VARIANTS
 
 __all__ = ["build_parser", "main"]
 
@@ -40,17 +41,17 @@ def _print_record(record: dict[str, Any]) -> None:
 
 
 def _build_reward(args: argparse.Namespace) -> Any:
-    from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator, resolve_backend
+    from care_sdk.reward import build_reward
+    from care_sdk.variants import variant_of
 
-    specs = {"generator": args.generator_backend or args.backend, "evaluator": args.evaluator_backend or args.backend}
-    if specs["generator"] == specs["evaluator"] and specs["generator"].strip().lower() != "default":
-        gen_backend = eval_backend = resolve_backend(specs["generator"])  # one model serves both
-    else:  # `default` gives each role its own bundled adapter
-        gen_backend = resolve_backend(specs["generator"], role="generator")
-        eval_backend = resolve_backend(specs["evaluator"], role="evaluator")
-    generator = RubricGenerator(gen_backend, seed=args.seed)
-    evaluator = RubricEvaluator(eval_backend, seed=args.seed)
-    return AdaptiveReward(generator, evaluator, weights=args.weights, criteria=args.criteria)
+    return build_reward(
+        args.variant or variant_of(args.weights, args.criteria),
+        backend=args.backend,
+        generator_backend=args.generator_backend,
+        evaluator_backend=args.evaluator_backend,
+        generator_options={"seed": args.seed},
+        evaluator_options={"seed": args.seed},
+    )
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
@@ -124,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--out", help="output JSONL, one record per assistant turn; an existing file is resumed")
     score.add_argument("--weights", choices=["generated", "uniform"], default="generated", help="rubric weights")
     score.add_argument("--criteria", choices=["generated", "fixed"], default="generated", help="rubric criteria")
+    score.add_argument(
+        "--variant",
+        choices=VARIANTS,
+        help="a named reward variant; replaces --weights and --criteria",
+    )
     score.add_argument("--batch-size", type=int, default=8, help="turns per backend batch (default: %(default)s)")
     score.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     score.add_argument(

@@ -7,12 +7,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from care_sdk._core import SCORES
 from care_sdk._engine import Plan, adrive, drive, parse_plan, unwrap
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
-from care_sdk.backends.base import Completion
-from care_sdk.errors import CareError
-from care_sdk.prompts import SCORES, Context, evaluation_schema, evaluator_messages, parse_evaluation
-from care_sdk.types import CriterionScore, Evaluation, Rubric
+from care_sdk.backends.base import EVALUATION, Completion
+from care_sdk.errors import CareError, ConfigError
+from care_sdk.prompts import evaluation_schema, evaluator_messages, parse_evaluation
+from care_sdk.types import Context, CriterionScore, Evaluation, Rubric
 
 __all__ = ["RubricEvaluator", "expected_scores"]
 
@@ -54,7 +55,7 @@ class RubricEvaluator:
         use_logprobs: bool = False,
     ) -> None:
         if max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
+            raise ConfigError("max_attempts must be at least 1")
         self.backend = resolve_backend(backend, role="evaluator")
         self.temperature = temperature
         self.seed = seed
@@ -71,6 +72,7 @@ class RubricEvaluator:
             temperature=self.temperature,
             seed=self.seed,
             top_logprobs=TOP_LOGPROBS if self.use_logprobs else None,
+            purpose=EVALUATION,
         )
 
     def _plan(self, items: Sequence[EvalItem]) -> Plan[Evaluation]:

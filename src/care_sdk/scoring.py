@@ -8,7 +8,7 @@ missing or failed ones, and rewrites the file in input order, identical to an un
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,8 +17,11 @@ from typing import Any
 
 from care_sdk.dialogues import read_dialogues
 from care_sdk.errors import InputError
+from care_sdk.jsonl import BadLine, append_jsonl, iter_jsonl, write_jsonl
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import DIMENSIONS, Dialogue, RewardResult, Turn
+
+logger = logging.getLogger("care_sdk")
 
 __all__ = ["ScoreSummary", "load_records", "score_file", "scored_by", "turn_record"]
 
@@ -110,18 +113,26 @@ def scored_by(reward: AdaptiveReward) -> dict[str, str | None]:
 
 
 def load_records(path: Path) -> dict[Key, dict[str, Any]]:
-    """Read an output file; unreadable lines (e.g. one cut off by an interrupt) are ignored."""
+    """Read an output file to resume from; a bad line (e.g. one cut off by an interrupt) is logged and
+    its turn scored again."""
     records: dict[Key, dict[str, Any]] = {}
     if not path.exists():
         return records
-    with path.open(encoding="utf-8") as handle:
-        for text in handle:
-            try:
-                record = json.loads(text)
-                records[(str(record["id"]), int(record["turn"]))] = record
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                continue
+    for _, record in iter_jsonl(path, on_bad=_rescore, check=_turn_key):
+        records[(str(record["id"]), int(record["turn"]))] = record
     return records
+
+
+def _turn_key(record: dict[str, Any]) -> tuple[str | None, str] | None:
+    if "id" not in record:
+        return "id", "missing"
+    if isinstance(record.get("turn"), bool) or not isinstance(record.get("turn"), int):
+        return "turn", "expected an integer"
+    return None
+
+
+def _rescore(bad: BadLine) -> None:
+    logger.warning("%s; that turn is scored again", bad)
 
 
 def _chunks(items: list[tuple[Dialogue, Turn]], size: int) -> Iterator[list[tuple[Dialogue, Turn]]]:
@@ -197,7 +208,7 @@ def score_file(
                 record = {**turn_record(str(dialogue.id), turn.index, result), "scored_by": producer}
                 done[(str(dialogue.id), turn.index)] = record
                 if handle:
-                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    append_jsonl(handle, record)
                 if on_record:
                     on_record(record)
             if handle:
@@ -219,8 +230,6 @@ def score_file(
             summary.weights[dim].append(weight)
     if out_path:
         tmp = out_path.with_name(out_path.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as handle_out:
-            for record in ordered:
-                handle_out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        write_jsonl(tmp, ordered)
         os.replace(tmp, out_path)
     return summary

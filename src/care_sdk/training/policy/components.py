@@ -24,9 +24,12 @@ from care_sdk.types import Dialogue, Message
 __all__ = ["BackendPool", "build_reward", "build_simulator", "load_profiles", "prompt_rows"]
 
 
-def _data_root(data_dir: str | None) -> Path:
+def _data_root(data_dir: str | None, given: str | None = None) -> Path:
+    """The data directory; not looked up when the file itself is ``given``."""
     from care_sdk.data import data_dir as default_data_dir
 
+    if data_dir is None and given:
+        return Path()  # not used: the settings name the file
     return Path(data_dir) if data_dir is not None else default_data_dir()
 
 
@@ -96,7 +99,7 @@ def load_profiles(settings: UserSettings, split: Split, data_dir: str | None = N
     Raises:
         InputError: the file is missing, or the split holds no profile.
     """
-    root = _data_root(data_dir)
+    root = _data_root(data_dir, settings.path)
     if settings.source == "esconv":
         path = Path(settings.path) if settings.path else root / "esconv" / "train.jsonl"
         profiles = esconv_profiles(path)
@@ -157,7 +160,7 @@ def prompt_rows(
         >>> [m["role"] for m in row["prompt"]], row["id"]
         (['system', 'user'], 'a:1')
     """
-    root = _data_root(data_dir)
+    root = _data_root(data_dir, settings.path)
     dialogues = _dialogues(settings, root)
     if settings.max_dialogues is not None:
         dialogues = dialogues[: settings.max_dialogues]

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from care_sdk.training.config import LoraSettings
+from care_sdk.variants import VariantField
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -126,9 +127,9 @@ class RewardSettings(_Config):
         'default'
     """
 
-    variant: Literal["full", "uniform_weights", "fixed_criteria", "fixed_rubric"] = "full"
-    """``full`` CARE, ``uniform_weights`` (generated criteria, weights 1/3), ``fixed_criteria``
-    (generated weights over the fixed six criteria) or ``fixed_rubric`` (no generator)."""
+    variant: VariantField = "care"
+    """``care`` (also read as ``full``), ``uniform_weights`` (generated criteria, weights 1/3),
+    ``fixed_criteria`` (generated weights over the fixed six criteria) or ``fixed_rubric`` (no generator)."""
     generator: str = "default"
     """Backend spec of the rubric generator, e.g. ``hf:runs/pref_grpo/merged`` for one trained with
     ``care train sft`` / ``pref-grpo``, or ``vllm:PATH`` / ``openai:MODEL@URL`` at scale."""
