@@ -26,6 +26,7 @@ from care_sdk.types import (
     DIMENSIONS,
     Context,
     CriterionScore,
+    Dimension,
     Evaluation,
     Message,
     Rubric,
