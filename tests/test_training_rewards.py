@@ -28,8 +28,10 @@ def n(c: int, a: int, p: int) -> dict[str, int]:
         (w(0.1, 0.1, 0.8), n(0, 0, 0), 1.0, 0),
         # tie in the largest count: either tied dimension may hold the top weight
         (w(0.2, 0.5, 0.3), n(2, 2, 1), 1.0, 0),
-        # tie in the largest weight counts as having it
-        (w(0.4, 0.4, 0.2), n(1, 3, 0), 1.0, 0),
+        # ... and the tied top-count dimensions may share it
+        (w(0.4, 0.4, 0.2), n(2, 2, 1), 1.0, 0),
+        # strict top rule: a dimension outside the top-count set tying for the largest weight is a violation
+        (w(0.4, 0.4, 0.2), n(1, 3, 0), 0.5, 1),
         # top violated only (no zero-count dimension involved)
         (w(0.2, 0.3, 0.5), n(3, 2, 1), 0.5, 1),
         # top violated because a zero-count dimension holds the top weight: 1 + 1 pair violation
@@ -40,8 +42,12 @@ def n(c: int, a: int, p: int) -> dict[str, int]:
         (w(0.5, 0.25, 0.25), n(3, 1, 0), 1.0, 0),
         # two pair violations: floored at 0
         (w(0.6, 0.2, 0.2), n(0, 2, 1), 0.0, 3),
-        # uniform weights always satisfy the top condition and no pair is strictly outweighed
-        (w(1, 1, 1), n(0, 4, 0), 1.0, 0),
+        # uniform weights: a tie for the top is no priority order (one violation, no strict pair violation)
+        (w(1, 1, 1), n(0, 4, 0), 0.5, 1),
+        (w(1, 1, 1), n(3, 0, 0), 0.5, 1),
+        # ... unless every dimension is in the top-count set
+        (w(1, 1, 1), n(2, 2, 2), 1.0, 0),
+        (w(1, 1, 1), n(0, 0, 0), 1.0, 0),
     ],
 )
 def test_r_align_rule(weights: dict[str, float], counts: dict[str, int], expected: float, violations: int) -> None:
@@ -54,6 +60,10 @@ def test_r_align_accepts_rubrics_and_partial_counts() -> None:
 
     rubric = parse_rubric(rubric_json(w(1, 3, 1)))
     assert r_align(rubric, {"affective": 1}) == 1.0
+    assert r_align(parse_rubric(rubric_json(w(1, 1, 1))), {"affective": 1}) == 0.5
+    assert align_violations(w(1, 1, 1), n(3, 0, 0)) == [
+        "top: affective, proactive share the largest weight without the most strategies (cognitive)"
+    ]
     with pytest.raises(ValueError, match="missing"):
         r_align({"cognitive": 1.0}, {})
     with pytest.raises(ValueError, match="negative"):

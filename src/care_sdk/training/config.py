@@ -33,16 +33,16 @@ class BuildDataConfig(_Config):
     """Settings of ``care train build-data``.
 
     Examples:
-        >>> BuildDataConfig(output_dir="out", teacher=None, judges=None).on_misaligned
-        'reject'
+        >>> BuildDataConfig(output_dir="out", teacher=None, target_judges=None).on_misaligned
+        'keep'
     """
 
     output_dir: str
-    """Where to write ``sft/{train,valid,test}.jsonl``, ``pairs/{...}.jsonl`` and ``report.json``."""
+    """Where to write ``sft/{train,valid,test}.jsonl``, ``pairs/{...}.jsonl``, ``roles.json`` and ``report.json``."""
     data_dir: str | None = None
     """The shared data directory; ``$CARE_DATA_DIR`` or ``../shared/data`` when omitted."""
     esconv_splits: tuple[str, ...] = ("train", "valid", "test")
-    """ESConv splits to read (each keeps its split in the output)."""
+    """ESConv splits to read (each keeps its split, and its data role, in the output)."""
     use_mint: bool = True
     """Also read Lend-an-Ear (SFT targets from tactic-tagged turns, and judged-response pairs)."""
     strategy_map: str | None = None
@@ -50,9 +50,10 @@ class BuildDataConfig(_Config):
     max_dialogues: int | None = Field(default=None, ge=1)
     """Read at most this many dialogues per source file (a slice, for smoke runs)."""
     max_turns: int | None = Field(default=None, ge=1)
-    """Build at most this many SFT targets per split."""
+    """Build at most this many SFT targets (and candidate-pair contexts) per split."""
     max_context_messages: int | None = Field(default=8, ge=1)
-    """Show the teacher, judges and annotator only the last this many context messages (records keep all)."""
+    """Show the teacher, judges, candidates and annotator only the last this many context messages
+    (records keep all)."""
     skip_unmapped: bool = True
     """Leave out turns whose strategies map to no dimension (e.g. only ``Others``)."""
     teacher: str | None = "default"
@@ -61,31 +62,54 @@ class BuildDataConfig(_Config):
     teacher_max_tokens: int = Field(default=400, ge=32)
     """Token budget of one teacher rubric."""
     teacher_attempts: int = Field(default=3, ge=1)
-    """Teacher samples per turn (retries on parse failure or misaligned weights)."""
-    on_misaligned: Literal["reject", "repair"] = "reject"
-    """What to do when no teacher sample satisfies the r_align constraints: drop the turn, or
-    keep its criteria with count-derived weights (counted as ``repaired``)."""
-    judges: tuple[str, str] | None = ("default", "default")
-    """Backend specs of the two judges; a target is kept only when both accept. ``None``: no filter."""
+    """Teacher samples per turn (retries on a reply that does not parse, and on misaligned weights
+    when ``on_misaligned`` enforces alignment)."""
+    on_misaligned: Literal["keep", "reject", "repair"] = "keep"
+    """Alignment of a target's weights with the reference's strategy counts (r_align) is measured
+    and reported for every target. ``keep``: that is all (the default: targets are filtered for
+    quality, not forced into alignment). ``reject``: re-sample misaligned targets, then drop them.
+    ``repair``: re-sample, then keep the criteria with count-derived weights (counted as ``repaired``)."""
+    target_judges: tuple[str, ...] | None = ("default", "default")
+    """Backend specs of the target judges (quality and consistency with the reference reply); a
+    target is kept only when all accept. ``None``: no filter."""
     judge_max_tokens: int = Field(default=96, ge=16)
-    """Token budget of one judge verdict."""
+    """Token budget of one judge verdict (target and pair judges)."""
+    candidates: tuple[str, ...] = ("default", "default")
+    """Backend specs that each roll out one candidate reply per context (a spec may repeat: each
+    entry samples with its own seed). Empty: no candidate rollouts."""
+    include_reference: bool = True
+    """The dataset's own reply (ESConv's human supporter) is one more candidate."""
+    candidate_max_tokens: int = Field(default=160, ge=8)
+    """Token budget of one candidate reply."""
+    candidate_temperature: float = Field(default=0.8, ge=0)
+    """Sampling temperature of the candidate replies."""
+    judges: tuple[str, ...] | None = ("default", "default", "default")
+    """Backend specs of the pair judges: every pair of candidates of a context is compared by each
+    judge (in a seeded random order); a pair is kept when a strict majority prefers the same reply;
+    ties and split votes are dropped. ``None``: no candidate pairs."""
+    max_pairs_per_context: int = Field(default=2, ge=1)
+    """At most this many judged pairs per context (largest majority first)."""
     annotator: str | None = "default"
-    """Backend spec of the strategy annotator for pair replies without labels; ``None``: such pairs
+    """Backend spec of the strategy annotator for chosen replies without labels; ``None``: such pairs
     are dropped (and counted)."""
     criteria_per_dimension: int = Field(default=2, ge=1, le=5)
     """Criteria per dimension in target rubrics."""
     pref_margin: float = Field(default=1.0, ge=0)
-    """Minimum judge-score (aggregated empathy) margin between chosen and rejected MINT replies."""
+    """Minimum MINT-judge score (aggregated empathy) margin between chosen and rejected Lend-an-Ear replies."""
     max_pairs_per_turn: int = Field(default=2, ge=1)
-    """At most this many MINT pairs per supporter turn (best vs worst first)."""
-    esconv_pairs: bool = True
-    """Build ESConv pairs: the reference reply vs a supporter reply from another dialogue."""
+    """At most this many Lend-an-Ear pairs per supporter turn (best vs worst first)."""
+    mint_reject_human: bool = False
+    """Whether a Lend-an-Ear pair may reject the human supporter's reply (the MINT judge scores the
+    human reply below model replies on most turns; it rewards validation and elaboration)."""
+    offcontext_pairs: bool = False
+    """Also build off-context ESConv pairs: the reference reply vs a supporter reply from another
+    dialogue. Not the method's pairs: the rejected reply is off-topic, so any rubric separates the two."""
     valid_fraction: float = Field(default=0.1, ge=0, lt=1)
     """Share of non-ESConv dialogues assigned to ``valid`` (by a seeded hash of the dialogue id)."""
     test_fraction: float = Field(default=0.1, ge=0, lt=1)
     """Share of non-ESConv dialogues assigned to ``test``."""
     seed: int = 0
-    """Seed of every random choice (splits, rejected replies, backend sampling)."""
+    """Seed of every random choice (splits, candidate order, backend sampling)."""
 
 
 class LoraSettings(_Config):
@@ -214,7 +238,7 @@ def load_config(cls: type[C], path: str | Path, overrides: dict[str, Any] | None
     Examples:
         >>> import tempfile, pathlib
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "b.yaml"
-        >>> _ = p.write_text("output_dir: out\\nteacher: null\\njudges: null\\nseed: 3\\n")
+        >>> _ = p.write_text("output_dir: out\\nteacher: null\\ntarget_judges: null\\nseed: 3\\n")
         >>> load_config(BuildDataConfig, p).seed
         3
     """
