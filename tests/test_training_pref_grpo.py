@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow  # real trainer steps (a tiny model, but TRL + PEF
 
 @pytest.fixture(scope="module")
 def pairs_file(small_build_data: Callable[[int], Path]) -> Path:
-    return small_build_data(3) / "pairs" / "test.jsonl"
+    return small_build_data(3) / "pairs" / "train.jsonl"
 
 
 def test_grpo_rows_carry_the_reward_columns(pairs_file: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any, Literal, Protocol
 
 from care_sdk.errors import ConfigError, InputError
 from care_sdk.prompts import generator_messages
-from care_sdk.training.roles import check_records, require_trainable
+from care_sdk.training.roles import require_trainable
 from care_sdk.training.tiny import require_train, resolve_model
 from care_sdk.types import Message
 
@@ -104,8 +104,7 @@ def read_records(path: str | Path, kind: str, split: str = "train", limit: int |
     if not records:
         raise InputError("no records", location=str(path))
     if split == "train":
-        require_trainable(path)
-        check_records(records, path)
+        require_trainable(path, records=records)
     return records
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -115,12 +115,18 @@ def _undeclared(path: Path) -> InputError:
     )
 
 
-def require_trainable(path: str | Path, *, what: str = "training data") -> Role:
+def require_trainable(
+    path: str | Path, *, what: str = "training data", records: Sequence[Mapping[str, Any]] | None = None
+) -> Role:
     """The role of ``path``, which a recipe is about to train on; refuses test and eval-only data.
 
+    With ``records`` (the file's records), a file without a declared role is accepted when every
+    record declares its own ``split`` (as build-data records do), and every record is checked
+    with :func:`check_records`.
+
     Raises:
-        InputError: the file is declared ``test`` or ``eval-only``, or has no declared role
-            (the message names the file).
+        InputError: the file or a record is declared ``test`` or ``eval-only``, or nothing declares
+            a role (the message names the file).
 
     Examples:
         >>> require_trainable("/data/esconv/train.jsonl")
@@ -132,10 +138,14 @@ def require_trainable(path: str | Path, *, what: str = "training data") -> Role:
     """
     path = Path(path)
     role = data_role(path)
+    if role is not None and role not in _TRAINABLE:
+        raise InputError(f"refusing to use {role} data as {what}", location=str(path))
+    if records is not None:
+        check_records(records, path)
+        if role is None and records and all("split" in r for r in records):
+            return "train"
     if role is None:
         raise _undeclared(path)
-    if role not in _TRAINABLE:
-        raise InputError(f"refusing to use {role} data as {what}", location=str(path))
     return role
 
 
