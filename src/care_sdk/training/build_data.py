@@ -232,7 +232,13 @@ def build_data(
     backends = pool if pool is not None else BackendPool()
     try:
         sft_records = build_targets(candidates, config, mapping, backends, report, log)
-        pairs = candidate_pairs(candidates, config, backends, report, log)
+        per_split: Counter[str] = Counter()
+        contexts = []
+        for turn, split in candidates:
+            per_split[split] += 1
+            if config.pair_contexts is None or per_split[split] <= config.pair_contexts:
+                contexts.append((turn, split))
+        pairs = candidate_pairs(contexts, config, backends, report, log)
         if config.use_mint:
             root = Path(config.data_dir) if config.data_dir else data_dir()
             judged = load_judged_turns(

@@ -87,6 +87,9 @@ class BuildDataConfig(_Config):
     """Backend specs of the pair judges: every pair of candidates of a context is compared by each
     judge (in a seeded random order); a pair is kept when a strict majority prefers the same reply;
     ties and split votes are dropped. ``None``: no candidate pairs."""
+    pair_contexts: int | None = Field(default=None, ge=1)
+    """At most this many contexts per split get candidate rollouts (the first of the SFT target
+    turns); all of them when omitted."""
     max_pairs_per_context: int = Field(default=2, ge=1)
     """At most this many judged pairs per context (largest majority first)."""
     annotator: str | None = "default"
@@ -224,8 +227,44 @@ def validate_config(cls: type[C], data: Any, *, source: str = "config") -> C:
         raise ConfigError(f"{source}: {_describe(exc)}") from None
 
 
+def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> Any:
+    """Parse a YAML file whose ``!include FILE[#KEY]`` values are read from other YAML files."""
+    import yaml
+
+    if not path.is_file():
+        raise ConfigError(
+            f"{chain[-1] if chain else path}: no such config file{f' to include: {path}' if chain else ''}"
+        )
+    if path.resolve() in chain:
+        raise ConfigError(f"{path}: includes itself (through {' -> '.join(map(str, chain))})")
+
+    loader_class: Any = type("IncludeLoader", (yaml.SafeLoader,), {})
+
+    def include(loader: Any, node: Any) -> Any:
+        target = str(loader.construct_scalar(node))
+        name, _, key = target.partition("#")
+        value = _read_yaml(path.parent / name, (*chain, path.resolve()))
+        for part in filter(None, key.split(".")):
+            if not isinstance(value, dict) or part not in value:
+                raise ConfigError(f"{path}: !include {target}: no key {part!r}")
+            value = value[part]
+        return value
+
+    loader_class.add_constructor("!include", include)
+    try:
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=loader_class)  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:line {mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+
+
 def load_config(cls: type[C], path: str | Path, overrides: dict[str, Any] | None = None) -> C:
     """Read a YAML config file as ``cls``; relative paths in it stay relative to the working directory.
+
+    A value written ``!include FILE`` is the content of another YAML file (relative to the
+    including one), ``!include FILE#KEY`` one key of it (``KEY.SUB`` for nested keys): the
+    paper-scale configs share one evaluator definition that way.
 
     Args:
         cls: the stage's config class.
@@ -233,30 +272,27 @@ def load_config(cls: type[C], path: str | Path, overrides: dict[str, Any] | None
         overrides: top-level keys that replace the file's (e.g. from the command line).
 
     Raises:
-        ConfigError: the file is missing, not YAML, or has an unknown or invalid key (named).
+        ConfigError: the file (or an included one) is missing, not YAML, or has an unknown or
+            invalid key (named).
 
     Examples:
         >>> import tempfile, pathlib
-        >>> p = pathlib.Path(tempfile.mkdtemp()) / "b.yaml"
-        >>> _ = p.write_text("output_dir: out\\nteacher: null\\ntarget_judges: null\\nseed: 3\\n")
-        >>> load_config(BuildDataConfig, p).seed
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "shared.yaml").write_text("judge: {seed: 3}\\n")
+        >>> _ = (d / "b.yaml").write_text("output_dir: out\\nseed: !include shared.yaml#judge.seed\\n")
+        >>> load_config(BuildDataConfig, d / "b.yaml").seed
         3
     """
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        import yaml
+        import yaml  # noqa: F401
     except ImportError as exc:  # pragma: no cover - pyyaml is in the train extra
         from care_sdk.errors import MissingDependencyError
 
         raise MissingDependencyError("yaml", extra="train") from exc
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:line {mark.line + 1}" if mark is not None else str(path)
-        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    data = _read_yaml(path)
     if data is None:
         data = {}
     if isinstance(data, dict) and overrides:
