@@ -46,13 +46,21 @@ def test_unknown_key_names_file_and_key(tmp_path: Path) -> None:
         load_config(SFTStageConfig, path)
 
 
-def test_invalid_value_and_bad_yaml_are_named(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("output_dir: o\non_misaligned: ignore\n", r"b\.yaml: on_misaligned"),
+        ("output_dir: o\n  bad: [\n", r"b.yaml:line \d+: not valid YAML"),
+        ("output_dir: o\nteacher: !include shared.yaml#model\n", r"b.yaml: !include shared.yaml#model: no key 'model'"),
+        ("output_dir: o\nteacher: !include missing.yaml\n", r"b.yaml: no such config file to include: .*missing"),
+        ("output_dir: o\nteacher: !include b.yaml#teacher\n", "includes itself"),
+    ],
+)
+def test_invalid_values_bad_yaml_and_bad_includes_are_named(tmp_path: Path, text: str, error: str) -> None:
+    (tmp_path / "shared.yaml").write_text("backend: x\n")
     path = tmp_path / "b.yaml"
-    path.write_text("output_dir: o\non_misaligned: ignore\n")
-    with pytest.raises(ConfigError, match=r"b\.yaml: on_misaligned"):
-        load_config(BuildDataConfig, path)
-    path.write_text("output_dir: o\n  bad: [\n")
-    with pytest.raises(ConfigError, match=r"b.yaml:line \d+: not valid YAML"):
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=error):
         load_config(BuildDataConfig, path)
     with pytest.raises(ConfigError, match="no such config file"):
         load_config(BuildDataConfig, tmp_path / "missing.yaml")
@@ -101,32 +109,11 @@ def test_one_evaluator_definition_serves_pref_grpo_and_policy_grpo() -> None:
     policy = [load_config(PolicyGRPOConfig, p) for p in sorted(CONFIGS.glob("policy_grpo_paper*.yaml"))]
     evals = [load_config(EvalPolicyConfig, CONFIGS / "policy_eval_paper.yaml")]
     assert len(pref) == 2 and len(policy) == 6
-    for c in pref:
-        assert (c.evaluator, c.evaluator_max_tokens, c.evaluator_max_attempts) == (
-            shared["backend"],
-            shared["max_tokens"],
-            shared["max_attempts"],
-        )
-    for r in [c.reward for c in policy + evals]:
-        assert (r.evaluator, r.evaluator_max_tokens, r.max_attempts) == (
-            shared["backend"],
-            shared["max_tokens"],
-            shared["max_attempts"],
-        )
-
-
-def test_include_errors_name_the_file_and_key(tmp_path: Path) -> None:
-    (tmp_path / "shared.yaml").write_text("backend: x\n")
-    path = tmp_path / "b.yaml"
-    path.write_text("output_dir: o\nteacher: !include shared.yaml#model\n")
-    with pytest.raises(ConfigError, match=r"b.yaml: !include shared.yaml#model: no key 'model'"):
-        load_config(BuildDataConfig, path)
-    path.write_text("output_dir: o\nteacher: !include missing.yaml\n")
-    with pytest.raises(ConfigError, match=r"b.yaml: no such config file to include: .*missing.yaml"):
-        load_config(BuildDataConfig, path)
-    path.write_text("output_dir: o\nteacher: !include b.yaml#teacher\n")
-    with pytest.raises(ConfigError, match="includes itself"):
-        load_config(BuildDataConfig, path)
+    expected = (shared["backend"], shared["max_tokens"], shared["max_attempts"])
+    assert {(c.evaluator, c.evaluator_max_tokens, c.evaluator_max_attempts) for c in pref} == {expected}
+    assert {(r.evaluator, r.evaluator_max_tokens, r.max_attempts) for r in [c.reward for c in policy + evals]} == {
+        expected
+    }
 
 
 def _trl_plan(config: PrefGRPOConfig | SFTStageConfig | PolicyGRPOConfig, kind: str, rows: int, processes: int) -> int:

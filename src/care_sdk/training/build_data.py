@@ -42,7 +42,7 @@ from care_sdk.training.pairs import HUMAN_SYSTEMS, annotate, candidate_pairs, mi
 from care_sdk.training.policy.components import BackendPool
 from care_sdk.training.prompts import DATA_PROMPT_VERSION
 from care_sdk.training.roles import Role, write_roles
-from care_sdk.training.targets import build_targets, count_weights
+from care_sdk.training.targets import BuildContext, build_targets, count_weights
 from care_sdk.types import Message
 
 __all__ = ["SPLITS", "BuildReport", "build_data", "count_weights", "input_key", "split_of"]
@@ -231,24 +231,25 @@ def build_data(
     candidates, turn_pool = _sft_candidates(dialogues, config, mapping, report)
     backends = pool if pool is not None else BackendPool()
     try:
-        sft_records = build_targets(candidates, config, mapping, backends, report, log)
+        ctx = BuildContext(config, mapping, backends, report, log)
+        sft_records = build_targets(candidates, ctx)
         per_split: Counter[str] = Counter()
         contexts = []
         for turn, split in candidates:
             per_split[split] += 1
             if config.pair_contexts is None or per_split[split] <= config.pair_contexts:
                 contexts.append((turn, split))
-        pairs = candidate_pairs(contexts, config, backends, report, log)
+        pairs = candidate_pairs(contexts, ctx)
         if config.use_mint:
             root = Path(config.data_dir) if config.data_dir else data_dir()
             judged = load_judged_turns(
                 root / "mint_lend_an_ear" / "judged_turns" / "judged_turn_responses_gold_and_qwen3-4b_systems.jsonl"
             )
             report.load_issues += [str(i) for i in judged.issues]
-            pairs += mint_pairs(dialogues, judged.records, config, report)
+            pairs += mint_pairs(dialogues, judged.records, ctx)
         if config.offcontext_pairs:
-            pairs += offcontext_pairs(candidates, turn_pool, config, report)
-        pairs = annotate(pairs, config, mapping, backends, report, log)
+            pairs += offcontext_pairs(candidates, turn_pool, ctx)
+        pairs = annotate(pairs, ctx)
     finally:
         if pool is None:
             backends.close()

@@ -21,14 +21,12 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from care_sdk.data import JudgedResponse, StrategyMap, SupportDialogue, SupportTurn
+from care_sdk.data import JudgedResponse, SupportDialogue, SupportTurn
 from care_sdk.errors import CareError
 from care_sdk.training._calls import ask
-from care_sdk.training.config import BuildDataConfig
-from care_sdk.training.policy.components import BackendPool
 from care_sdk.training.prompts import (
     annotator_messages,
     annotator_schema,
@@ -38,7 +36,7 @@ from care_sdk.training.prompts import (
     parse_annotation,
     parse_pair_verdict,
 )
-from care_sdk.training.targets import counts_json, truncate
+from care_sdk.training.targets import BuildContext, counts_json, truncate
 from care_sdk.types import Message
 
 __all__ = ["HUMAN_SYSTEMS", "annotate", "candidate_pairs", "majority", "mint_pairs", "offcontext_pairs"]
@@ -102,13 +100,10 @@ def _flip(*parts: object) -> bool:
 
 
 def _rollouts(
-    turns: list[tuple[SupportTurn, str]],
-    cfg: BuildDataConfig,
-    pool: BackendPool,
-    report: Any,
-    log: Callable[[str], None],
+    turns: list[tuple[SupportTurn, str]], ctx: BuildContext
 ) -> list[list[tuple[str, str, Sequence[str] | None]]]:
     """Per turn, its candidates: ``(system, reply, strategies or None)``."""
+    cfg, pool, report, log = ctx.cfg, ctx.pool, ctx.report, ctx.log
     out: list[list[tuple[str, str, Sequence[str] | None]]] = [
         [("reference", turn.reply, turn.strategies)] if cfg.include_reference else [] for turn, _ in turns
     ]
@@ -138,17 +133,12 @@ def _rollouts(
     return out
 
 
-def candidate_pairs(
-    turns: list[tuple[SupportTurn, str]],
-    cfg: BuildDataConfig,
-    pool: BackendPool,
-    report: Any,
-    log: Callable[[str], None],
-) -> list[dict[str, Any]]:
+def candidate_pairs(turns: list[tuple[SupportTurn, str]], ctx: BuildContext) -> list[dict[str, Any]]:
     """Candidate replies per context, compared pairwise by the judges; majority-preferred pairs."""
+    cfg, pool, report, log = ctx.cfg, ctx.pool, ctx.report, ctx.log
     if cfg.judges is None or not turns:
         return []
-    candidates = _rollouts(turns, cfg, pool, report, log)
+    candidates = _rollouts(turns, ctx)
     comparisons = [
         (t, i, j) for t, cands in enumerate(candidates) for i in range(len(cands)) for j in range(i + 1, len(cands))
     ]
@@ -165,16 +155,7 @@ def candidate_pairs(
                 candidates[t][i][1] if flip else candidates[t][j][1],
             )
             prompts.append(pair_judge_messages(truncate(turns[t][0].context, cfg.max_context_messages), a, b))
-        verdicts = ask(
-            judge,
-            prompts,
-            parse_pair_verdict,
-            what="pair judge",
-            schema=pair_judge_schema(),
-            max_tokens=cfg.judge_max_tokens,
-            attempts=2,
-            seed=cfg.seed + 101 * (n + 1),
-        )
+        verdicts = ctx.ask_judge(n, judge, prompts, parse_pair_verdict, what="pair judge", schema=pair_judge_schema())
         for k, (verdict, flip) in enumerate(zip(verdicts, flips, strict=True)):
             if isinstance(verdict, CareError):
                 report.pairs[f"pair judge {n + 1}: error"] += 1
@@ -212,12 +193,10 @@ def candidate_pairs(
 
 
 def mint_pairs(
-    dialogues: list[tuple[SupportDialogue, str]],
-    judged: Sequence[JudgedResponse],
-    cfg: BuildDataConfig,
-    report: Any,
+    dialogues: list[tuple[SupportDialogue, str]], judged: Sequence[JudgedResponse], ctx: BuildContext
 ) -> list[dict[str, Any]]:
     """Lend-an-Ear pairs: best vs worst MINT-judge score of the judged replies to the same turn."""
+    cfg, report = ctx.cfg, ctx.report
     by_id = {d.id: (d, split) for d, split in dialogues if d.source == "lend-an-ear"}
     groups: dict[tuple[str, int], list[JudgedResponse]] = defaultdict(list)
     for response in judged:
@@ -264,13 +243,11 @@ def mint_pairs(
 
 
 def offcontext_pairs(
-    candidates: list[tuple[SupportTurn, str]],
-    pool: dict[str, list[SupportTurn]],
-    cfg: BuildDataConfig,
-    report: Any,
+    candidates: list[tuple[SupportTurn, str]], pool: dict[str, list[SupportTurn]], ctx: BuildContext
 ) -> list[dict[str, Any]]:
     """Off-context pairs: the ESConv reference reply vs a supporter reply drawn (seeded) from another
     ESConv dialogue of the same split. An off-topic negative, not the method's pairs (off by default)."""
+    cfg, report = ctx.cfg, ctx.report
     rng = random.Random(cfg.seed)
     by_split: dict[str, list[SupportTurn]] = defaultdict(list)
     for turn, split in candidates:
@@ -301,15 +278,9 @@ def offcontext_pairs(
     return out
 
 
-def annotate(
-    pairs: list[dict[str, Any]],
-    cfg: BuildDataConfig,
-    mapping: StrategyMap,
-    pool: BackendPool,
-    report: Any,
-    log: Callable[[str], None],
-) -> list[dict[str, Any]]:
+def annotate(pairs: list[dict[str, Any]], ctx: BuildContext) -> list[dict[str, Any]]:
     """Label unlabelled chosen replies with the annotator; add ``chosen_strategy_counts``; drop the unlabelled."""
+    cfg, mapping, pool, report, log = ctx.cfg, ctx.mapping, ctx.pool, ctx.report, ctx.log
     todo = [i for i, p in enumerate(pairs) if p["chosen_strategies"] is None]
     if todo and cfg.annotator is None:
         report.pairs["dropped: no strategy labels (no annotator)"] += len(todo)

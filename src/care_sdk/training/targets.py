@@ -13,8 +13,10 @@ term is where the priority order is taught.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
+from care_sdk.backends import Backend
 from care_sdk.data import StrategyMap, SupportTurn
 from care_sdk.errors import CareError, OutputError
 from care_sdk.prompts import fixed_criteria, parse_rubric, rubric_reply_json, rubric_schema
@@ -25,7 +27,43 @@ from care_sdk.training.prompts import judge_messages, judge_schema, parse_verdic
 from care_sdk.training.rewards import align_violations, r_align
 from care_sdk.types import DIMENSIONS, Dimension, Message, Rubric
 
-__all__ = ["build_targets", "count_weights"]
+__all__ = ["BuildContext", "build_targets", "count_weights"]
+
+V = TypeVar("V")
+
+
+@dataclass
+class BuildContext:
+    """What every build-data step reads: the config, the strategy map, the backends, the report
+    (its ``sft`` and ``pairs`` counters) and where progress lines go."""
+
+    cfg: BuildDataConfig
+    mapping: StrategyMap
+    pool: BackendPool
+    report: Any
+    log: Callable[[str], None]
+
+    def ask_judge(
+        self,
+        index: int,
+        judge: Backend,
+        prompts: Sequence[Sequence[Message]],
+        parse: Callable[[str], V],
+        *,
+        what: str,
+        schema: dict[str, Any],
+    ) -> list[V | CareError]:
+        """Ask judge number ``index`` (from 0) every prompt, with the judges' budget and its own seed."""
+        return ask(
+            judge,
+            prompts,
+            parse,
+            what=what,
+            schema=schema,
+            max_tokens=self.cfg.judge_max_tokens,
+            attempts=2,
+            seed=self.cfg.seed + 101 * (index + 1),
+        )
 
 
 def count_weights(counts: Mapping[Dimension, int], smoothing: float = 0.5) -> dict[Dimension, float]:
@@ -51,14 +89,8 @@ def counts_json(counts: Mapping[Dimension, int]) -> dict[str, int]:
     return {d.value: int(counts.get(d, 0)) for d in DIMENSIONS}
 
 
-def _teacher_rubrics(
-    candidates: list[tuple[SupportTurn, str]],
-    cfg: BuildDataConfig,
-    mapping: StrategyMap,
-    pool: BackendPool,
-    report: Any,
-    log: Callable[[str], None],
-) -> list[tuple[Rubric, str] | None]:
+def _teacher_rubrics(candidates: list[tuple[SupportTurn, str]], ctx: BuildContext) -> list[tuple[Rubric, str] | None]:
+    cfg, mapping, pool, report, log = ctx.cfg, ctx.mapping, ctx.pool, ctx.report, ctx.log
     assert cfg.teacher is not None
     teacher = pool.get(cfg.teacher)
     prompts = [
@@ -118,11 +150,9 @@ def _judge(
     keep: list[int],
     candidates: list[tuple[SupportTurn, str]],
     rubrics: list[tuple[Rubric, str] | None],
-    cfg: BuildDataConfig,
-    pool: BackendPool,
-    report: Any,
-    log: Callable[[str], None],
+    ctx: BuildContext,
 ) -> list[int]:
+    cfg, pool, report, log = ctx.cfg, ctx.pool, ctx.report, ctx.log
     assert cfg.target_judges is not None
     verdicts = []
     for j, spec in enumerate(cfg.target_judges):
@@ -135,18 +165,7 @@ def _judge(
             prompts.append(
                 judge_messages(truncate(turn.context, cfg.max_context_messages), turn.reply, turn.counts, target[0])
             )
-        verdicts.append(
-            ask(
-                judge,
-                prompts,
-                parse_verdict,
-                what="target judge",
-                schema=judge_schema(),
-                max_tokens=cfg.judge_max_tokens,
-                attempts=2,
-                seed=cfg.seed + 101 * (j + 1),
-            )
-        )
+        verdicts.append(ctx.ask_judge(j, judge, prompts, parse_verdict, what="target judge", schema=judge_schema()))
     survivors = []
     for pos, i in enumerate(keep):
         accepted = True
@@ -167,28 +186,22 @@ def _judge(
     return survivors
 
 
-def build_targets(
-    candidates: list[tuple[SupportTurn, str]],
-    cfg: BuildDataConfig,
-    mapping: StrategyMap,
-    pool: BackendPool,
-    report: Any,
-    log: Callable[[str], None],
-) -> list[dict[str, Any]]:
+def build_targets(candidates: list[tuple[SupportTurn, str]], ctx: BuildContext) -> list[dict[str, Any]]:
     """The SFT target records of ``(turn, split)`` candidates (teacher, judges, alignment measured).
 
     With ``teacher: null`` no model is called: the target is the fixed six-criterion set with
     count-derived weights (:func:`count_weights`), the priority signal alone.
     """
+    cfg, report = ctx.cfg, ctx.report
     rubrics: list[tuple[Rubric, str] | None]
     if cfg.teacher is None:
         criteria = fixed_criteria()
         rubrics = [(Rubric(weights=count_weights(turn.counts), criteria=criteria), "counts") for turn, _ in candidates]
     else:
-        rubrics = _teacher_rubrics(candidates, cfg, mapping, pool, report, log)
+        rubrics = _teacher_rubrics(candidates, ctx)
     keep = [i for i, r in enumerate(rubrics) if r is not None]
     if cfg.target_judges is not None and keep:
-        keep = _judge(keep, candidates, rubrics, cfg, pool, report, log)
+        keep = _judge(keep, candidates, rubrics, ctx)
     records = []
     for i in keep:
         turn, split = candidates[i]
