@@ -57,13 +57,14 @@ def test_sft_on_two_processes(tmp_path: Path, data: Path) -> None:
     config = tmp_path / "sft.yaml"
     config.write_text(
         f"data: {data}\nmodel: tiny\noutput_dir: {tmp_path / 'sft'}\nlora: {{r: 4, alpha: 8, dropout: 0.0}}\n"
-        "max_context_messages: 2\ntrl: {max_steps: 2, per_device_train_batch_size: 1, max_length: 640, use_cpu: true}\n"
+        "max_context_messages: 2\n"
+        "trl: {num_train_epochs: 1, per_device_train_batch_size: 1, max_length: 640, use_cpu: true}\n"
     )
     done = _launch(config, "sft", tmp_path)
-    # both ranks print the plan: 1 x 1 x 2 processes = 2 samples per optimiser step
-    assert done.stdout.count("sft plan: ") == 2 and "2 processes: 2 samples per optimiser step" in done.stdout
+    # both ranks print the plan: 1 x 1 x 2 processes = 2 samples per step, 4 records -> 2 steps per epoch
+    assert done.stdout.count("sft plan: 4 rows, 2 processes: 2 samples per optimiser step, 2 steps per epoch") == 2
     metrics = json.loads((tmp_path / "sft" / "metrics.json").read_text())
-    assert len(metrics["losses"]) == 2 and all(x == x for x in metrics["losses"])
+    assert len(metrics["losses"]) == 2 and all(x == x for x in metrics["losses"])  # the trainer ran the plan
     assert (tmp_path / "sft" / "adapter" / "adapter_config.json").exists()
 
 

@@ -74,6 +74,7 @@ def test_a_failing_evaluator_masks_the_whole_completion_in_a_real_grpo_step(tmp_
     from care_sdk.testing import rubric_json
     from care_sdk.training._common import load_model, make_trainer, stage_setup
     from care_sdk.training.grpo import GRPO_DEFAULTS
+    from care_sdk.training.plan import plan_from_args
     from care_sdk.training.rewards import PrefGRPORewards
 
     def evaluate(request: Any) -> str | BackendError:
@@ -100,7 +101,7 @@ def test_a_failing_evaluator_masks_the_whole_completion_in_a_real_grpo_step(tmp_
         output_dir=str(tmp_path),
         evaluator="unused",
         lora={"r": 4, "alpha": 8},
-        trl={"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4, "shuffle_dataset": False},
+        trl={"num_train_epochs": 1, "num_generations": 2, "per_device_train_batch_size": 4, "shuffle_dataset": False},
     )
     _, args = stage_setup("grpo", config, GRPO_DEFAULTS, "test")
     model, tokenizer, _ = load_model("tiny", "float32")
@@ -117,6 +118,8 @@ def test_a_failing_evaluator_masks_the_whole_completion_in_a_real_grpo_step(tmp_
         "grpo", config, model, tokenizer, args, rows, reward_funcs=rewards.terms(), rollout_func=rollout
     )
     trainer.train()
+    # the printed plan is the trainer's: 2 pairs, 2 pairs x 2 rubrics per step -> one optimiser step
+    assert plan_from_args("grpo", len(rows), args).steps == trainer.state.max_steps == 1
     logged = trainer._logs  # TRL's completions table: per completion, every term and the advantage
     table = {name: list(logged["rewards"][name]) for name in REWARD_TERMS}
     contexts = [str(p) for p in logged["prompt"]]
