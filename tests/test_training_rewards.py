@@ -8,7 +8,16 @@ from care_sdk import RubricEvaluator
 from care_sdk.backends import GenerationRequest
 from care_sdk.errors import BackendError
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
-from care_sdk.training import AlignReward, FormatReward, PrefReward, align_violations, format_reward, r_align, r_pref
+from care_sdk.training import (
+    AlignReward,
+    FormatReward,
+    PrefGRPORewards,
+    PrefReward,
+    align_violations,
+    format_reward,
+    r_align,
+    r_pref,
+)
 
 
 def w(c: float, a: float, p: float) -> dict[str, float]:
@@ -154,3 +163,24 @@ def test_pref_reward_failed_evaluation_is_none_not_zero() -> None:
     before = len(backend.requests)
     reward(prompts=["p"], completions=[rubric_json(w(1, 1, 1))], context=[ctx], chosen=["GOOD"], rejected=["DOWN"])
     assert len(backend.requests) == before + 1
+
+
+def test_pref_grpo_rewards_void_the_whole_completion_on_an_evaluator_failure() -> None:
+    evaluator, backend = _evaluator_by_reply({"GOOD": 5, "BAD": 2, "DOWN": BackendError("down", provider="scripted")})
+    rewards = PrefGRPORewards(evaluator)
+    terms = rewards.terms()
+    assert [t.__name__ for t in terms] == ["format", "r_pref", "r_align"]
+    ctx = [{"role": "user", "content": "My sister stopped talking to me."}]
+    columns = {
+        "context": [ctx] * 3,
+        "chosen": ["GOOD"] * 3,
+        "rejected": ["BAD", "DOWN", "BAD"],
+        "chosen_strategy_counts": [n(2, 0, 0)] * 3,
+    }
+    completions = [rubric_json(w(3, 1, 1)), rubric_json(w(3, 1, 1)), "not a rubric"]
+    out = [t(prompts=["p"] * 3, completions=completions, **columns) for t in terms]
+    assert out == [[1.0, None, 0.0], [1.0, None, 0.0], [1.0, None, 0.0]]  # failure: None everywhere; no rubric: 0
+    assert len(backend.requests) == 3  # computed once for the three terms (GOOD, BAD, DOWN)
+    assert rewards.unscorable == 1
+    again = [t(prompts=["p"] * 3, completions=completions, **columns) for t in terms]
+    assert again == out and len(backend.requests) == 4  # a later identical batch asks the failed one again

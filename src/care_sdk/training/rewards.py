@@ -324,7 +324,7 @@ class _Term:
         self.__name__ = name
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
-        return self._owner.batch(prompts, completions, **kwargs)[self.__name__]
+        return self._owner.batch(prompts, completions, term=self.__name__, **kwargs)[self.__name__]
 
     def __repr__(self) -> str:
         return f"<pref-GRPO reward term {self.__name__}>"
@@ -371,6 +371,7 @@ class PrefGRPORewards:
         self.pref = PrefReward(evaluator, tie=tie)
         self.align = AlignReward()
         self._last: tuple[str, dict[str, list[float | None]]] | None = None
+        self._read: set[str | None] = set()
         self.unscorable = 0
         """Completions voided by an evaluator failure so far."""
 
@@ -378,11 +379,19 @@ class PrefGRPORewards:
         """The TRL reward functions ``format``, ``r_pref`` and ``r_align``, in that order."""
         return [_Term(self, name) for name in ("format", "r_pref", "r_align")]
 
-    def batch(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> dict[str, list[float | None]]:
-        """Every term of one batch, by name (computed once per batch)."""
+    def batch(
+        self, prompts: Sequence[Any], completions: Sequence[Any], *, term: str | None = None, **kwargs: Any
+    ) -> dict[str, list[float | None]]:
+        """Every term of one batch, by name: computed by the first term's call, reused by the other
+        two (``term`` names the caller; the batch is forgotten once each term has read it, so a
+        later identical batch is scored afresh)."""
         key = _batch_key(completions, kwargs)
-        if self._last is not None and self._last[0] == key:
-            return self._last[1]
+        if self._last is not None and self._last[0] == key and term not in self._read:
+            self._read.add(term)
+            out = self._last[1]
+            if self._read >= {"format", "r_pref", "r_align"}:
+                self._last = None
+            return out
         fmt = self.format(prompts, completions, **kwargs)
         pref = self.pref(prompts, completions, **kwargs)
         align = self.align(prompts, completions, **kwargs)
@@ -396,5 +405,5 @@ class PrefGRPORewards:
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):
             log_metric("pref/unscorable", float(sum(voided)))
-        self._last = (key, out)
+        self._last, self._read = (key, out), {term}
         return out
