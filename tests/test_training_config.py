@@ -23,8 +23,11 @@ CLASSES = {
 }
 
 
+OTHER = {"generator_data": BuildDataConfig, "generator_sft": SFTStageConfig}  # configs of the bundled adapter
+
+
 def _class_for(path: Path) -> type:
-    return next(cls for prefix, cls in CLASSES.items() if path.stem.startswith(prefix))
+    return next(cls for prefix, cls in {**CLASSES, **OTHER}.items() if path.stem.startswith(prefix))
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
