@@ -215,7 +215,7 @@ def test_lend_an_ear_human_reply_and_offcontext_options(
     rejected_human = sum(v for k, v in on.pairs.items() if k.startswith("human reply rejected (mint-judge)"))
     assert rejected_human > 0
     assert not any(k.startswith("human reply rejected (mint-judge)") for k in off.pairs)
-    assert off.pairs["mint: human reply kept out of rejected"] > 0
+    assert off.pairs["mint: turns whose human reply may not be rejected"] > 0
     assert any(k.endswith("(offcontext)") for k in on.pairs) and not any(k.endswith("(offcontext)") for k in off.pairs)
 
 

@@ -213,7 +213,7 @@ def mint_pairs(
         ranked = sorted(responses, key=lambda r: (-r.aggregated_empathy, r.system))
         worsts = [r for r in reversed(ranked) if cfg.mint_reject_human or r.system not in HUMAN_SYSTEMS]
         if len(worsts) < len(ranked):
-            report.pairs["mint: human reply kept out of rejected"] += 1
+            report.pairs["mint: turns whose human reply may not be rejected"] += 1
         made = 0
         for best, worst in zip(ranked, worsts, strict=False):
             if made >= cfg.max_pairs_per_turn or best.aggregated_empathy - worst.aggregated_empathy < cfg.pref_margin:
