@@ -30,7 +30,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _launch(config: Path, stage: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _launch(stage: str, tmp_path: Path, data: Path, settings: str) -> subprocess.CompletedProcess[str]:
+    """``care train STAGE`` on 2 processes, with the tiny model, LoRA and ``settings`` (YAML lines)."""
+    config = tmp_path / f"{stage}.yaml"
+    config.write_text(
+        f"data: {data}\nmodel: tiny\noutput_dir: {tmp_path / stage}\nlora: {{r: 4, alpha: 8, dropout: 0.0}}\n"
+        f"max_context_messages: 2\n{settings}"
+    )
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
     command = [
         accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
@@ -54,13 +60,8 @@ def data(small_build_data: Callable[[int], Path]) -> Path:
 
 
 def test_sft_on_two_processes(tmp_path: Path, data: Path) -> None:
-    config = tmp_path / "sft.yaml"
-    config.write_text(
-        f"data: {data}\nmodel: tiny\noutput_dir: {tmp_path / 'sft'}\nlora: {{r: 4, alpha: 8, dropout: 0.0}}\n"
-        "max_context_messages: 2\n"
-        "trl: {num_train_epochs: 1, per_device_train_batch_size: 1, max_length: 640, use_cpu: true}\n"
-    )
-    done = _launch(config, "sft", tmp_path)
+    trl = "trl: {num_train_epochs: 1, per_device_train_batch_size: 1, max_length: 640, use_cpu: true}\n"
+    done = _launch("sft", tmp_path, data, trl)
     # both ranks print the plan: 1 x 1 x 2 processes = 2 samples per step, 4 records -> 2 steps per epoch
     assert done.stdout.count("sft plan: 4 rows, 2 processes: 2 samples per optimiser step, 2 steps per epoch") == 2
     metrics = json.loads((tmp_path / "sft" / "metrics.json").read_text())
@@ -69,19 +70,17 @@ def test_sft_on_two_processes(tmp_path: Path, data: Path) -> None:
 
 
 def test_pref_grpo_on_two_processes_computes_rewards_on_every_rank(tmp_path: Path, data: Path) -> None:
-    config = tmp_path / "grpo.yaml"
-    config.write_text(
-        f"data: {data}\nmodel: tiny\noutput_dir: {tmp_path / 'grpo'}\nevaluator: default\nevaluator_max_attempts: 1\n"
-        "lora: {r: 4, alpha: 8, dropout: 0.0}\nmax_context_messages: 2\n"
+    settings = (
+        "evaluator: default\nevaluator_max_attempts: 1\n"
         "trl: {max_steps: 2, num_generations: 2, per_device_train_batch_size: 2, max_completion_length: 16,\n"
         "      use_cpu: true}\n"
     )
-    done = _launch(config, "pref-grpo", tmp_path)
+    done = _launch("pref-grpo", tmp_path, data, settings)
     # 2 per device x 2 processes = 4 completions per step: 2 contexts x 2 rubrics, one context per rank
     assert (
         done.stdout.count("grpo plan: ") == 2 and "4 samples per optimiser step (2 rows x 2 generations)" in done.stdout
     )
-    rewards = [json.loads(line) for line in (tmp_path / "grpo" / "rewards.jsonl").read_text().splitlines()]
+    rewards = [json.loads(line) for line in (tmp_path / "pref-grpo" / "rewards.jsonl").read_text().splitlines()]
     assert len(rewards) == 2
     for step in rewards:
         assert {"format", "r_pref", "r_align", "reward"} <= set(step)
