@@ -104,6 +104,28 @@ def generate_rows(name: str, spec: str, items: list[dict[str, Any]], out: Path, 
     return str(path)
 
 
+def time_models(items: list[dict[str, Any]], threads: int) -> dict[str, Any]:
+    """Seconds per rubric of each model row on the same turns, one model after the other in this process."""
+    from care_sdk import RubricGenerator
+    from care_sdk.backends import resolve_backend
+
+    out: dict[str, Any] = {}
+    for name, spec in MODEL_ROWS.items():
+        backend = resolve_backend(spec, role="generator", n_threads=threads)
+        generator = RubricGenerator(backend, cache=False)
+        generator.generate_batch([items[0]["context"]])  # warm-up: grammar and prompt cache
+        seconds = []
+        for item in items:
+            start = time.perf_counter()
+            generator.generate_batch([item["context"]])
+            seconds.append(time.perf_counter() - start)
+        backend.close()
+        out[name] = {"turns": len(items), "median_s": statistics.median(seconds), "mean_s": statistics.fmean(seconds)}
+    base = out["untrained base"]["median_s"]
+    out["ratio_shipped_to_base"] = out["shipped"]["median_s"] / base if base else None
+    return out
+
+
 def _read_rows(path: Path) -> dict[str, dict[str, Any]]:
     return {r["key"]: r for r in (json.loads(line) for line in path.read_text().splitlines() if line.strip())}
 
@@ -208,6 +230,10 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None, help="the data directory (default: $CARE_DATA_DIR)")
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads per model row")
     parser.add_argument("--examples", default="examples/dialogues.jsonl", help="dialogues for the sanity rows")
+    parser.add_argument(
+        "--only", default=None, help="generate the rubrics of this model row only and stop (e.g. to start it early)"
+    )
+    parser.add_argument("--timing", type=int, default=40, help="turns timed for both models, one after the other")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -241,12 +267,16 @@ def main() -> None:
 
     jobs = [(name, spec, items) for name, spec in MODEL_ROWS.items()]
     jobs.append(("shipped examples", MODEL_ROWS["shipped"], examples))
+    if args.only:
+        generate_rows(args.only, MODEL_ROWS[args.only], items, out, args.threads)
+        return
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=2) as pool:
         list(pool.map(generate_rows, *zip(*[(n, s, i, out, args.threads) for n, s, i in jobs], strict=True)))
     wall = time.perf_counter() - started
 
     generated = {name: _read_rows(out / f"rubrics_{_slug(name)}.jsonl") for name, _, _ in jobs}
+    timing = time_models(items[: args.timing], args.threads)
     contexts = {i["key"]: i["context"] for i in items + examples}
 
     def model_weights(name: str) -> Callable[[dict[str, Any]], dict[Dimension, float] | None]:
@@ -282,6 +312,12 @@ def main() -> None:
         lines.append(
             f"| {key} | {rows['shipped'][key]:.3f} | {rows['untrained base'][key]:.3f} | {example_sanity[key]:.3f} |"
         )
+    lines += [
+        "",
+        f"Time per rubric (median, {timing['shipped']['turns']} turns, llama.cpp, {args.threads} thread): "
+        f"shipped {timing['shipped']['median_s']:.2f} s, untrained base {timing['untrained base']['median_s']:.2f} s "
+        f"(ratio {timing['ratio_shipped_to_base']:.2f}).",
+    ]
     table = "\n".join(lines)
     print(table)
     result = {
@@ -293,6 +329,7 @@ def main() -> None:
         "rows": rows,
         "examples_sanity": example_sanity,
         "generation_wall_s": wall,
+        "timing": timing,
     }
     (out / "results.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     (out / "results.md").write_text(table + "\n", encoding="utf-8")

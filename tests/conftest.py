@@ -22,8 +22,9 @@ def data_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def small_build_data(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Callable[[int], Path]:
-    """``build(max_dialogues)``: a build-data output directory from that many ESConv test dialogues
-    (at most 4 SFT targets, no teacher, judges or annotator), built once per count."""
+    """``build(max_dialogues)``: a build-data output directory from that many ESConv train dialogues
+    (at most 4 SFT targets, no model called: no teacher, judges or annotator; off-context pairs,
+    whose chosen reply carries its labels), built once per count."""
     built: dict[int, Path] = {}
 
     def build(max_dialogues: int) -> Path:
@@ -35,13 +36,15 @@ def small_build_data(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -
             config = BuildDataConfig(
                 output_dir=str(out),
                 data_dir=str(data_dir),
-                esconv_splits=("test",),
+                esconv_splits=("train",),
                 use_mint=False,
                 max_dialogues=max_dialogues,
                 max_turns=4,
                 teacher=None,
+                target_judges=None,
                 judges=None,
                 annotator=None,
+                offcontext_pairs=True,
             )
             build_data(config, log=lambda s: None)
             built[max_dialogues] = out

@@ -102,8 +102,7 @@ class AlignmentTask:
             f"Chance level {_fmt(chance)}; always naming one dimension scores "
             + ", ".join(f"{d} {_fmt(v)}" for d, v in majority.items())
             + ".",
-            "r_align is 1 for uniform weights by construction (no dimension outweighs another); compare it across "
-            "generated-weight variants only.",
+            "r_align's top rule is strict: uniform weights score 0.5 on a turn with a single top dimension.",
             "Length only has no weights: not applicable.",
         ]
         return _task_result(

@@ -12,6 +12,7 @@ from typing import Any, Literal, Protocol
 from care_sdk.errors import ConfigError, InputError
 from care_sdk.jsonl import read_jsonl
 from care_sdk.prompts import generator_messages
+from care_sdk.training.roles import require_trainable
 from care_sdk.training.tiny import require_train, resolve_model
 from care_sdk.types import Message
 
@@ -79,8 +80,11 @@ class GRPORunResult:
 def read_records(path: str | Path, kind: str, split: str = "train", limit: int | None = None) -> list[dict[str, Any]]:
     """Read build-data records: a JSONL file, or ``<dir>/<kind>/<split>.jsonl`` under a build-data output.
 
+    With ``split="train"`` the file must be declared trainable (see :mod:`care_sdk.training.roles`).
+
     Raises:
-        InputError: the file is missing, a line is not JSON, or it holds no records.
+        InputError: the file is missing, a line is not JSON, it holds no records, or it is
+            training data declared test or eval-only (or not declared at all).
     """
     path = Path(path)
     if path.is_dir():
@@ -90,6 +94,8 @@ def read_records(path: str | Path, kind: str, split: str = "train", limit: int |
     records = read_jsonl(path, limit=limit)
     if not records:
         raise InputError("no records", location=str(path))
+    if split == "train":
+        require_trainable(path, records=records)
     return records
 
 
