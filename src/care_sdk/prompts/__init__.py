@@ -182,8 +182,8 @@ def rubric_schema(criteria_per_dimension: int = 2) -> dict[str, Any]:
 
 
 def _load_json(text: str) -> Any:
-    try:
-        return json.loads(text)
+    try:  # control characters (a raw newline or tab) inside a string are content, not a broken reply
+        return json.loads(text, strict=False)
     except json.JSONDecodeError as exc:
         raise ValueError(f"reply is not valid JSON ({exc.msg} at char {exc.pos})") from None
 
