@@ -6,6 +6,7 @@ The ``care`` command calls :func:`add_train_commands` on its subparsers.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from care_sdk.training._cli import add_stages, config_overrides, enforce_plan, trl_args
 
@@ -61,7 +62,7 @@ def _export_adapter(args: argparse.Namespace) -> int:
     metrics_path = run / "metrics.json"
     metrics = json.loads(metrics_path.read_text(encoding="utf-8")) if metrics_path.is_file() else {}
     history = metrics.get("log_history", [])
-    summary = next((h for h in reversed(history) if "train_runtime" in h), {})
+    summary: dict[str, Any] = next((h for h in reversed(history) if "train_runtime" in h), {})
     training = {
         "config": str(args.config),
         "data": config.data,

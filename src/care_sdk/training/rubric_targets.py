@@ -24,7 +24,7 @@ import json
 import math
 import random
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,7 +190,7 @@ class TemplateTargets:
         supporter's messages half; words the corpus has fewer than three times (typos, names)
         are never picked.
         """
-        scores: Counter[str] = Counter()
+        scores: dict[str, float] = defaultdict(float)
         phrases: dict[str, str] = {}
         visible = turn.context[-self.max_context_messages :] if self.max_context_messages else turn.context
         last_user = max((i for i, m in enumerate(visible) if m.role == "user"), default=-1)
