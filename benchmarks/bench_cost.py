@@ -33,30 +33,25 @@ from care_sdk import (
     __version__,
     resolve_backend,
 )
+from care_sdk.backends import RUBRIC, ForwardingBackend
 from care_sdk.backends.llamacpp import LlamaCppBackend, default_model_path
 from care_sdk.prompts import evaluation_schema
 from care_sdk.types import Dimension, Message, Rubric
 
 
-class Meter(Backend):
-    """Forwards to a real backend and counts requests and prompt tokens, split by kind."""
+class Meter(ForwardingBackend):
+    """Forwards to a real backend and counts requests and prompt tokens, split by purpose."""
 
     def __init__(self, inner: Backend) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.calls = {"generator": 0, "evaluator": 0}
         self.prompt_tokens = {"generator": 0, "evaluator": 0}
 
-    @property
-    def identity(self) -> str:
-        return self.inner.identity
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        results = self.inner.generate(requests)
+    def on_results(self, requests: Sequence[GenerationRequest], results: Sequence[GenerationResult]) -> None:
         for request, result in zip(requests, results, strict=True):
-            kind = "generator" if "weights" in (request.json_schema or {}).get("properties", {}) else "evaluator"
+            kind = "generator" if request.purpose == RUBRIC else "evaluator"
             self.calls[kind] += 1
             self.prompt_tokens[kind] += result.usage.get("prompt_tokens", 0)
-        return results
 
 
 def naive_rewards(meter: Meter, groups: list[Group]) -> list[float | None]:

@@ -104,6 +104,47 @@ def generate_rows(name: str, spec: str, items: list[dict[str, Any]], out: Path, 
     return str(path)
 
 
+def time_models(items: list[dict[str, Any]], threads: int) -> dict[str, Any]:
+    """Seconds per rubric of each model row on the same turns, one model after the other in this process."""
+    from care_sdk import RubricGenerator
+    from care_sdk.backends import resolve_backend
+
+    out: dict[str, Any] = {}
+    for name, spec in MODEL_ROWS.items():
+        backend = resolve_backend(spec, role="generator", n_threads=threads)
+        generator = RubricGenerator(backend, cache=False)
+        generator.generate_batch([items[0]["context"]])  # warm-up: grammar and prompt cache
+        seconds = []
+        for item in items:
+            start = time.perf_counter()
+            generator.generate_batch([item["context"]])
+            seconds.append(time.perf_counter() - start)
+        backend.close()
+        out[name] = {"turns": len(items), "median_s": statistics.median(seconds), "mean_s": statistics.fmean(seconds)}
+    base = out["untrained base"]["median_s"]
+    out["ratio_shipped_to_base"] = out["shipped"]["median_s"] / base if base else None
+    return out
+
+
+def runtime_agreement(items: list[dict[str, Any]], adapter_dir: str, threads: int) -> dict[str, Any]:
+    """Greedy rubrics of llama.cpp (base GGUF + the bundled adapter) and transformers (the PEFT adapter
+    merged into the dequantised base) on the same turns: how often they are identical."""
+    from care_sdk import RubricGenerator
+    from care_sdk.backends import resolve_backend
+    from care_sdk.training.sft import load_trained_generator
+
+    shipped = RubricGenerator(resolve_backend("default", role="generator", n_threads=threads), cache=False)
+    merged = load_trained_generator(adapter_dir, max_context_messages=shipped.max_context_messages, cache=False)
+    same = same_weights = same_top = 0
+    for item in items:
+        a, b = (g.generate_batch([item["context"]])[0] for g in (shipped, merged))
+        if isinstance(a, Rubric) and isinstance(b, Rubric):
+            same += a == b
+            same_weights += a.weights == b.weights
+            same_top += a.top_dimension == b.top_dimension
+    return {"turns": len(items), "identical": same, "same_weights": same_weights, "same_top": same_top}
+
+
 def _read_rows(path: Path) -> dict[str, dict[str, Any]]:
     return {r["key"]: r for r in (json.loads(line) for line in path.read_text().splitlines() if line.strip())}
 
@@ -208,6 +249,19 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None, help="the data directory (default: $CARE_DATA_DIR)")
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads per model row")
     parser.add_argument("--examples", default="examples/dialogues.jsonl", help="dialogues for the sanity rows")
+    parser.add_argument(
+        "--only", default=None, help="generate the rubrics of this model row only and stop (e.g. to start it early)"
+    )
+    parser.add_argument("--timing", type=int, default=40, help="turns timed for both models, one after the other")
+    parser.add_argument("--hf-adapter", default=None, help="the PEFT adapter directory the bundled adapter came from")
+    parser.add_argument("--agreement", type=int, default=8, help="turns compared llama.cpp vs transformers")
+    parser.add_argument(
+        "--base-turns",
+        type=int,
+        default=None,
+        help="run the untrained base on the first N sampled turns only (it often writes until max_tokens and "
+        "retries: several times slower); every row is then also reported on those N turns",
+    )
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -239,14 +293,20 @@ def main() -> None:
     n_dialogues = len({i["dialogue"] for i in items})
     print(f"{len(items)} ESConv test turns from {n_dialogues} dialogues; majority {majority.value}")
 
-    jobs = [(name, spec, items) for name, spec in MODEL_ROWS.items()]
+    subset = items[: args.base_turns] if args.base_turns else items
+    jobs = [("shipped", MODEL_ROWS["shipped"], items), ("untrained base", MODEL_ROWS["untrained base"], subset)]
     jobs.append(("shipped examples", MODEL_ROWS["shipped"], examples))
+    if args.only:
+        generate_rows(args.only, MODEL_ROWS[args.only], dict((n, i) for n, _, i in jobs)[args.only], out, args.threads)
+        return
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=2) as pool:
         list(pool.map(generate_rows, *zip(*[(n, s, i, out, args.threads) for n, s, i in jobs], strict=True)))
     wall = time.perf_counter() - started
 
     generated = {name: _read_rows(out / f"rubrics_{_slug(name)}.jsonl") for name, _, _ in jobs}
+    timing = time_models(items[: args.timing], args.threads)
+    agreement = runtime_agreement(items[: args.agreement], args.hf_adapter, args.threads) if args.hf_adapter else None
     contexts = {i["key"]: i["context"] for i in items + examples}
 
     def model_weights(name: str) -> Callable[[dict[str, Any]], dict[Dimension, float] | None]:
@@ -256,31 +316,59 @@ def main() -> None:
 
         return weights
 
-    rows: dict[str, dict[str, Any]] = {}
-    for name in MODEL_ROWS:
-        rows[name] = {**score_row(items, model_weights(name)), **sanity(generated[name], contexts)}
-    rows["uniform weights"] = score_row(items, lambda i: {d: 1 / 3 for d in DIMENSIONS})
-    rows["majority class"] = score_row(items, lambda i: _one_hot(majority))
-    rows["turn-position prior"] = score_row(
-        items, lambda i: _one_hot(by_turn.get(min(i["turn"], POSITION_CAP), majority))
-    )
+    def all_rows(on: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        keys = {i["key"] for i in on}
+        rows: dict[str, dict[str, Any]] = {}
+        for name in MODEL_ROWS:
+            mine = {k: v for k, v in generated[name].items() if k in keys}
+            if len(mine) == len(keys):
+                rows[name] = {**score_row(on, model_weights(name)), **sanity(mine, contexts)}
+        rows["uniform weights"] = score_row(on, lambda i: {d: 1 / 3 for d in DIMENSIONS})
+        rows["majority class"] = score_row(on, lambda i: _one_hot(majority))
+        rows["turn-position prior"] = score_row(
+            on, lambda i: _one_hot(by_turn.get(min(i["turn"], POSITION_CAP), majority))
+        )
+        return rows
+
+    rows = all_rows(items)
+    subset_rows = all_rows(subset) if len(subset) < len(items) else None
     example_sanity = sanity(generated["shipped examples"], contexts)
     plot_weights_by_turn(items, generated["shipped"], out / "weights_by_turn.png")
 
-    header = "| row | top match [95% CI] | mean r_align | single top | valid | s/rubric |"
-    lines = [header, "|---|---|---|---|---|---|"]
-    for name, r in rows.items():
-        est = Estimate(**{k: r["top_match"][k] for k in ("value", "low", "high", "n", "level")})
-        valid = f"{r['valid_share']:.3f}" if "valid_share" in r else "-"
-        secs = f"{r['seconds_per_rubric_median']:.2f}" if r.get("seconds_per_rubric_median") else "-"
-        lines.append(
-            f"| {name} | {est.format()} | {r['mean_r_align']:.3f} | {r['single_top_share']:.3f} | {valid} | {secs} |"
-        )
+    def table_of(rows: dict[str, dict[str, Any]], n: int) -> list[str]:
+        lines = [
+            f"| row ({n} turns) | top match [95% CI] | mean r_align | single top | valid | s/rubric |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, r in rows.items():
+            est = Estimate(**{k: r["top_match"][k] for k in ("value", "low", "high", "n", "level")})
+            valid = f"{r['valid_share']:.3f}" if "valid_share" in r else "-"
+            secs = f"{r['seconds_per_rubric_median']:.2f}" if r.get("seconds_per_rubric_median") else "-"
+            lines.append(
+                f"| {name} | {est.format()} | {r['mean_r_align']:.3f} | {r['single_top_share']:.3f} "
+                f"| {valid} | {secs} |"
+            )
+        return lines
+
+    lines = table_of(rows, len(items))
+    if subset_rows is not None:
+        lines += ["", *table_of(subset_rows, len(subset))]
+    base_sanity = (subset_rows or rows)["untrained base"]
     keys = [k for k in rows["shipped"] if k.endswith("_share") and k not in ("single_top_share", "valid_share")]
     lines += ["", "| sanity | shipped (ESConv test) | untrained base | shipped (examples/) |", "|---|---|---|---|"]
     for key in keys:
+        lines.append(f"| {key} | {rows['shipped'][key]:.3f} | {base_sanity[key]:.3f} | {example_sanity[key]:.3f} |")
+    lines += [
+        "",
+        f"Time per rubric (median, {timing['shipped']['turns']} turns, llama.cpp, {args.threads} thread): "
+        f"shipped {timing['shipped']['median_s']:.2f} s, untrained base {timing['untrained base']['median_s']:.2f} s "
+        f"(ratio {timing['ratio_shipped_to_base']:.2f}).",
+    ]
+    if agreement:
         lines.append(
-            f"| {key} | {rows['shipped'][key]:.3f} | {rows['untrained base'][key]:.3f} | {example_sanity[key]:.3f} |"
+            f"llama.cpp (base + adapter) vs transformers (merged), greedy, {agreement['turns']} turns: "
+            f"{agreement['identical']} identical rubrics, {agreement['same_weights']} same weights, "
+            f"{agreement['same_top']} same top dimension."
         )
     table = "\n".join(lines)
     print(table)
@@ -291,8 +379,12 @@ def main() -> None:
         "majority": majority.value,
         "position_prior": {str(k): v.value for k, v in sorted(by_turn.items())},
         "rows": rows,
+        "subset_rows": subset_rows,
+        "subset_turns": len(subset),
         "examples_sanity": example_sanity,
         "generation_wall_s": wall,
+        "timing": timing,
+        "runtime_agreement": agreement,
     }
     (out / "results.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     (out / "results.md").write_text(table + "\n", encoding="utf-8")

@@ -60,8 +60,10 @@ def phase_data(out: Path, args: argparse.Namespace) -> None:
         esconv_splits=("train", "test"),
         use_mint=False,
         teacher=None,
+        target_judges=None,
         judges=None,
         annotator=None,
+        offcontext_pairs=True,  # model-free pairs: the reference reply vs one from another dialogue
         seed=args.seed,
     )
     build_data(cfg)

@@ -19,33 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from care_sdk import (
-    Backend,
     CareError,
-    GenerationRequest,
-    GenerationResult,
     RubricEvaluator,
     RubricGenerator,
     __version__,
     resolve_backend,
 )
+from care_sdk.testing import RecordingBackend
 
 DATA = Path(os.environ.get("CARE_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
-
-
-class Recorder(Backend):
-    """Forwards batches to a real backend and records their sizes (attempt k is batch k)."""
-
-    def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.batches: list[int] = []
-
-    @property
-    def identity(self) -> str:
-        return self.inner.identity
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        self.batches.append(len(requests))
-        return self.inner.generate(requests)
 
 
 def esconv_items(n: int) -> list[tuple[list[dict[str, str]], str]]:
@@ -70,7 +52,7 @@ def esconv_items(n: int) -> list[tuple[list[dict[str, str]], str]]:
     return items
 
 
-def summarise(recorder: Recorder, outcomes: Sequence[object], seconds: float) -> dict[str, Any]:
+def summarise(recorder: RecordingBackend, outcomes: Sequence[object], seconds: float) -> dict[str, Any]:
     n = recorder.batches[0]
     retried = recorder.batches[1] if len(recorder.batches) > 1 else 0
     valid = sum(not isinstance(o, CareError) for o in outcomes)
@@ -94,7 +76,7 @@ def main() -> None:
 
     backend = resolve_backend(args.backend)
     items = esconv_items(args.n)
-    gen_rec, ev_rec = Recorder(backend), Recorder(backend)
+    gen_rec, ev_rec = RecordingBackend(backend), RecordingBackend(backend)
     generator = RubricGenerator(gen_rec, cache=False)
     start = time.perf_counter()
     rubrics = generator.generate_batch([c for c, _ in items])

@@ -32,13 +32,12 @@ from typing import Any
 from care_sdk import (
     Backend,
     CareError,
-    GenerationRequest,
-    GenerationResult,
     RubricEvaluator,
     RubricGenerator,
     __version__,
     resolve_backend,
 )
+from care_sdk.testing import RecordingBackend
 from care_sdk.types import Rubric
 
 DATA = Path(os.environ.get("CARE_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -69,29 +68,20 @@ CANDIDATE_REPLIES = [
 ]
 
 
-class Recorder(Backend):
-    """Forwards batches to the real backend; records batch sizes (batch k holds attempt k) and tokens."""
-
-    def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.batches: list[int] = []
-        self.first_batch_errors = 0
-        self.completion_tokens = 0
-        self.prompt_tokens = 0
+class Recorder(RecordingBackend):
+    """Records batch sizes (batch k holds attempt k) and token counts of the real backend's replies."""
 
     @property
-    def identity(self) -> str:
-        return self.inner.identity
+    def first_batch_errors(self) -> int:
+        return sum(not result.ok for result in self.results[: self.batches[0]]) if self.batches else 0
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        self.batches.append(len(requests))
-        results = self.inner.generate(requests)
-        if len(self.batches) == 1:
-            self.first_batch_errors = sum(not result.ok for result in results)
-        for result in results:
-            self.completion_tokens += result.usage.get("completion_tokens", 0)
-            self.prompt_tokens += result.usage.get("prompt_tokens", 0)
-        return results
+    @property
+    def completion_tokens(self) -> int:
+        return sum(result.usage.get("completion_tokens", 0) for result in self.results)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(result.usage.get("prompt_tokens", 0) for result in self.results)
 
 
 def contexts(n: int) -> tuple[list[list[dict[str, str]]], str]:

@@ -13,8 +13,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    """The real dialogue data (../shared/data, or $CARE_DATA_DIR); skips when absent."""
-    path = Path(os.environ.get("CARE_DATA_DIR", REPO.parent / "shared" / "data"))
+    """The real dialogue data ($CARE_DATA_DIR, by default ../shared/data); skips when absent."""
+    path = Path(os.environ["CARE_DATA_DIR"])  # set by the conftest.py at the repository root
     if not path.is_dir():
         pytest.skip(f"shared data not found at {path} (set CARE_DATA_DIR)")
     return path
@@ -22,8 +22,9 @@ def data_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def small_build_data(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Callable[[int], Path]:
-    """``build(max_dialogues)``: a build-data output directory from that many ESConv test dialogues
-    (at most 4 SFT targets, no teacher, judges or annotator), built once per count."""
+    """``build(max_dialogues)``: a build-data output directory from that many ESConv train dialogues
+    (at most 4 SFT targets, no model called: no teacher, judges or annotator; off-context pairs,
+    whose chosen reply carries its labels), built once per count."""
     built: dict[int, Path] = {}
 
     def build(max_dialogues: int) -> Path:
@@ -35,13 +36,15 @@ def small_build_data(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -
             config = BuildDataConfig(
                 output_dir=str(out),
                 data_dir=str(data_dir),
-                esconv_splits=("test",),
+                esconv_splits=("train",),
                 use_mint=False,
                 max_dialogues=max_dialogues,
                 max_turns=4,
                 teacher=None,
+                target_judges=None,
                 judges=None,
                 annotator=None,
+                offcontext_pairs=True,
             )
             build_data(config, log=lambda s: None)
             built[max_dialogues] = out

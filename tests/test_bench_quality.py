@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from care_sdk import AdaptiveReward, Message, Rubric, RubricEvaluator, RubricGenerator
-from care_sdk.backends import GenerationRequest
+from care_sdk.backends import EVALUATION, GenerationRequest
 from care_sdk.bench.quality import QualityRunner
 from care_sdk.bench.tasks import TASKS, DataPaths, Settings, select, spread
-from care_sdk.bench.variants import VARIANTS, Item, VariantScorer
+from care_sdk.bench.variants import MODEL_VARIANTS, VARIANTS, Item, VariantScorer
 from care_sdk.cli import main
 from care_sdk.errors import ConfigError
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
@@ -33,7 +33,7 @@ def script(request: GenerationRequest) -> str:
     """Rubric: weights from the last marker in the context. Evaluation: scores from the reply's marker."""
     text = request.messages[-1].content
     assert request.json_schema is not None
-    if "scores" in request.json_schema["properties"]:
+    if request.purpose == EVALUATION:
         reply = text.rsplit("Candidate reply:\n", 1)[1]
         dims = re.findall(r"^c\d+ \((\w+)\)", text, re.M)
         if "<FAIL>" in reply:
@@ -208,7 +208,8 @@ def test_alignment_by_hand(toy_data: DataPaths, tmp_path: Path) -> None:
     # Uniform weights: a random tie-break hits one of three dimensions.
     assert metric(report, "alignment", "top-dimension match", "uniform_weights") == pytest.approx(1 / 3)
     assert metric(report, "alignment", "top-dimension match", "fixed_rubric") == pytest.approx(1 / 3)
-    assert metric(report, "alignment", "mean r_align", "uniform_weights") == pytest.approx(1.0)
+    # Strict top rule: a tie for the largest weight is no priority order, one violation per turn.
+    assert metric(report, "alignment", "mean r_align", "uniform_weights") == pytest.approx(0.5)
     assert metric(report, "alignment", "top-dimension match", "length") is None
     result = report.results[0]
     assert (result.units, result.available) == (4, 4)
@@ -399,6 +400,11 @@ def test_every_task_runs_on_the_bundled_model(llama_backend: Any, data_dir: Path
     for record in records:  # every missing reward carries its reason (alignment records hold rubrics only)
         if record["reward"] is None and record["task"] != "alignment":
             assert record["error"]
+    # The model calls worked: every task has a result from every model variant, and failures are rare.
+    done = {(r["task"], r["variant"]) for r in records if not r["error"] and (r["reward"] is not None or r["rubric"])}
+    assert done >= {(task, variant) for task in TASKS for variant in MODEL_VARIANTS}
+    failed = [r for r in records if r["error"]]
+    assert len(failed) <= len(records) // 4, [r["error"] for r in failed]
     data = json.loads((out / "quality.json").read_text())
     assert data["model"] == "llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf"
     # A re-run reuses everything and reports the same numbers.

@@ -84,12 +84,9 @@ def _make_openai(request: pytest.FixtureRequest) -> Backend:
 def _make_hf(_: pytest.FixtureRequest) -> Backend:
     pytest.importorskip("torch", reason="needs the hf extra (torch)")
     pytest.importorskip("transformers", reason="needs the hf extra (transformers)")
-    try:
-        from care_sdk.backends.hf import HFBackend
-    except ImportError as exc:
-        pytest.skip(f"care_sdk.backends.hf is not importable: {exc}")
-    if not hasattr(HFBackend, "from_gguf"):
-        pytest.skip("HFBackend.from_gguf is not available")
+    # With the extra installed, a backend module that does not import, or an API that went
+    # missing, is a failure here, not a skip.
+    from care_sdk.backends.hf import HFBackend
     from care_sdk.backends.llamacpp import default_model_path
 
     return HFBackend.from_gguf(default_model_path())
@@ -121,6 +118,16 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
 
 def _real(backend: Backend) -> bool:
     return backend.provider != "scripted"
+
+
+CAPABILITIES = {"scripted": (True, False), "llamacpp": (True, True), "openai": (True, True), "hf": (True, True)}
+"""What each backend built here must declare: (supports_seed, supports_logprobs)."""
+
+
+def test_declared_capabilities(backend: Backend) -> None:
+    # The seed and logprob checks below skip a backend that declares no support; this keeps a
+    # backend from skipping them by losing a capability.
+    assert (backend.supports_seed, backend.supports_logprobs) == CAPABILITIES[backend.provider]
 
 
 def _one(backend: Backend, request: GenerationRequest) -> GenerationResult:

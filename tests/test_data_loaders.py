@@ -20,7 +20,7 @@ from care_sdk.data import (
 from care_sdk.errors import InputError
 from care_sdk.types import Dimension
 
-DATA = Path(os.environ.get("CARE_DATA_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+DATA = Path(os.environ["CARE_DATA_DIR"])  # set by the conftest.py at the repository root
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared data not found at {DATA} (set CARE_DATA_DIR)")
 
 

@@ -172,13 +172,21 @@ def test_batches_keep_input_order_and_match_single_requests(tiny: HFBackend) -> 
     assert [r.text for r in batched] == [r.text for r in alone]
 
 
+LONG_TEXT_SCHEMA = {
+    "type": "object",
+    "properties": {"text": {"type": "string", "minLength": 200, "maxLength": 300}},
+    "required": ["text"],
+    "additionalProperties": False,
+}
+"""A reply that cannot end within a few tokens: the grammar allows no end before 200 characters."""
+
+
 def test_max_tokens_ends_with_length(tiny: HFBackend) -> None:
-    [result] = tiny.generate([GenerationRequest(messages=_user("Go on."), max_tokens=5)])
+    request = GenerationRequest(messages=_user("Go on."), json_schema=LONG_TEXT_SCHEMA, max_tokens=5)
+    [result] = tiny.generate([request])
     completion = result.completions[0]
-    if completion.finish_reason == "length":
-        assert result.usage["completion_tokens"] == 5
-    else:  # the random model sampled EOS early
-        assert completion.finish_reason == "stop" and result.usage["completion_tokens"] < 5
+    assert completion.finish_reason == "length"
+    assert result.usage["completion_tokens"] == 5
     assert result.usage["prompt_tokens"] > 0
     assert result.usage["total_tokens"] == result.usage["prompt_tokens"] + result.usage["completion_tokens"]
 

@@ -151,8 +151,8 @@ def test_care_score_reports_malformed_lines_and_scores_the_rest(tmp_path: Path) 
     out = tmp_path / "out.jsonl"
     done = care("score", str(path), "--out", str(out), "--quiet")
     assert done.returncode == 1
-    assert "in.jsonl:2: messages[0].role" in done.stderr
-    assert "in.jsonl:3: invalid JSON" in done.stderr
+    assert "in.jsonl:line 2: messages[0].role" in done.stderr
+    assert "in.jsonl:line 3: not valid JSON" in done.stderr
     records = [json.loads(x) for x in out.read_text().splitlines()]
     assert [(r["id"], r["turn"]) for r in records] == [("ok", 1), ("ok", 3)]
 
@@ -186,3 +186,22 @@ def test_care_score_resumes_an_interrupted_run(examples_file: Path, tmp_path: Pa
     assert 2 <= len(interrupted) < 8
     care("score", str(subset), "--out", str(partial), "--quiet", "--batch-size", "2")
     assert partial.read_text() == full.read_text()
+
+
+def test_a_backend_alive_at_exit_closes_cleanly(tmp_path: Path) -> None:
+    # A script that keeps the default backend alive until the interpreter exits, held by a module
+    # that is torn down after llama_cpp (as a trainer holding its reward functions does).
+    script = tmp_path / "keep_alive.py"
+    script.write_text(
+        "import json\n"
+        "from care_sdk import AdaptiveReward\n"
+        "from care_sdk.backends import resolve_backend\n"
+        "reward = AdaptiveReward.from_backend(resolve_backend('default'))\n"
+        "result = reward.generator.generate_batch(['I failed my exam.'])\n"
+        "json._kept_alive = reward\n"
+        "print('done', type(result[0]).__name__)\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("done")
+    assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

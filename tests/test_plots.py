@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
+from care_sdk.backends import EVALUATION
 from care_sdk.cli import main
 from care_sdk.errors import InputError
 from care_sdk.plots.records import (
@@ -113,7 +114,7 @@ def test_read_records_names_each_bad_line(tmp_path: Path) -> None:
     result = read_records(path)
     assert len(result.records) == 1
     assert [str(e) for e in result.issues] == [
-        f"{path}:line 2: not valid JSON",
+        f"{path}:line 2: not valid JSON: Expecting property name enclosed in double quotes at column 2",
         f"{path}:line 3: turn: expected an integer, got 'x'",
         f"{path}:line 4: rubric.weights: expected a number for each of cognitive, affective, proactive",
         f"{path}:line 6: id: missing",
@@ -125,7 +126,7 @@ def test_read_records_names_each_bad_line(tmp_path: Path) -> None:
 def test_read_meta_rejects_lines_without_id(tmp_path: Path) -> None:
     path = tmp_path / "m.jsonl"
     path.write_text('{"id": "a", "emotion": "fear"}\n{"emotion": "anger"}\n')
-    with pytest.raises(InputError, match=r"m.jsonl:line 2: expected an object with an id"):
+    with pytest.raises(InputError, match=r"m.jsonl:line 2: id: missing"):
         read_meta(path)
 
 
@@ -133,7 +134,7 @@ def test_read_meta_rejects_lines_without_id(tmp_path: Path) -> None:
 
 
 def _script(request: Any) -> str:
-    if "scores" in request.json_schema["properties"]:
+    if request.purpose == EVALUATION:
         n = len(request.json_schema["properties"]["scores"]["required"])
         return evaluation_json([(i % 5) + 1 for i in range(n)])
     turns = request.messages[-1].content.count("User:")

@@ -86,7 +86,7 @@ def test_multi_turn_episodes_with_the_bundled_model_as_simulated_user(
         output_dir=str(out),
         data_dir=str(data_dir),
         mode="multi_turn",
-        users={"source": "esconv", "path": str(data_dir / "esconv" / "test.jsonl"), "max_profiles": 2},
+        users={"source": "esconv", "path": str(data_dir / "esconv" / "train.jsonl"), "max_profiles": 2},
         simulator={"max_tokens": 48, "max_reply_chars": 120, "max_profile_chars": 300, "max_attempts": 2},
         episode={"max_turns": 2, "turn_max_tokens": 8},
         reward={"variant": "full", "generator_max_tokens": 320, "evaluator_max_tokens": 64, "max_attempts": 2},
@@ -113,7 +113,7 @@ def test_multi_turn_episodes_with_the_bundled_model_as_simulated_user(
 
 
 def test_a_failing_simulated_user_ends_its_episodes_and_the_batch_still_trains(tmp_path: Path, data_dir: Path) -> None:
-    esconv = str(data_dir / "esconv" / "test.jsonl")
+    esconv = str(data_dir / "esconv" / "train.jsonl")
     users = {"source": "esconv", "path": esconv, "max_profiles": 2}
     broken = load_profiles(PolicyGRPOConfig(model="tiny", output_dir="x", users=users).users, "train")[0]
 

@@ -32,6 +32,7 @@ from care_sdk.training.policy import (
 from care_sdk.training.policy.components import BackendPool, prompt_rows
 from care_sdk.training.policy.config import PromptSettings
 from care_sdk.training.policy.simulator import parse_user_turn
+from care_sdk.training.roles import write_roles
 from care_sdk.types import Message
 
 REPO = Path(__file__).resolve().parent.parent
@@ -220,8 +221,13 @@ def test_prompt_rows_from_esconv_and_jsonl(data_dir: Path, tmp_path: Path) -> No
     assert all(r["context"][-1]["role"] == "user" for r in rows)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a", "messages": [{"role": "bot", "content": "x"}]}\n')
-    with pytest.raises(InputError, match=r"bad.jsonl:1"):
+    with pytest.raises(InputError, match=r"bad.jsonl: the data has no declared role"):
         prompt_rows(PromptSettings(source="jsonl", path=str(bad)), None)
+    write_roles(tmp_path, {"*.jsonl": "train"})
+    with pytest.raises(InputError, match=r"bad.jsonl:line 1"):
+        prompt_rows(PromptSettings(source="jsonl", path=str(bad)), None)
+    with pytest.raises(InputError, match=r"esconv/test.jsonl: refusing to use test data as training prompts"):
+        prompt_rows(PromptSettings(source="esconv", path=str(data_dir / "esconv" / "test.jsonl")), None)
 
 
 # -- configs and CLI ---------------------------------------------------------------------------

@@ -24,7 +24,7 @@ def dialogue(did: str, turns: int) -> dict[str, object]:
 
 
 MALFORMED = [
-    ("{not json", "invalid JSON"),
+    ("{not json", "not valid JSON"),
     (json.dumps({"messages": [{"role": "user", "content": "x"}]}), "missing field 'id'"),
     (json.dumps({"id": "m"}), "missing field 'messages'"),
     (json.dumps({"id": "r", "messages": [{"role": "bot", "content": "x"}]}), "messages[0].role"),
@@ -60,14 +60,14 @@ def test_each_malformed_line_is_reported_with_line_and_reason(tmp_path: Path, li
     assert results[0].dialogue is not None
     error = results[1].error
     assert error is not None
-    assert str(error).startswith("in.jsonl:2")
+    assert str(error).startswith(f"{path}:line 2")
     assert reason in str(error)
 
 
 def test_duplicate_ids_are_reported(tmp_path: Path) -> None:
     path = write(tmp_path / "in.jsonl", [json.dumps(dialogue("a", 1)), "", json.dumps(dialogue("a", 2))])
     errors = [x.error for x in read_dialogues(path) if x.error]
-    assert [str(e) for e in errors] == ["in.jsonl:3: duplicate id 'a' (first on line 1)"]
+    assert [str(e) for e in errors] == [f"{path}:line 3: duplicate id 'a' (first on line 1)"]
 
 
 def test_bad_lines_do_not_stop_the_rest(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""build-data: teacher targets checked against r_align, the two-judge filter, pairs, splits, counts."""
+"""build-data: teacher targets (alignment measured, not enforced), target judges, same-context
+candidate pairs judged by majority, Lend-an-Ear pairs, annotator, splits, roles and counts."""
 
 from __future__ import annotations
 
@@ -12,11 +13,15 @@ from care_sdk.backends import GenerationRequest
 from care_sdk.prompts import parse_rubric
 from care_sdk.testing import ScriptedBackend, rubric_json
 from care_sdk.training import r_align
-from care_sdk.training.build_data import SPLITS, _Backends, build_data, input_key
+from care_sdk.training.build_data import SPLITS, build_data, input_key
 from care_sdk.training.config import BuildDataConfig
+from care_sdk.training.pairs import HUMAN_SYSTEMS
+from care_sdk.training.policy.components import BackendPool
+from care_sdk.training.roles import data_role
 from care_sdk.types import Message
 
 COUNTS = re.compile(r"Strategy count per dimension: cognitive (\d+), affective (\d+), proactive (\d+)")
+REPLIES = re.compile(r"Reply A: (.*)\n\nReply B: (.*)\n\nWhich reply", re.S)
 
 
 def _read(path: Path) -> list[dict[str, object]]:
@@ -24,39 +29,47 @@ def _read(path: Path) -> list[dict[str, object]]:
 
 
 class Roles:
-    """Scripted teacher / judges / annotator, answering by the role their prompt names."""
+    """Scripted teacher / target judges / candidates / pair judges / annotator, answering by the role
+    their system prompt names. Pair judges prefer the longer reply (a tie on equal length)."""
 
     def __init__(self) -> None:
-        self.teacher_calls = 0
-        self.judge_calls = 0
+        self.calls: dict[str, int] = {}
+
+    def _count(self, role: str) -> None:
+        self.calls[role] = self.calls.get(role, 0) + 1
 
     def __call__(self, request: GenerationRequest) -> str:
         system = request.messages[0].content
         user = request.messages[-1].content
         if system.startswith("You write a target rubric"):
-            self.teacher_calls += 1
+            self._count("teacher")
+            assert "must get the largest weight" not in system  # v2: alignment is not demanded
             c, a, p = (int(x) for x in COUNTS.search(user).groups())  # type: ignore[union-attr]
-            if c > 0 and a == 0:
-                # a weight vector that violates the rule for these counts, on every attempt
-                return rubric_json(
-                    {"cognitive": 1 + 10 * (c == 0), "affective": 1 + 10 * (a == 0), "proactive": 1 + 10 * (p == 0)}
-                )
+            if c > 0 and a == 0:  # weights that violate r_align for these counts
+                return rubric_json({"cognitive": 1 + 10 * (c == 0), "affective": 1 + 10 * (a == 0), "proactive": 1})
             return rubric_json({"cognitive": c + 0.5, "affective": a + 0.5, "proactive": p + 0.5})
         if system.startswith("You check a proposed rubric"):
-            self.judge_calls += 1
+            self._count("target judge")
             accept = "proactive 0.6" not in user
             return json.dumps({"accept": accept, "reason": "fine" if accept else "too proactive"})
+        if system.startswith("You are a warm"):
+            self._count("candidate")
+            return f"I hear you, that sounds hard. Tell me more ({(request.seed or 0) // 1000})."  # equal lengths
+        if system.startswith("You compare two candidate replies"):
+            self._count("pair judge")
+            a, b = REPLIES.search(user).groups()  # type: ignore[union-attr]
+            better = "tie" if len(a) == len(b) else ("A" if len(a) > len(b) else "B")
+            return json.dumps({"better": better, "reason": "longer"})
         if system.startswith("You label the support strategies"):
+            self._count("annotator")
             return json.dumps({"strategies": ["Question", "Providing Suggestions"]})
         raise AssertionError(system[:60])
 
 
 @pytest.fixture
-def scripted(monkeypatch: pytest.MonkeyPatch) -> Roles:
+def scripted() -> tuple[Roles, BackendPool]:
     roles = Roles()
-    backend = ScriptedBackend(roles)
-    monkeypatch.setattr(_Backends, "get", lambda self, spec: backend)
-    return roles
+    return roles, BackendPool({"scripted": ScriptedBackend(roles)})
 
 
 def _config(tmp_path: Path, data_dir: Path, **kw: object) -> BuildDataConfig:
@@ -64,9 +77,11 @@ def _config(tmp_path: Path, data_dir: Path, **kw: object) -> BuildDataConfig:
         output_dir=str(tmp_path / "out"),
         data_dir=str(data_dir),
         max_dialogues=4,
-        max_turns=12,
+        max_turns=6,
         teacher="scripted",
-        judges=("scripted", "scripted"),
+        target_judges=("scripted", "scripted"),
+        candidates=("scripted", "scripted"),
+        judges=("scripted", "scripted", "scripted"),
         annotator="scripted",
         pref_margin=1.0,
     )
@@ -74,41 +89,49 @@ def _config(tmp_path: Path, data_dir: Path, **kw: object) -> BuildDataConfig:
     return BuildDataConfig(**base)  # type: ignore[arg-type]
 
 
-def test_build_data_writes_splits_and_counts(tmp_path: Path, data_dir: Path, scripted: Roles) -> None:
-    report = build_data(_config(tmp_path, data_dir), log=lambda s: None)
+def test_build_data_writes_splits_roles_and_counts(
+    tmp_path: Path, data_dir: Path, scripted: tuple[Roles, BackendPool]
+) -> None:
+    roles, pool = scripted
+    report = build_data(_config(tmp_path, data_dir), pool=pool, log=lambda s: None)
     out = tmp_path / "out"
     for name in ("sft", "pairs"):
         for split in SPLITS:
             assert (out / name / f"{split}.jsonl").exists()
+            assert data_role(out / name / f"{split}.jsonl") == split  # roles.json declares each file's role
     sft = {s: _read(out / "sft" / f"{s}.jsonl") for s in SPLITS}
     pairs = {s: _read(out / "pairs" / f"{s}.jsonl") for s in SPLITS}
     counts = report.sft
-    # every candidate is accounted for: kept, skipped, rejected by a stated reason, or beyond max_turns
     kept = sum(len(v) for v in sft.values())
     assert kept == counts["kept: train"] + counts["kept: valid"] + counts["kept: test"] > 0
-    assert counts["rejected: misaligned weights"] > 0
+    # alignment is measured and reported, not enforced: misaligned targets are kept (and counted)
+    assert counts["misaligned targets (kept)"] > 0 and counts["aligned targets (r_align = 1)"] > 0
+    assert "rejected: misaligned weights" not in counts
     assert counts["rejected: by the judges"] > 0 and counts["judge 1: rejected"] > 0
-    assert scripted.teacher_calls > kept  # misaligned turns were re-sampled before rejection
+    dropped = sum(v for k, v in counts.items() if k.startswith("dropped: input also"))
+    assert roles.calls["teacher"] == kept + counts["rejected: by the judges"] + dropped  # no resampling
     for rows in sft.values():
         for row in rows:
-            rubric = parse_rubric(str(row["target"]))
-            assert r_align(rubric, row["strategy_counts"]) == 1.0  # type: ignore[arg-type]
+            assert row["r_align"] == r_align(parse_rubric(str(row["target"])), row["strategy_counts"])  # type: ignore[arg-type]
             assert row["target_origin"] == "teacher"
-    # ESConv keeps its own splits; Lend-an-Ear is split by conversation id
     assert {r["split"] for r in sft["train"]} == {"train"}
     assert any(r["source"] == "esconv" for r in sft["test"])
-    # pairs: both builders, counts present, MINT pairs respect the margin, unlabelled chosen replies annotated
+    # pairs: same-context candidate pairs and Lend-an-Ear pairs; never off-context by default
     all_pairs = [p for rows in pairs.values() for p in rows]
-    assert {p["source"] for p in all_pairs} == {"esconv", "lend-an-ear"}
+    assert {p["origin"] for p in all_pairs} == {"candidates", "mint-judge"}
     for p in all_pairs:
         assert set(p["chosen_strategy_counts"]) == {"cognitive", "affective", "proactive"}  # type: ignore[arg-type]
         assert p["chosen"] != p["rejected"]
-        if p["source"] == "lend-an-ear":
-            assert p["margin"] >= 1.0  # type: ignore[operator]
-            assert p["strategy_origin"] == ("label" if p["chosen_system"] == "gold" else "annotator")
+        if p["origin"] == "candidates":
+            assert len(str(p["chosen"])) > len(str(p["rejected"]))  # the majority's choice
+            assert p["votes"] == "3/3"
         else:
-            assert p["dialogue_id"] not in str(p["rejected_system"])
-    assert report.pairs["annotated"] > 0
+            assert p["margin"] >= 1.0  # type: ignore[operator]
+            assert p["rejected_system"] not in HUMAN_SYSTEMS  # mint_reject_human is off by default
+        assert p["strategy_origin"] == ("label" if p["chosen_system"] in HUMAN_SYSTEMS else "annotator")
+    assert report.pairs["annotated"] > 0 and report.pairs["candidates: comparisons"] > 0
+    # the two candidates have equal lengths: the judges' tie drops that pair
+    assert report.pairs["candidates: dropped (tie or split vote)"] > 0
     # no input lands in two splits
     for name, rows_by_split in (("sft", sft), ("pairs", pairs)):
         keys = {
@@ -120,46 +143,116 @@ def test_build_data_writes_splits_and_counts(tmp_path: Path, data_dir: Path, scr
     saved = json.loads((out / "report.json").read_text())
     assert saved["sft"]["kept: train"] == len(sft["train"])
     assert saved["files"]["pairs/train.jsonl"] == len(pairs["train"])
+    assert saved["prompt_version"] == "data-v2"
 
 
-def test_build_data_is_deterministic_and_repair_keeps_misaligned(
-    tmp_path: Path, data_dir: Path, scripted: Roles
+def test_candidate_pairs_are_kept_by_strict_majority_only(tmp_path: Path, data_dir: Path) -> None:
+    """One judge prefers the reference, one a candidate, one says tie: no majority, no pair."""
+
+    def split_vote(request: GenerationRequest) -> str:
+        system = request.messages[0].content
+        if system.startswith("You are a warm"):
+            return f"Candidate reply {request.seed}."
+        if system.startswith("You compare two candidate replies"):
+            a, _ = REPLIES.search(request.messages[-1].content).groups()  # type: ignore[union-attr]
+            judge = (request.seed or 0) // 101  # judge n asks with seed + 101 * n
+            if judge == 3:
+                return json.dumps({"better": "tie", "reason": "same"})
+            wants = "Candidate" if judge == 1 else "not a candidate"
+            a_is = a.startswith("Candidate") == (wants == "Candidate")
+            return json.dumps({"better": "A" if a_is else "B", "reason": "x"})
+        raise AssertionError(system[:40])
+
+    pool = BackendPool({"s": ScriptedBackend(split_vote)})
+    cfg = _config(
+        tmp_path,
+        data_dir,
+        teacher=None,
+        target_judges=None,
+        candidates=("s",),
+        judges=("s", "s", "s"),
+        annotator=None,
+        use_mint=False,
+        esconv_splits=("test",),
+        max_dialogues=1,
+        max_turns=2,
+    )
+    report = build_data(cfg, pool=pool, log=lambda s: None)
+    assert report.pairs["candidates: comparisons"] == 2
+    assert report.pairs["candidates: dropped (tie or split vote)"] == 2
+    assert report.files["pairs/test.jsonl"] == 0
+
+
+def test_enforced_alignment_rejects_or_repairs_and_is_deterministic(
+    tmp_path: Path, data_dir: Path, scripted: tuple[Roles, BackendPool]
 ) -> None:
-    a = build_data(_config(tmp_path / "a", data_dir, on_misaligned="repair", judges=None), log=lambda s: None)
-    b = build_data(_config(tmp_path / "b", data_dir, on_misaligned="repair", judges=None), log=lambda s: None)
-    assert a.sft == b.sft and a.pairs == b.pairs
-    for name in ("sft/train.jsonl", "pairs/test.jsonl"):
-        assert (tmp_path / "a" / "out" / name).read_text() == (tmp_path / "b" / "out" / name).read_text()
+    roles, pool = scripted
+    cfg = dict(target_judges=None, judges=None, candidates=(), use_mint=False)
+    a = build_data(_config(tmp_path / "a", data_dir, on_misaligned="repair", **cfg), pool=pool, log=lambda s: None)
+    b = build_data(_config(tmp_path / "b", data_dir, on_misaligned="repair", **cfg), pool=pool, log=lambda s: None)
+    assert a.sft == b.sft
+    assert (tmp_path / "a/out/sft/train.jsonl").read_text() == (tmp_path / "b/out/sft/train.jsonl").read_text()
     rows = _read(tmp_path / "a" / "out" / "sft" / "train.jsonl")
     repaired = [r for r in rows if r["target_origin"] == "repaired"]
     assert repaired and a.sft["repaired: misaligned weights"] > 0
-    assert all(r_align(parse_rubric(str(r["target"])), r["strategy_counts"]) == 1.0 for r in repaired)  # type: ignore[arg-type]
+    assert all(r["r_align"] == 1.0 for r in rows)
+    c = build_data(_config(tmp_path / "c", data_dir, on_misaligned="reject", **cfg), pool=pool, log=lambda s: None)
+    assert c.sft["rejected: misaligned weights"] == a.sft["repaired: misaligned weights"]
+    assert roles.calls["teacher"] > 3 * c.sft["kept: train"]  # misaligned turns were re-sampled
 
 
-def test_build_data_without_teacher_uses_count_weights_and_reports_unlabelled_pairs(
+def test_lend_an_ear_human_reply_and_offcontext_options(
+    tmp_path: Path, data_dir: Path, scripted: tuple[Roles, BackendPool]
+) -> None:
+    _, pool = scripted
+    cfg = dict(teacher=None, target_judges=None, judges=None, candidates=(), max_dialogues=12)
+    off = build_data(_config(tmp_path / "off", data_dir, **cfg), pool=pool, log=lambda s: None)
+    on = build_data(
+        _config(tmp_path / "on", data_dir, mint_reject_human=True, offcontext_pairs=True, **cfg),
+        pool=pool,
+        log=lambda s: None,
+    )
+    rejected_human = sum(v for k, v in on.pairs.items() if k.startswith("human reply rejected (mint-judge)"))
+    assert rejected_human > 0
+    assert not any(k.startswith("human reply rejected (mint-judge)") for k in off.pairs)
+    assert off.pairs["mint: turns whose human reply may not be rejected"] > 0
+    assert any(k.endswith("(offcontext)") for k in on.pairs) and not any(k.endswith("(offcontext)") for k in off.pairs)
+
+
+def test_build_data_without_models_uses_count_weights_and_reports_unlabelled_pairs(
     tmp_path: Path, data_dir: Path
 ) -> None:
     lines: list[str] = []
     report = build_data(
-        _config(tmp_path, data_dir, teacher=None, judges=None, annotator=None, esconv_splits=("test",)),
+        _config(
+            tmp_path,
+            data_dir,
+            teacher=None,
+            target_judges=None,
+            judges=None,
+            annotator=None,
+            esconv_splits=("test",),
+            offcontext_pairs=True,
+        ),
         log=lines.append,
     )
     assert "kept: test" in lines[-1]  # the counts table is printed
     rows = _read(tmp_path / "out" / "sft" / "test.jsonl")
-    assert rows and all(r["target_origin"] == "counts" for r in rows)
+    assert rows and all(r["target_origin"] == "counts" and r["r_align"] == 1.0 for r in rows)
     assert report.pairs["dropped: no strategy labels (no annotator)"] > 0
 
 
 def test_outputs_load_with_datasets(tmp_path: Path, data_dir: Path) -> None:
     datasets = pytest.importorskip("datasets")
-    build_data(_config(tmp_path, data_dir, teacher=None, judges=None, annotator=None), log=lambda s: None)
-    ds = datasets.load_dataset("json", data_files=str(tmp_path / "out" / "pairs" / "train.jsonl"), split="train")
-    assert {"context", "chosen", "rejected", "chosen_strategy_counts"} <= set(ds.column_names)
+    cfg = _config(tmp_path, data_dir, teacher=None, target_judges=None, judges=None, annotator=None)
+    build_data(cfg, log=lambda s: None)
+    ds = datasets.load_dataset("json", data_files=str(tmp_path / "out" / "sft" / "train.jsonl"), split="train")
+    assert {"context", "target", "strategy_counts", "r_align"} <= set(ds.column_names)
 
 
 @pytest.mark.slow
 def test_build_data_with_the_bundled_model_as_every_role(tmp_path: Path, data_dir: Path) -> None:
-    """The real path: llama.cpp with the bundled model as teacher, both judges and annotator."""
+    """The real path: llama.cpp with the bundled model as teacher, judges, candidate and annotator."""
     cfg = BuildDataConfig(
         output_dir=str(tmp_path / "out"),
         data_dir=str(data_dir),
@@ -168,15 +261,25 @@ def test_build_data_with_the_bundled_model_as_every_role(tmp_path: Path, data_di
         max_dialogues=1,
         max_turns=2,
         teacher="default",
-        judges=("default", "default"),
+        target_judges=("default",),
         teacher_attempts=2,
-        on_misaligned="repair",
         teacher_max_tokens=300,
+        candidates=("default",),
+        candidate_max_tokens=48,
+        judges=("default", "default", "default"),
     )
     report = build_data(cfg, log=lambda s: None)
     sft = report.sft
     judged = sft["kept: test"] + sft["rejected: by the judges"]
-    # every candidate got a teacher target (possibly repaired) or an unusable-reply rejection
+    # every candidate got a teacher target (kept or judged away) or an unusable-reply rejection
     assert judged + sft["rejected: teacher reply unusable"] == 2
-    for row in _read(tmp_path / "out" / "sft" / "test.jsonl"):
-        assert r_align(parse_rubric(str(row["target"])), row["strategy_counts"]) == 1.0  # type: ignore[arg-type]
+    assert sft["aligned targets (r_align = 1)"] + sft["misaligned targets (kept)"] == sft["kept: test"]
+    pairs = report.pairs
+    # two contexts, each with the reference and one candidate reply: one comparison each
+    assert (
+        pairs["candidates: comparisons"] == 2 - pairs["candidates: reply failed"] - pairs["candidates: duplicate reply"]
+    )
+    outcomes = (
+        pairs["kept: test"] + pairs["candidates: dropped (tie or split vote)"] + pairs["dropped: annotation failed"]
+    )
+    assert outcomes == pairs["candidates: comparisons"]

@@ -23,8 +23,11 @@ CLASSES = {
 }
 
 
+OTHER = {"generator_data": BuildDataConfig, "generator_sft": SFTStageConfig}  # configs of the bundled adapter
+
+
 def _class_for(path: Path) -> type:
-    return next(cls for prefix, cls in CLASSES.items() if path.stem.startswith(prefix))
+    return next(cls for prefix, cls in {**CLASSES, **OTHER}.items() if path.stem.startswith(prefix))
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
@@ -46,13 +49,21 @@ def test_unknown_key_names_file_and_key(tmp_path: Path) -> None:
         load_config(SFTStageConfig, path)
 
 
-def test_invalid_value_and_bad_yaml_are_named(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("output_dir: o\non_misaligned: ignore\n", r"b\.yaml: on_misaligned"),
+        ("output_dir: o\n  bad: [\n", r"b.yaml:line \d+: not valid YAML"),
+        ("output_dir: o\nteacher: !include shared.yaml#model\n", r"b.yaml: !include shared.yaml#model: no key 'model'"),
+        ("output_dir: o\nteacher: !include missing.yaml\n", r"b.yaml: no such config file to include: .*missing"),
+        ("output_dir: o\nteacher: !include b.yaml#teacher\n", "includes itself"),
+    ],
+)
+def test_invalid_values_bad_yaml_and_bad_includes_are_named(tmp_path: Path, text: str, error: str) -> None:
+    (tmp_path / "shared.yaml").write_text("backend: x\n")
     path = tmp_path / "b.yaml"
-    path.write_text("output_dir: o\non_misaligned: ignore\n")
-    with pytest.raises(ConfigError, match=r"b\.yaml: on_misaligned"):
-        load_config(BuildDataConfig, path)
-    path.write_text("output_dir: o\n  bad: [\n")
-    with pytest.raises(ConfigError, match=r"b.yaml:line \d+: not valid YAML"):
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=error):
         load_config(BuildDataConfig, path)
     with pytest.raises(ConfigError, match="no such config file"):
         load_config(BuildDataConfig, tmp_path / "missing.yaml")
@@ -88,3 +99,77 @@ def test_cli_registers_the_three_stages() -> None:
         assert callable(args.func) and args.output_dir == "o"
     with pytest.raises(SystemExit):
         parser.parse_args(["train", "sft"])  # --config is required
+
+
+# -- shared definitions, sizes and the planned-steps gate -------------------------------------------
+
+
+def test_one_evaluator_definition_serves_pref_grpo_and_policy_grpo() -> None:
+    import yaml
+
+    shared = yaml.safe_load((CONFIGS / "shared" / "evaluator_paper.yaml").read_text())
+    pref = [load_config(PrefGRPOConfig, p) for p in sorted(CONFIGS.glob("pref_grpo_paper*.yaml"))]
+    policy = [load_config(PolicyGRPOConfig, p) for p in sorted(CONFIGS.glob("policy_grpo_paper*.yaml"))]
+    evals = [load_config(EvalPolicyConfig, CONFIGS / "policy_eval_paper.yaml")]
+    assert len(pref) == 2 and len(policy) == 6
+    expected = (shared["backend"], shared["max_tokens"], shared["max_attempts"])
+    assert {(c.evaluator, c.evaluator_max_tokens, c.evaluator_max_attempts) for c in pref} == {expected}
+    assert {(r.evaluator, r.evaluator_max_tokens, r.max_attempts) for r in [c.reward for c in policy + evals]} == {
+        expected
+    }
+
+
+def _trl_plan(config: PrefGRPOConfig | SFTStageConfig | PolicyGRPOConfig, kind: str, rows: int, processes: int) -> int:
+    from care_sdk.training.plan import plan_training
+
+    t = config.trl
+    return plan_training(
+        kind,  # type: ignore[arg-type]
+        rows,
+        batch=t["per_device_train_batch_size"],
+        grad_acc=t.get("gradient_accumulation_steps", 1),
+        processes=processes,
+        epochs=t.get("num_train_epochs", 1),
+        max_steps=t.get("max_steps", -1),
+        num_generations=t.get("num_generations", 1),
+    ).steps
+
+
+def test_paper_configs_plan_enough_steps_and_consistent_lora_rates(data_dir: Path) -> None:
+    from care_sdk.training.plan import DEFAULT_MIN_STEPS
+    from care_sdk.training.policy.components import load_profiles
+
+    policy = load_config(PolicyGRPOConfig, CONFIGS / "policy_grpo_paper.yaml")
+    users = len(load_profiles(policy.users, "train", str(data_dir)))
+    assert users == 910  # ESConv's train split
+    assert _trl_plan(policy, "grpo", users, processes=7) == 130  # the arithmetic in the file's header
+    # the generator stages, at the low end of the documented data sizes, on 8 processes
+    sft = load_config(SFTStageConfig, CONFIGS / "sft_paper.yaml")
+    pref = load_config(PrefGRPOConfig, CONFIGS / "pref_grpo_paper.yaml")
+    assert _trl_plan(sft, "sft", 5000, processes=8) >= 150
+    assert _trl_plan(pref, "grpo", 4000, processes=8) >= 250
+    assert min(_trl_plan(sft, "sft", 5000, 8), _trl_plan(pref, "grpo", 4000, 8)) >= DEFAULT_MIN_STEPS
+    # LoRA at 10x the full fine-tuning rate in both generator stages
+    assert sft.finetune == pref.finetune == "lora"
+    assert sft.trl["learning_rate"] == pytest.approx(10 * pref.trl["learning_rate"])
+    assert pref.trl["learning_rate"] >= 1e-5
+
+
+def test_care_train_prints_the_plan_and_refuses_a_short_run(
+    tmp_path: Path, small_build_data: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("trl")
+    from care_sdk.cli import main
+
+    data = small_build_data(2)  # type: ignore[operator]
+    config = tmp_path / "sft.yaml"
+    config.write_text(
+        f"data: {data}\nmodel: tiny\noutput_dir: {tmp_path / 'out'}\n"
+        "trl: {max_steps: 3, per_device_train_batch_size: 2, gradient_accumulation_steps: 2}\n"
+    )
+    assert main(["train", "sft", "--config", str(config)]) == 2
+    out, err = capsys.readouterr()
+    assert "sft plan: " in out and "4 samples per optimiser step" in out and "-> 3 optimiser steps" in out
+    assert "the run plans 3 optimiser steps, fewer than the minimum of 20" in err and "--min-steps 0" in err
+    assert not (tmp_path / "out" / "adapter").exists()  # refused before training
+    assert main(["train", "sft", "--config", str(config), "--min-steps", "4"]) == 2

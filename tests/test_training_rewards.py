@@ -8,7 +8,16 @@ from care_sdk import RubricEvaluator
 from care_sdk.backends import GenerationRequest
 from care_sdk.errors import BackendError
 from care_sdk.testing import ScriptedBackend, candidate_reply, evaluation_json, rubric_json
-from care_sdk.training import AlignReward, FormatReward, PrefReward, align_violations, format_reward, r_align, r_pref
+from care_sdk.training import (
+    AlignReward,
+    FormatReward,
+    PrefGRPORewards,
+    PrefReward,
+    align_violations,
+    format_reward,
+    r_align,
+    r_pref,
+)
 
 
 def w(c: float, a: float, p: float) -> dict[str, float]:
@@ -28,8 +37,10 @@ def n(c: int, a: int, p: int) -> dict[str, int]:
         (w(0.1, 0.1, 0.8), n(0, 0, 0), 1.0, 0),
         # tie in the largest count: either tied dimension may hold the top weight
         (w(0.2, 0.5, 0.3), n(2, 2, 1), 1.0, 0),
-        # tie in the largest weight counts as having it
-        (w(0.4, 0.4, 0.2), n(1, 3, 0), 1.0, 0),
+        # ... and the tied top-count dimensions may share it
+        (w(0.4, 0.4, 0.2), n(2, 2, 1), 1.0, 0),
+        # strict top rule: a dimension outside the top-count set tying for the largest weight is a violation
+        (w(0.4, 0.4, 0.2), n(1, 3, 0), 0.5, 1),
         # top violated only (no zero-count dimension involved)
         (w(0.2, 0.3, 0.5), n(3, 2, 1), 0.5, 1),
         # top violated because a zero-count dimension holds the top weight: 1 + 1 pair violation
@@ -40,8 +51,12 @@ def n(c: int, a: int, p: int) -> dict[str, int]:
         (w(0.5, 0.25, 0.25), n(3, 1, 0), 1.0, 0),
         # two pair violations: floored at 0
         (w(0.6, 0.2, 0.2), n(0, 2, 1), 0.0, 3),
-        # uniform weights always satisfy the top condition and no pair is strictly outweighed
-        (w(1, 1, 1), n(0, 4, 0), 1.0, 0),
+        # uniform weights: a tie for the top is no priority order (one violation, no strict pair violation)
+        (w(1, 1, 1), n(0, 4, 0), 0.5, 1),
+        (w(1, 1, 1), n(3, 0, 0), 0.5, 1),
+        # ... unless every dimension is in the top-count set
+        (w(1, 1, 1), n(2, 2, 2), 1.0, 0),
+        (w(1, 1, 1), n(0, 0, 0), 1.0, 0),
     ],
 )
 def test_r_align_rule(weights: dict[str, float], counts: dict[str, int], expected: float, violations: int) -> None:
@@ -54,6 +69,10 @@ def test_r_align_accepts_rubrics_and_partial_counts() -> None:
 
     rubric = parse_rubric(rubric_json(w(1, 3, 1)))
     assert r_align(rubric, {"affective": 1}) == 1.0
+    assert r_align(parse_rubric(rubric_json(w(1, 1, 1))), {"affective": 1}) == 0.5
+    assert align_violations(w(1, 1, 1), n(3, 0, 0)) == [
+        "top: affective, proactive share the largest weight without the most strategies (cognitive)"
+    ]
     with pytest.raises(ValueError, match="missing"):
         r_align({"cognitive": 1.0}, {})
     with pytest.raises(ValueError, match="negative"):
@@ -144,3 +163,24 @@ def test_pref_reward_failed_evaluation_is_none_not_zero() -> None:
     before = len(backend.requests)
     reward(prompts=["p"], completions=[rubric_json(w(1, 1, 1))], context=[ctx], chosen=["GOOD"], rejected=["DOWN"])
     assert len(backend.requests) == before + 1
+
+
+def test_pref_grpo_rewards_void_the_whole_completion_on_an_evaluator_failure() -> None:
+    evaluator, backend = _evaluator_by_reply({"GOOD": 5, "BAD": 2, "DOWN": BackendError("down", provider="scripted")})
+    rewards = PrefGRPORewards(evaluator)
+    terms = rewards.terms()
+    assert [t.__name__ for t in terms] == ["format", "r_pref", "r_align"]
+    ctx = [{"role": "user", "content": "My sister stopped talking to me."}]
+    columns = {
+        "context": [ctx] * 3,
+        "chosen": ["GOOD"] * 3,
+        "rejected": ["BAD", "DOWN", "BAD"],
+        "chosen_strategy_counts": [n(2, 0, 0)] * 3,
+    }
+    completions = [rubric_json(w(3, 1, 1)), rubric_json(w(3, 1, 1)), "not a rubric"]
+    out = [t(prompts=["p"] * 3, completions=completions, **columns) for t in terms]
+    assert out == [[1.0, None, 0.0], [1.0, None, 0.0], [1.0, None, 0.0]]  # failure: None everywhere; no rubric: 0
+    assert len(backend.requests) == 3  # computed once for the three terms (GOOD, BAD, DOWN)
+    assert rewards.unscorable == 1
+    again = [t(prompts=["p"] * 3, completions=completions, **columns) for t in terms]
+    assert again == out and len(backend.requests) == 4  # a later identical batch asks the failed one again

@@ -27,9 +27,8 @@ def data_out(small_build_data: Callable[[int], Path]) -> Path:
 @pytest.fixture(scope="module")
 def sft_out(tmp_path_factory: pytest.TempPathFactory, data_out: Path) -> tuple[Path, list[float]]:
     out = tmp_path_factory.mktemp("sft")
-    # sft/train.jsonl is empty with only the test split: train on the test records (a repeated batch)
     config = SFTStageConfig(
-        data=str(data_out / "sft" / "test.jsonl"),
+        data=str(data_out / "sft" / "train.jsonl"),
         model="tiny",
         output_dir=str(out),
         max_examples=2,
@@ -83,7 +82,7 @@ def test_sft_errors_name_the_problem(tmp_path: Path, data_out: Path) -> None:
     with pytest.raises(ConfigError, match=r"trl\.max_stepz"):
         run_sft(
             SFTStageConfig(
-                data=str(data_out / "sft" / "test.jsonl"),
+                data=str(data_out / "sft" / "train.jsonl"),
                 model="tiny",
                 output_dir=str(tmp_path / "o"),
                 trl={"max_stepz": 1},

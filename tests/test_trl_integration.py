@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +14,13 @@ from care_sdk import (
     AdaptiveReward,
     Backend,
     GenerationRequest,
-    GenerationResult,
     Rubric,
     RubricEvaluator,
     RubricGenerator,
 )
+from care_sdk.backends import RUBRIC
 from care_sdk.errors import InputError
-from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+from care_sdk.testing import RecordingBackend, ScriptedBackend, evaluation_json, rubric_json
 
 DIMS = ("cognitive", "affective", "proactive")
 CONTEXTS = [
@@ -35,7 +35,7 @@ POLICY_SYSTEM = {"role": "system", "content": "You are a warm, concise supporter
 
 
 def script(request: GenerationRequest) -> str:
-    if "weights" in (request.json_schema or {}).get("properties", {}):
+    if request.purpose == RUBRIC:
         return rubric_json({"cognitive": 1, "affective": 2, "proactive": 1})
     candidate = request.messages[-1].content.rsplit("Candidate reply:", 1)[1]
     if "BROKEN" in candidate:
@@ -82,9 +82,7 @@ def test_conversational_call_with_trl_kwargs_logs_every_dimension() -> None:
 
 
 def rubric_prompts(backend: ScriptedBackend) -> list[str]:
-    return [
-        r.messages[-1].content for r in backend.requests if "weights" in (r.json_schema or {}).get("properties", {})
-    ]
+    return [r.messages[-1].content for r in backend.requests if r.purpose == RUBRIC]
 
 
 def test_context_column_replaces_the_policy_prompt() -> None:
@@ -134,23 +132,6 @@ def test_fixed_rubric_and_ablations_work_through_the_trl_signature() -> None:
 # -- real GRPO steps ------------------------------------------------------------------------------
 
 
-class CountingBackend(Backend):
-    """Forwards to a real backend and counts the requests it sends."""
-
-    def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.requests = 0
-        self.supports_logprobs = inner.supports_logprobs
-
-    @property
-    def identity(self) -> str:
-        return self.inner.identity
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        self.requests += len(requests)
-        return self.inner.generate(requests)
-
-
 @pytest.fixture(scope="module")
 def logprob_backend(model_path: Path) -> Iterator[Backend]:
     pytest.importorskip("trl")
@@ -162,10 +143,10 @@ def logprob_backend(model_path: Path) -> Iterator[Backend]:
 
 
 @pytest.fixture(scope="module")
-def care(logprob_backend: Backend) -> tuple[AdaptiveReward, CountingBackend]:
+def care(logprob_backend: Backend) -> tuple[AdaptiveReward, RecordingBackend]:
     """AdaptiveReward on the bundled SmolLM2 via llama.cpp, with logprob-expected (continuous) scores."""
     pytest.importorskip("trl")
-    generator_backend = CountingBackend(logprob_backend)
+    generator_backend = RecordingBackend(logprob_backend)
     reward = AdaptiveReward(RubricGenerator(generator_backend), RubricEvaluator(logprob_backend, use_logprobs=True))
     return reward, generator_backend
 
@@ -223,24 +204,24 @@ def check_logs(history: list[dict[str, Any]]) -> None:
 
 
 @pytest.mark.slow
-def test_grpo_trainer_runs_with_care_rewards(tmp_path: Path, care: tuple[AdaptiveReward, CountingBackend]) -> None:
+def test_grpo_trainer_runs_with_care_rewards(tmp_path: Path, care: tuple[AdaptiveReward, RecordingBackend]) -> None:
     reward, generator_backend = care
     rows = [{"prompt": context} for context in CONTEXTS]
     history, change = run_grpo(tmp_path, reward, rows)
     check_logs(history)
     assert change > 0.0, "no weight changed: every group's rewards tied"
-    assert generator_backend.requests == len(CONTEXTS)  # one rubric per context, not per completion
+    assert generator_backend.count() == len(CONTEXTS)  # one rubric per context, not per completion
 
 
 @pytest.mark.slow
 def test_async_variant_with_a_context_column_reuses_every_rubric(
-    tmp_path: Path, care: tuple[AdaptiveReward, CountingBackend]
+    tmp_path: Path, care: tuple[AdaptiveReward, RecordingBackend]
 ) -> None:
     reward, generator_backend = care
     reward([CONTEXTS[0], CONTEXTS[1]], ["warm-up", "warm-up"])  # rubrics now cached (as after a first epoch)
-    generated = generator_backend.requests
+    generated = generator_backend.count()
     rows = [{"prompt": [POLICY_SYSTEM, *context], "context": context} for context in CONTEXTS]
     history, change = run_grpo(tmp_path, reward.as_async(), rows)
     check_logs(history)
     assert change > 0.0, "no weight changed: every group's rewards tied"
-    assert generator_backend.requests == generated  # the second epoch made zero generator calls
+    assert generator_backend.count() == generated  # the second epoch made zero generator calls

@@ -18,6 +18,7 @@ import pytest
 
 import care_sdk.integrations.verl as verl_module
 from care_sdk import CareError, GenerationRequest, InputError
+from care_sdk.backends import RUBRIC
 from care_sdk.integrations.verl import make_row
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
 
@@ -50,7 +51,7 @@ def load_like_verl(name: str, reward_kwargs: dict[str, Any]) -> Callable[..., An
 
 
 def script(request: GenerationRequest) -> str:
-    if "weights" in (request.json_schema or {}).get("properties", {}):
+    if request.purpose == RUBRIC:
         return rubric_json({"cognitive": 2, "affective": 1, "proactive": 1})
     candidate = request.messages[-1].content.rsplit("Candidate reply:", 1)[1]
     if "BROKEN" in candidate:
@@ -79,7 +80,7 @@ def test_naive_manager_form_returns_score_and_extra_info() -> None:
     assert out["care_failed"] == 0.0
     low = naive_manager_call(fn, row, "ok")
     assert low["score"] == 0.0 and low["care_failed"] == 0.0
-    assert sum("weights" in (r.json_schema or {}).get("properties", {}) for r in backend.requests) == 1
+    assert sum(r.purpose == RUBRIC for r in backend.requests) == 1
 
 
 def test_batch_manager_form_shares_one_rubric_per_context() -> None:
@@ -95,7 +96,7 @@ def test_batch_manager_form_shares_one_rubric_per_context() -> None:
     )
     assert [o["score"] > 0 for o in out] == [True, False, True, False, True]
     assert all(set(o) == KEYS for o in out)
-    rubric_requests = [r for r in backend.requests if "weights" in (r.json_schema or {}).get("properties", {})]
+    rubric_requests = [r for r in backend.requests if r.purpose == RUBRIC]
     assert len(rubric_requests) == 2
 
 

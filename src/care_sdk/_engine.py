@@ -38,13 +38,18 @@ def parse_plan(
     *,
     what: str,
     max_attempts: int,
+    accept: Callable[[int, T], str | None] | None = None,
 ) -> Plan[T]:
     """Send ``requests``; parse each reply with ``parse(index, completion)``; retry the ones that fail.
 
     A reply that raises ``ValueError`` is retried up to ``max_attempts`` in all, then becomes an
-    :class:`OutputError`. A backend error (already retried by the backend's own retry layer) is
-    final for that item.
+    :class:`OutputError`. ``accept(index, value)``, when given, checks a parsed value: it returns
+    ``None`` to accept it, or the reason it refuses it; a refused reply is retried like one that
+    does not parse (its :class:`OutputError` keeps the last reply as ``raw``). A backend error
+    (already retried by the backend's own retry layer) is final for that item. A request without a
+    ``purpose`` is sent with ``what`` as its purpose.
     """
+    requests = [r if r.purpose is not None else dataclasses.replace(r, purpose=what) for r in requests]
     outcomes: list[T | CareError | None] = [None] * len(requests)
     pending = list(range(len(requests)))
     failures: dict[int, tuple[str, str]] = {}
@@ -59,7 +64,11 @@ def parse_plan(
                 continue
             completion = result.completions[0]
             try:
-                outcomes[i] = parse(i, completion)
+                value = parse(i, completion)
+                refused = accept(i, value) if accept is not None else None
+                if refused is not None:
+                    raise ValueError(f"not accepted: {refused}")
+                outcomes[i] = value
             except ValueError as exc:
                 reason = str(exc)
                 if completion.finish_reason == "length":

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from care_sdk.errors import ConfigError
 from care_sdk.types import Message, Rubric
 
 __all__ = ["CacheStats", "MemoryCache", "RubricCache", "context_key"]
@@ -90,7 +91,7 @@ class MemoryCache:
 
     def __init__(self, maxsize: int = 65536) -> None:
         if maxsize < 1:
-            raise ValueError("maxsize must be at least 1")
+            raise ConfigError("maxsize must be at least 1")
         self.maxsize = maxsize
         self.stats = CacheStats()
         self._data: OrderedDict[str, Rubric] = OrderedDict()

@@ -14,6 +14,7 @@ from typing import Any
 
 from care_sdk import __version__
 from care_sdk.errors import CareError, InputError
+from care_sdk.variants import VARIANTS
 
 __all__ = ["build_parser", "main"]
 
@@ -23,6 +24,7 @@ _EXTENSIONS = (
     ("care_sdk.training.policy.cli", "add_policy_commands"),
     ("care_sdk.bench.cli", "add_bench_commands"),
     ("care_sdk.plots.cli", "add_plot_commands"),
+    ("care_sdk.report.cli", "add_report_commands"),
 )
 
 
@@ -43,20 +45,19 @@ def _print_record(record: dict[str, Any]) -> None:
 
 
 def _build_reward(args: argparse.Namespace) -> Any:
-    from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator, resolve_backend
-
-    specs = {"generator": args.generator_backend or args.backend, "evaluator": args.evaluator_backend or args.backend}
-    if specs["generator"] == specs["evaluator"] and specs["generator"].strip().lower() != "default":
-        gen_backend = eval_backend = resolve_backend(specs["generator"])  # one model serves both
-    else:  # `default` gives each role its own bundled adapter
-        gen_backend = resolve_backend(specs["generator"], role="generator")
-        eval_backend = resolve_backend(specs["evaluator"], role="evaluator")
-    generator = RubricGenerator(gen_backend, seed=args.seed)
-    evaluator = RubricEvaluator(eval_backend, seed=args.seed)
     from care_sdk.guards import Guards
+    from care_sdk.reward import build_reward
+    from care_sdk.variants import variant_of
 
-    guards = None if args.guards == "off" else Guards(on_flag=args.guards)
-    return AdaptiveReward(generator, evaluator, weights=args.weights, criteria=args.criteria, guards=guards)
+    return build_reward(
+        args.variant or variant_of(args.weights, args.criteria),
+        backend=args.backend,
+        generator_backend=args.generator_backend,
+        evaluator_backend=args.evaluator_backend,
+        generator_options={"seed": args.seed},
+        evaluator_options={"seed": args.seed},
+        guards=None if args.guards == "off" else Guards(on_flag=args.guards),
+    )
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
@@ -77,6 +78,14 @@ def _cmd_score(args: argparse.Namespace) -> int:
     def input_error(error: InputError) -> None:
         bar.write(f"care score: skipped {error}", file=sys.stderr)
 
+    collected: list[dict[str, Any]] = []  # the report's records when there is no --out file
+
+    def on_record(record: dict[str, Any]) -> None:
+        if args.report:
+            collected.append(record)
+        if show:
+            _print_record(record)
+
     try:
         summary = score_file(
             args.input,
@@ -84,12 +93,18 @@ def _cmd_score(args: argparse.Namespace) -> int:
             out=args.out,
             batch_size=args.batch_size,
             on_input_error=input_error,
-            on_record=_print_record if show else None,
+            on_record=on_record,
             progress=bar.update,
         )
     finally:
         bar.close()
     print(summary.table())
+    if args.report:
+        from care_sdk.report import write_report
+        from care_sdk.report.cli import print_report_summary
+
+        report = write_report(args.out or collected, args.report, dialogues=args.input)
+        print_report_summary(report, prog="care score", issues=False)  # input issues were reported above
     return 0 if summary.ok else 1
 
 
@@ -117,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--weights", choices=["generated", "uniform"], default="generated", help="rubric weights")
     score.add_argument("--criteria", choices=["generated", "fixed"], default="generated", help="rubric criteria")
     score.add_argument(
+        "--variant",
+        choices=VARIANTS,
+        help="a named reward variant; replaces --weights and --criteria",
+    )
+    score.add_argument(
         "--guards",
         choices=["zero", "penalise", "report", "off"],
         default="zero",
@@ -132,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print each turn's weights, criteria and reward (default: on without --out)",
     )
     score.add_argument("--quiet", action="store_true", help="no progress bar")
+    score.add_argument("--report", metavar="HTML", help="also write a self-contained HTML report (see care report)")
     score.set_defaults(func=_cmd_score)
 
     for module_name, function in _EXTENSIONS:

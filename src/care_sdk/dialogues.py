@@ -5,14 +5,15 @@ Malformed lines are reported with their line number and reason; the rest are sti
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from care_sdk.errors import InputError
+from care_sdk.jsonl import BadLine, iter_jsonl
 from care_sdk.types import Dialogue
 
 __all__ = ["DialogueLine", "read_dialogues"]
@@ -23,7 +24,7 @@ class DialogueLine:
     """One line of a dialogue file: the dialogue, or the error that made it unusable.
 
     Examples:
-        >>> DialogueLine(line=3, error=InputError("bad JSON", location="f.jsonl:3")).dialogue is None
+        >>> DialogueLine(line=3, error=InputError("bad JSON", location="f.jsonl:line 3")).dialogue is None
         True
     """
 
@@ -39,34 +40,34 @@ def _field(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def _parse_line(text: str, where: str) -> Dialogue:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", location=where) from None
-    if not isinstance(data, dict):
-        raise InputError("expected a JSON object with 'id' and 'messages'", location=where)
+def _problem(data: dict[str, Any]) -> tuple[str | None, str] | None:
+    """What makes a line's object unusable as a dialogue: ``(field, reason)``, or ``None``."""
     for key in ("id", "messages"):
         if key not in data:
-            raise InputError(f"missing field '{key}'", location=where)
+            return None, f"missing field '{key}'"
     if not isinstance(data["id"], str | int) or isinstance(data["id"], bool) or str(data["id"]) == "":
-        raise InputError("field 'id' must be a non-empty string or integer", location=where)
+        return "id", "must be a non-empty string or integer"
     if not isinstance(data["messages"], list) or not data["messages"]:
-        raise InputError("empty dialogue: 'messages' must be a non-empty list", location=where)
+        return "messages", "empty dialogue: 'messages' must be a non-empty list"
+    return None
+
+
+def _dialogue(path: Path, number: int, data: dict[str, Any]) -> Dialogue:
     try:
         dialogue = Dialogue.model_validate({"id": str(data["id"]), "messages": data["messages"]})
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise InputError(f"{first['msg']}", location=f"{where}: {_field(first['loc'])}") from None
+        raise BadLine(path, number, str(first["msg"]), field=_field(first["loc"])) from None
     if not any(True for _ in dialogue.turns()):
-        raise InputError("no assistant turn to score (an assistant message after at least one other)", location=where)
+        raise BadLine(path, number, "no assistant turn to score (an assistant message after at least one other)")
     return dialogue
 
 
 def read_dialogues(path: str | Path) -> Iterator[DialogueLine]:
     """Read a JSONL file of dialogues, yielding each non-blank line's dialogue or its error.
 
-    Duplicate ids are errors (results are keyed by id).
+    Errors are :class:`~care_sdk.jsonl.BadLine` (file, line, field, reason). Duplicate ids are
+    errors (results are keyed by id).
 
     Examples:
         >>> import tempfile, os
@@ -78,19 +79,17 @@ def read_dialogues(path: str | Path) -> Iterator[DialogueLine]:
     """
     path = Path(path)
     seen: dict[str, int] = {}
-    with path.open(encoding="utf-8") as handle:
-        for number, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            where = f"{path.name}:{number}"
-            try:
-                dialogue = _parse_line(text, where)
-                assert dialogue.id is not None
-                if dialogue.id in seen:
-                    raise InputError(
-                        f"duplicate id {dialogue.id!r} (first on line {seen[dialogue.id]})", location=where
-                    )
-                seen[dialogue.id] = number
-                yield DialogueLine(line=number, dialogue=dialogue)
-            except InputError as exc:
-                yield DialogueLine(line=number, error=exc)
+    bad: list[BadLine] = []
+    for number, data in iter_jsonl(path, on_bad=bad.append, check=_problem):
+        yield from (DialogueLine(line=b.line, error=b) for b in bad)
+        bad.clear()
+        try:
+            dialogue = _dialogue(path, number, data)
+            assert dialogue.id is not None
+            if dialogue.id in seen:
+                raise BadLine(path, number, f"duplicate id {dialogue.id!r} (first on line {seen[dialogue.id]})")
+            seen[dialogue.id] = number
+            yield DialogueLine(line=number, dialogue=dialogue)
+        except InputError as exc:
+            yield DialogueLine(line=number, error=exc)
+    yield from (DialogueLine(line=b.line, error=b) for b in bad)

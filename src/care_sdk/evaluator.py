@@ -7,20 +7,19 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from care_sdk._core import SCORES
 from care_sdk._engine import Plan, adrive, drive, parse_plan, unwrap
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
-from care_sdk.backends.base import Completion
-from care_sdk.errors import CareError
+from care_sdk.backends.base import EVALUATION, Completion
+from care_sdk.errors import CareError, ConfigError
 from care_sdk.prompts import (
     EVALUATOR_PROMPT_VERSION,
     EVALUATOR_PROMPT_VERSIONS,
-    SCORES,
-    Context,
     evaluation_schema,
     evaluator_messages,
     parse_evaluation,
 )
-from care_sdk.types import CriterionScore, Evaluation, Rubric
+from care_sdk.types import Context, CriterionScore, Evaluation, Rubric
 
 __all__ = ["RubricEvaluator", "expected_scores"]
 
@@ -65,7 +64,7 @@ class RubricEvaluator:
         prompt_version: str = EVALUATOR_PROMPT_VERSION,
     ) -> None:
         if max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
+            raise ConfigError("max_attempts must be at least 1")
         self.backend = resolve_backend(backend, role="evaluator")
         self.temperature = temperature
         self.seed = seed
@@ -73,7 +72,7 @@ class RubricEvaluator:
         self.max_attempts = max_attempts
         self.use_logprobs = use_logprobs
         if prompt_version not in EVALUATOR_PROMPT_VERSIONS:
-            raise ValueError(f"prompt_version must be one of {EVALUATOR_PROMPT_VERSIONS}, got {prompt_version!r}")
+            raise ConfigError(f"prompt_version must be one of {EVALUATOR_PROMPT_VERSIONS}, got {prompt_version!r}")
         self.prompt_version = prompt_version
 
     def request(self, context: Context, rubric: Rubric, reply: str) -> GenerationRequest:
@@ -85,6 +84,7 @@ class RubricEvaluator:
             temperature=self.temperature,
             seed=self.seed,
             top_logprobs=TOP_LOGPROBS if self.use_logprobs else None,
+            purpose=EVALUATION,
         )
 
     def _plan(self, items: Sequence[EvalItem]) -> Plan[Evaluation]:

@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
+from care_sdk._calls import completion_text, report_to_trainer, trl_items
 from care_sdk.backends import Backend, resolve_backend
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
 from care_sdk.guards import Guards, merge_outcomes, screen_items
-from care_sdk.integrations.trl import completion_text, report_to_trainer, trl_items
-from care_sdk.prompts import Context, fixed_criteria
-from care_sdk.types import DIMENSIONS, Dialogue, Message, RewardResult, Rubric, as_messages
+from care_sdk.types import DIMENSIONS, Context, Dialogue, Message, RewardResult, Rubric, as_messages, fixed_criteria
+from care_sdk.variants import CriteriaMode, Variant, WeightsMode, needs_generator, variant_modes, variant_of
 
-__all__ = ["AdaptiveReward", "completion_text"]
+__all__ = ["AdaptiveReward", "build_reward", "completion_text"]
 
-WeightsMode = Literal["generated", "uniform"]
-CriteriaMode = Literal["generated", "fixed"]
 ScoreItem = tuple[Context, str]
 """One reward request: the context and the candidate reply."""
 
@@ -28,7 +26,9 @@ class AdaptiveReward:
     r = sum_d w_d * mean_{c in d} (s_c - 1) / 4, in [0, 1]. Replies to the same context share one
     rubric. Ablations are options: ``weights="uniform"`` keeps generated criteria with weights
     1/3 each; ``criteria="fixed"`` keeps generated weights over the fixed six criteria; passing
-    ``rubric=`` judges every reply against that one rubric (no generator needed).
+    ``rubric=`` judges every reply against that one rubric (no generator needed), after the
+    ``weights`` and ``criteria`` options are applied to it. :meth:`for_variant` builds the
+    reward of a named variant (:mod:`care_sdk.variants`).
 
     The instance is a TRL reward function: ``reward(prompts, completions, **kwargs)`` returns
     ``list[float | None]``, ``None`` where no reward could be computed.
@@ -66,27 +66,51 @@ class AdaptiveReward:
     ) -> None:
         if evaluator is None:
             raise ConfigError("AdaptiveReward needs an evaluator")
-        if weights not in ("generated", "uniform"):
-            raise ConfigError(f"weights must be 'generated' or 'uniform', got {weights!r}")
-        if criteria not in ("generated", "fixed"):
-            raise ConfigError(f"criteria must be 'generated' or 'fixed', got {criteria!r}")
-        if rubric is None and weights == "uniform" and criteria == "fixed":
+        self.variant: Variant = variant_of(weights, criteria)
+        """The variant these options make (``care`` when a fixed ``rubric`` is given without options)."""
+        self.weights = weights
+        self.criteria = criteria
+        if rubric is None and not needs_generator(self.variant):
             rubric = Rubric.uniform_fixed()
         if rubric is None and generator is None:
             raise ConfigError("AdaptiveReward needs a generator unless a fixed rubric is given")
         self.generator = generator
         self.evaluator = evaluator
-        self.weights = weights
-        self.criteria = criteria
-        self.rubric = rubric
+        # Every rubric, given or generated, goes through _adapt: no option is ever ignored.
+        self.rubric = self.adapt(rubric) if rubric is not None else None
         self.guards = guards
         self.__name__ = "care_reward"  # TRL names reward functions by __name__
+
+    @classmethod
+    def for_variant(
+        cls,
+        variant: Variant | str,
+        generator: RubricGenerator | None,
+        evaluator: RubricEvaluator,
+        *,
+        guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
+    ) -> AdaptiveReward:
+        """The reward of a named variant (``care``, ``uniform_weights``, ``fixed_criteria``, ``fixed_rubric``).
+
+        ``generator`` is not used by ``fixed_rubric`` and may be ``None`` there. ``guards`` as in
+        :class:`AdaptiveReward` (on by default, ``None`` turns them off).
+
+        Examples:
+            >>> from care_sdk.testing import ScriptedBackend
+            >>> reward = AdaptiveReward.for_variant("fixed_rubric", None, RubricEvaluator(ScriptedBackend([])))
+            >>> reward.variant, reward.generator is None
+            ('fixed_rubric', True)
+        """
+        weights, criteria = variant_modes(variant)
+        generator = generator if needs_generator(variant) else None
+        return cls(generator, evaluator, weights=weights, criteria=criteria, guards=guards)
 
     @classmethod
     def from_backend(cls, backend: str | Backend | Any = "default", **options: Any) -> AdaptiveReward:
         """Build generator and evaluator on one backend (one model loaded once).
 
-        ``options`` are :class:`AdaptiveReward` options (``weights``, ``criteria``, ``rubric``).
+        ``options`` are :class:`AdaptiveReward` options (``weights``, ``criteria``, ``rubric``, ``guards``).
+        To build from several backend specs or by variant name, see :func:`build_reward`.
 
         Examples:
             >>> from care_sdk.testing import ScriptedBackend
@@ -100,7 +124,17 @@ class AdaptiveReward:
 
     # -- rubrics -------------------------------------------------------------------------------
 
-    def _adapt(self, rubric: Rubric) -> Rubric:
+    def adapt(self, rubric: Rubric) -> Rubric:
+        """The rubric this reward judges by when the generator wrote ``rubric`` (options applied).
+
+        Examples:
+            >>> from care_sdk.testing import ScriptedBackend
+            >>> reward = AdaptiveReward(RubricGenerator(ScriptedBackend([])), RubricEvaluator(ScriptedBackend([])),
+            ...                         weights="uniform")
+            >>> one_sided = Rubric.uniform_fixed().with_weights({"cognitive": 1, "affective": 0, "proactive": 0})
+            >>> reward.adapt(one_sided).weights == Rubric.uniform_fixed().weights
+            True
+        """
         if self.criteria == "fixed":
             rubric = Rubric(weights=rubric.weights, criteria=fixed_criteria())
         if self.weights == "uniform":
@@ -108,7 +142,7 @@ class AdaptiveReward:
         return rubric
 
     def _finish(self, rubrics: list[Rubric | CareError]) -> list[Rubric | CareError]:
-        return [r if isinstance(r, CareError) else self._adapt(r) for r in rubrics]
+        return [r if isinstance(r, CareError) else self.adapt(r) for r in rubrics]
 
     def _rubrics(self, contexts: Sequence[Context]) -> list[Rubric | CareError]:
         if self.rubric is not None:
@@ -132,11 +166,11 @@ class AdaptiveReward:
         it = iter(evaluations)
         for rubric in rubrics:
             if isinstance(rubric, CareError):
-                outcomes.append((RewardResult.failed(f"rubric generation failed: {rubric}"), rubric))
+                outcomes.append((RewardResult.failed(rubric, stage="rubric"), rubric))
                 continue
             evaluation = next(it)
             if isinstance(evaluation, CareError):
-                outcomes.append((RewardResult.failed(f"evaluation failed: {evaluation}", rubric=rubric), evaluation))
+                outcomes.append((RewardResult.failed(evaluation, rubric=rubric, stage="evaluation"), evaluation))
             else:
                 outcomes.append((RewardResult.from_parts(rubric, evaluation), None))
         return outcomes
@@ -268,6 +302,53 @@ class AdaptiveReward:
             f"weights={self.weights!r}, criteria={self.criteria!r}, fixed_rubric={self.rubric is not None}, "
             f"guards={self.guards!r})"
         )
+
+
+def build_reward(
+    variant: Variant | str = "care",
+    *,
+    backend: str | Backend | Any = "default",
+    generator_backend: str | Backend | Any | None = None,
+    evaluator_backend: str | Backend | Any | None = None,
+    generator_options: Mapping[str, Any] | None = None,
+    evaluator_options: Mapping[str, Any] | None = None,
+    resolve: Callable[[Any], Backend] = resolve_backend,
+    guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
+) -> AdaptiveReward:
+    """The reward of a variant, built from backend specs or objects: the one factory the CLI,
+    the verl adapter, policy training and the benchmarks use.
+
+    ``generator_backend`` and ``evaluator_backend`` default to ``backend``; a spec used by both is
+    resolved once and shared (one model loaded once), except ``default``, which gives each
+    component its own bundled adapter. ``generator_options`` and ``evaluator_options`` are
+    keyword arguments of :class:`RubricGenerator` and :class:`RubricEvaluator` (``seed``,
+    ``max_tokens``, ``cache``, ...). ``fixed_rubric`` builds no generator and resolves no
+    generator backend. ``resolve`` turns a spec into a backend (a pool that builds each spec
+    once, for example). ``guards`` are the reward's deterministic pre-checks and flags (see
+    :class:`AdaptiveReward`; ``None`` turns them off).
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> reward = build_reward("uniform_weights", backend=ScriptedBackend([]), evaluator_options={"seed": 1})
+        >>> reward.variant, reward.weights, reward.evaluator.seed
+        ('uniform_weights', 'uniform', 1)
+    """
+    built: dict[Any, Backend] = {}
+
+    def backend_for(spec: Any) -> Any:
+        spec = backend if spec is None else spec
+        if isinstance(spec, str) and spec.strip().lower() == "default":
+            return spec  # each component resolves it with its role, so it gets its own adapter
+        key = spec if isinstance(spec, str) else id(spec)
+        if key not in built:
+            built[key] = resolve(spec)
+        return built[key]
+
+    evaluator = RubricEvaluator(backend_for(evaluator_backend), **dict(evaluator_options or {}))
+    generator = None
+    if needs_generator(variant):
+        generator = RubricGenerator(backend_for(generator_backend), **dict(generator_options or {}))
+    return AdaptiveReward.for_variant(variant, generator, evaluator, guards=guards)
 
 
 def unwrap_outcome(outcome: tuple[RewardResult, CareError | None]) -> RewardResult:

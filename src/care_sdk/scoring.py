@@ -1,16 +1,16 @@
 """Scoring logged dialogue files: one output record per assistant turn, resumable.
 
 Output records are JSON lines ``{"id", "turn", "reward", "error", "rubric", "evaluation",
-"dimension_scores", "flags", "raw_reward", "note"}`` in input order (``flags``: what the guards
-found in the reply; a reply they settled without a model call has no rubric). Records are
-appended as they finish, so an interrupted run loses nothing; re-running with the same output
+"dimension_scores", "scored_by", "flags", "raw_reward", "note"}`` in input order (``flags``: what
+the guards found in the reply; a reply they settled without a model call has no rubric). Records
+are appended as they finish, so an interrupted run loses nothing; re-running with the same output
 file keeps every scored record, recomputes only missing or failed ones, and rewrites the file in
 input order, identical to an uninterrupted run.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,10 +19,13 @@ from typing import Any
 
 from care_sdk.dialogues import read_dialogues
 from care_sdk.errors import InputError
+from care_sdk.jsonl import BadLine, append_jsonl, iter_jsonl, write_jsonl
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import DIMENSIONS, Dialogue, RewardResult, Turn
 
-__all__ = ["ScoreSummary", "load_records", "score_file", "turn_record"]
+logger = logging.getLogger("care_sdk")
+
+__all__ = ["ScoreSummary", "load_records", "score_file", "scored_by", "turn_record"]
 
 Key = tuple[str, int]
 
@@ -81,19 +84,59 @@ def turn_record(dialogue_id: str, turn: int, result: RewardResult) -> dict[str, 
     return {"id": dialogue_id, "turn": turn, **result.model_dump(mode="json")}
 
 
+def scored_by(reward: AdaptiveReward) -> dict[str, str | None]:
+    """What produced a record: backend identities and settings, prompt version, package version, ablations.
+
+    ``generator`` is the generator's identity (its backend, prompt version and sampling settings), or
+    ``None`` when every turn is judged against one fixed rubric; ``evaluator`` is the evaluator's
+    backend identity and settings (its prompt version included); ``prompt_version`` is
+    :data:`care_sdk.PROMPT_VERSION`; ``guards`` is the reward's guards settings (``"off"`` without).
+
+    Examples:
+        >>> from care_sdk import RubricEvaluator, Rubric
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> evaluator = RubricEvaluator(ScriptedBackend([]))
+        >>> by = scored_by(AdaptiveReward(evaluator=evaluator, rubric=Rubric.uniform_fixed()))
+        >>> by["generator"], by["evaluator"].split("|")[0], by["criteria"]
+        (None, 'scripted:scripted', 'fixed rubric')
+    """
+    from care_sdk import __version__
+    from care_sdk.prompts import PROMPT_VERSION
+
+    ev = reward.evaluator
+    return {
+        "generator": reward.generator.identity if reward.generator and reward.rubric is None else None,
+        "evaluator": f"{ev.backend.identity}|t={ev.temperature}|seed={ev.seed}|max_tokens={ev.max_tokens}"
+        f"|logprobs={ev.use_logprobs}|prompt={ev.prompt_version}",
+        "prompt_version": PROMPT_VERSION,
+        "guards": repr(reward.guards) if reward.guards is not None else "off",
+        "care_sdk": __version__,
+        "weights": "fixed rubric" if reward.rubric is not None else reward.weights,
+        "criteria": "fixed rubric" if reward.rubric is not None else reward.criteria,
+    }
+
+
 def load_records(path: Path) -> dict[Key, dict[str, Any]]:
-    """Read an output file; unreadable lines (e.g. one cut off by an interrupt) are ignored."""
+    """Read an output file to resume from; a bad line (e.g. one cut off by an interrupt) is logged and
+    its turn scored again."""
     records: dict[Key, dict[str, Any]] = {}
     if not path.exists():
         return records
-    with path.open(encoding="utf-8") as handle:
-        for text in handle:
-            try:
-                record = json.loads(text)
-                records[(str(record["id"]), int(record["turn"]))] = record
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                continue
+    for _, record in iter_jsonl(path, on_bad=_rescore, check=_turn_key):
+        records[(str(record["id"]), int(record["turn"]))] = record
     return records
+
+
+def _turn_key(record: dict[str, Any]) -> tuple[str | None, str] | None:
+    if "id" not in record:
+        return "id", "missing"
+    if isinstance(record.get("turn"), bool) or not isinstance(record.get("turn"), int):
+        return "turn", "expected an integer"
+    return None
+
+
+def _rescore(bad: BadLine) -> None:
+    logger.warning("%s; that turn is scored again", bad)
 
 
 def _chunks(items: list[tuple[Dialogue, Turn]], size: int) -> Iterator[list[tuple[Dialogue, Turn]]]:
@@ -158,6 +201,7 @@ def score_file(
     summary.reused = len(done)
     todo = [(d, t) for d, t in turns if (str(d.id), t.index) not in done]
 
+    producer = scored_by(reward)
     handle = out_path.open("a", encoding="utf-8") if out_path else None
     try:
         if progress and done:
@@ -165,10 +209,10 @@ def score_file(
         for chunk in _chunks(todo, max(1, batch_size)):
             results = reward.score_batch([(list(t.context), t.reply) for _, t in chunk])
             for (dialogue, turn), result in zip(chunk, results, strict=True):
-                record = turn_record(str(dialogue.id), turn.index, result)
+                record = {**turn_record(str(dialogue.id), turn.index, result), "scored_by": producer}
                 done[(str(dialogue.id), turn.index)] = record
                 if handle:
-                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    append_jsonl(handle, record)
                 if on_record:
                     on_record(record)
             if handle:
@@ -190,8 +234,6 @@ def score_file(
             summary.weights[dim].append(weight)
     if out_path:
         tmp = out_path.with_name(out_path.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as handle_out:
-            for record in ordered:
-                handle_out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        write_jsonl(tmp, ordered)
         os.replace(tmp, out_path)
     return summary

@@ -15,7 +15,8 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob
+from care_sdk.backends import base
+from care_sdk.backends.base import Backend, Completion, ForwardingBackend, GenerationRequest, GenerationResult
 from care_sdk.errors import BackendError
 
 __all__ = ["RecordingBackend", "Reply", "ScriptedBackend", "candidate_reply", "evaluation_json", "rubric_json"]
@@ -136,7 +137,43 @@ class ScriptedBackend(Backend):
         return results
 
 
-def score_logprobs(probabilities: Mapping[int, float]) -> TokenLogprob:
+class RecordingBackend(ForwardingBackend):
+    """Forwards to a real backend and records every request, batch size and result.
+
+    Useful to check what reaches a model, e.g. that a reply settled by the guards costs no call.
+
+    Examples:
+        >>> recorder = RecordingBackend(ScriptedBackend(lambda req: "ok"))
+        >>> _ = recorder.generate([GenerationRequest(messages=(), purpose="rubric")] * 2)
+        >>> recorder.batches, [r.purpose for r in recorder.requests], recorder.count("rubric")
+        ([2], ['rubric', 'rubric'], 2)
+    """
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner)
+        self._lock = threading.Lock()
+        self.requests: list[GenerationRequest] = []
+        """Every request forwarded, in order."""
+        self.results: list[GenerationResult] = []
+        """Every result returned, batch by batch as the batches came back."""
+        self.batches: list[int] = []
+        """The size of each forwarded batch (with retries, batch k holds attempt k)."""
+
+    def on_requests(self, requests: Sequence[GenerationRequest]) -> None:
+        with self._lock:
+            self.requests.extend(requests)
+            self.batches.append(len(requests))
+
+    def on_results(self, requests: Sequence[GenerationRequest], results: Sequence[GenerationResult]) -> None:
+        with self._lock:
+            self.results.extend(results)
+
+    def count(self, purpose: str | None = None) -> int:
+        """How many requests were forwarded (with that ``purpose``, when given)."""
+        return sum(1 for r in self.requests if purpose is None or r.purpose == purpose)
+
+
+def score_logprobs(probabilities: Mapping[int, float]) -> base.TokenLogprob:
     """A score token with the given probabilities of 1-5, for testing logprob-expected scores.
 
     Examples:
@@ -146,36 +183,4 @@ def score_logprobs(probabilities: Mapping[int, float]) -> TokenLogprob:
     import math
 
     top = tuple(sorted(((str(k), math.log(v)) for k, v in probabilities.items() if v > 0), key=lambda kv: -kv[1]))
-    return TokenLogprob(token=top[0][0], logprob=top[0][1], top=top)
-
-
-class RecordingBackend(Backend):
-    """Passes requests on to another (real) backend and records every request it forwards.
-
-    Useful to check what reaches a model, e.g. that a reply settled by the guards costs no call.
-
-    Examples:
-        >>> recording = RecordingBackend(ScriptedBackend(lambda req: "ok"))
-        >>> recording.generate([GenerationRequest(messages=())])[0].text, len(recording.requests)
-        ('ok', 1)
-    """
-
-    def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.provider = inner.provider
-        self.supports_seed = inner.supports_seed
-        self.supports_logprobs = inner.supports_logprobs
-        self.requests: list[GenerationRequest] = []
-        """Every request forwarded, in order."""
-
-    @property
-    def identity(self) -> str:
-        return self.inner.identity
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        self.requests.extend(requests)
-        return self.inner.generate(requests)
-
-    async def agenerate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        self.requests.extend(requests)
-        return await self.inner.agenerate(requests)
+    return base.TokenLogprob(token=top[0][0], logprob=top[0][1], top=top)

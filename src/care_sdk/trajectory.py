@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from care_sdk.errors import ConfigError
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import Dialogue, Message, RewardResult, as_messages
 
@@ -39,7 +40,7 @@ def _turn_weights(n: int, how: Aggregation, gamma: float) -> list[float]:
         return [0.0] * (n - 1) + [1.0]
     if how == "discounted":
         return [gamma ** (n - 1 - t) for t in range(n)]
-    raise ValueError(f"how must be 'mean', 'last' or 'discounted', got {how!r}")
+    raise ConfigError(f"how must be 'mean', 'last' or 'discounted', got {how!r}")
 
 
 def aggregate_turn_rewards(
@@ -63,7 +64,7 @@ def aggregate_turn_rewards(
     if not rewards:
         raise ValueError("no turn rewards to aggregate")
     if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        raise ConfigError(f"gamma must be in [0, 1], got {gamma}")
     weights = _turn_weights(len(rewards), how, gamma)
     total = 0.0
     for r, w in zip(rewards, weights, strict=True):
@@ -133,7 +134,7 @@ class TrajectoryReward:
     def __init__(self, reward: AdaptiveReward, *, how: Aggregation = "mean", gamma: float = 0.9) -> None:
         _turn_weights(1, how, gamma)  # validates how
         if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+            raise ConfigError(f"gamma must be in [0, 1], got {gamma}")
         self.reward = reward
         self.how: Aggregation = how
         self.gamma = gamma

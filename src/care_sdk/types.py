@@ -8,30 +8,34 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from enum import Enum
+from functools import cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from care_sdk._core import CRITERION_TEXT_LIMIT, MAX_CRITERIA, MAX_SCORE, MIN_SCORE, fixed_criteria_texts
+
 __all__ = [
     "DIMENSIONS",
+    "Context",
     "Criterion",
     "CriterionScore",
     "Dialogue",
     "Dimension",
     "Evaluation",
+    "Failure",
+    "FailureStage",
     "Message",
     "RewardResult",
     "Role",
     "Rubric",
     "Turn",
     "as_messages",
+    "fixed_criteria",
 ]
 
 Role = Literal["system", "user", "assistant"]
-MAX_CRITERION_CHARS = 400
-MAX_CRITERIA = 15
-MIN_SCORE = 1
-MAX_SCORE = 5
+MAX_CRITERION_CHARS = CRITERION_TEXT_LIMIT  # the former name, kept for imports
 
 
 class Dimension(str, Enum):
@@ -77,6 +81,10 @@ class Message(BaseModel):
     """Who wrote the message: ``system``, ``user`` or ``assistant``."""
     content: str
     """The message text."""
+
+
+Context = str | Sequence[Message | dict[str, Any]]
+"""A dialogue context: OpenAI chat messages, or a string taken as one user message."""
 
 
 def as_messages(value: str | Sequence[Message | Mapping[str, Any]]) -> list[Message]:
@@ -145,7 +153,7 @@ class Criterion(_Frozen):
 
     dimension: Dimension
     """The dimension this criterion belongs to."""
-    text: str = Field(min_length=1, max_length=MAX_CRITERION_CHARS)
+    text: str = Field(min_length=1, max_length=CRITERION_TEXT_LIMIT)
     """What a good reply does, in one sentence."""
 
     @field_validator("text")
@@ -243,9 +251,19 @@ class Rubric(_Frozen):
             >>> len(Rubric.uniform_fixed().criteria)
             6
         """
-        from care_sdk.prompts import fixed_criteria
-
         return cls(weights={d: 1.0 for d in DIMENSIONS}, criteria=fixed_criteria())
+
+
+@cache
+def fixed_criteria() -> tuple[Criterion, ...]:
+    """The fixed six-criterion set (two per dimension) used by the fixed-criteria ablations.
+
+    Examples:
+        >>> [c.dimension.value for c in fixed_criteria()][:2]
+        ['cognitive', 'cognitive']
+    """
+    texts = fixed_criteria_texts()
+    return tuple(Criterion(dimension=d, text=t) for d in DIMENSIONS for t in texts[d.value])
 
 
 class CriterionScore(_Frozen):
@@ -300,6 +318,32 @@ class Evaluation(_Frozen):
         return result
 
 
+FailureStage = Literal["input", "rubric", "evaluation"]
+"""Where a reward failed: reading the input, generating the rubric, or evaluating the reply."""
+
+
+class Failure(_Frozen):
+    """Why a reward could not be computed, in fields a program can branch on.
+
+    Examples:
+        >>> from care_sdk.errors import BackendError
+        >>> Failure.of(BackendError("busy", retryable=True, status_code=503), stage="evaluation")
+        Failure(kind='BackendError', stage='evaluation', retryable=True)
+    """
+
+    kind: str
+    """The error's class name, e.g. ``OutputError`` (a reply that never validated) or ``BackendError``."""
+    stage: FailureStage
+    """Where it failed."""
+    retryable: bool = False
+    """Whether trying the same call again may succeed (a transient backend error)."""
+
+    @classmethod
+    def of(cls, error: BaseException, stage: FailureStage) -> Failure:
+        """The failure an exception describes; ``retryable`` comes from the exception when it has one."""
+        return cls(kind=type(error).__name__, stage=stage, retryable=bool(getattr(error, "retryable", False)))
+
+
 class RewardResult(_Frozen):
     """One reward with everything that explains it.
 
@@ -324,6 +368,8 @@ class RewardResult(_Frozen):
     """Mean normalised score per dimension, before weighting."""
     error: str | None = None
     """Why no reward was computed, when ``reward`` is ``None``."""
+    failure: Failure | None = None
+    """The same as ``error`` in fields (kind, stage, retryable), when the SDK knows them."""
     flags: tuple[str, ...] = ()
     """What the deterministic guards found in the reply (see :mod:`care_sdk.guards`), e.g. ``forged_turn``."""
     raw_reward: float | None = None
@@ -335,6 +381,8 @@ class RewardResult(_Frozen):
     def _consistent(self) -> RewardResult:
         if (self.reward is None) == (self.error is None):
             raise ValueError("exactly one of reward and error must be set")
+        if self.failure is not None and self.error is None:
+            raise ValueError("failure is set without an error")
         return self
 
     @classmethod
@@ -352,13 +400,25 @@ class RewardResult(_Frozen):
         return cls(reward=min(1.0, max(0.0, reward)), rubric=rubric, evaluation=evaluation, dimension_scores=per_dim)
 
     @classmethod
-    def failed(cls, error: str | BaseException, rubric: Rubric | None = None) -> RewardResult:
+    def failed(
+        cls, error: str | BaseException, rubric: Rubric | None = None, *, stage: FailureStage | None = None
+    ) -> RewardResult:
         """A result that carries an error instead of a reward.
+
+        With an exception and a ``stage``, ``failure`` describes it and ``error`` reads
+        ``"rubric generation failed: ..."`` or ``"evaluation failed: ..."``.
 
         Examples:
             >>> RewardResult.failed("evaluator reply did not parse").reward is None
             True
+            >>> from care_sdk.errors import OutputError
+            >>> result = RewardResult.failed(OutputError("scores.c1: missing"), stage="evaluation")
+            >>> result.error, result.failure.kind
+            ('evaluation failed: scores.c1: missing (after 1 attempt)', 'OutputError')
         """
-        return cls(
-            reward=None, rubric=rubric, error=error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-        )
+        if isinstance(error, str):
+            return cls(reward=None, rubric=rubric, error=error)
+        if stage is None:
+            return cls(reward=None, rubric=rubric, error=f"{type(error).__name__}: {error}")
+        prefix = {"input": "invalid input", "rubric": "rubric generation failed", "evaluation": "evaluation failed"}
+        return cls(reward=None, rubric=rubric, error=f"{prefix[stage]}: {error}", failure=Failure.of(error, stage))

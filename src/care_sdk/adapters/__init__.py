@@ -18,6 +18,7 @@ non-commercial research use.
 from __future__ import annotations
 
 import json
+import os
 import struct
 from dataclasses import dataclass, field
 from importlib import resources
@@ -57,7 +58,7 @@ def _value(fh: BinaryIO, kind: int) -> Any:
     raise ValueError(f"unknown GGUF value type {kind}")
 
 
-def gguf_metadata(path: str | Path) -> dict[str, Any]:
+def gguf_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The key-value metadata of a GGUF file (its header only; tensors are not read).
 
     Raises:
@@ -124,7 +125,7 @@ class AdapterInfo:
             )
 
 
-def read_adapter(path: str | Path) -> AdapterInfo:
+def read_adapter(path: str | os.PathLike[str]) -> AdapterInfo:
     """Read a care-sdk LoRA adapter's records.
 
     Raises:

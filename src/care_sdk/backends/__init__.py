@@ -16,13 +16,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob
+from care_sdk.backends.base import (
+    EVALUATION,
+    RUBRIC,
+    Backend,
+    Completion,
+    ForwardingBackend,
+    GenerationRequest,
+    GenerationResult,
+    TokenLogprob,
+)
 from care_sdk.errors import ConfigError
 
 __all__ = [
+    "EVALUATION",
+    "RUBRIC",
     "SPEC_FORMS",
     "Backend",
     "Completion",
+    "ForwardingBackend",
     "GenerationRequest",
     "GenerationResult",
     "TokenLogprob",

@@ -21,7 +21,7 @@ from typing import TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_base
 
-from care_sdk.errors import BackendError
+from care_sdk.errors import BackendError, ConfigError
 
 __all__ = ["RetryPolicy", "call_with_retries", "parse_retry_after"]
 
@@ -53,11 +53,11 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+            raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}")
         for name in ("initial_delay", "max_delay", "jitter", "max_retry_after"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+                raise ConfigError(f"{name} must be a finite number >= 0, got {value}")
 
     @property
     def max_attempts(self) -> int:

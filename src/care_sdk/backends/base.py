@@ -19,8 +19,11 @@ from care_sdk.errors import BackendError
 from care_sdk.types import Message
 
 __all__ = [
+    "EVALUATION",
+    "RUBRIC",
     "Backend",
     "Completion",
+    "ForwardingBackend",
     "GenerationRequest",
     "GenerationResult",
     "TokenLogprob",
@@ -28,6 +31,11 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+RUBRIC = "rubric"
+"""The purpose of a rubric generator's request."""
+EVALUATION = "evaluation"
+"""The purpose of an evaluator's request."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,9 @@ class GenerationRequest:
     """Sampling seed, for backends that support one."""
     top_logprobs: int | None = None
     """When set, return this many top alternatives with each token's logprob."""
+    purpose: str | None = None
+    """What the request is for: :data:`RUBRIC`, :data:`EVALUATION`, ``"simulated user"``, ...
+    (for wrappers, logs and tests; backends do not read it)."""
 
 
 @dataclass(frozen=True)
@@ -191,3 +202,55 @@ class Backend:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.identity!r})"
+
+
+class ForwardingBackend(Backend):
+    """A backend that forwards every batch to ``inner``: the base of wrappers that count, record
+    or meter requests. Override :meth:`on_requests` and :meth:`on_results`; both sync and async
+    calls pass through them.
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> class Counter(ForwardingBackend):
+        ...     sent = 0
+        ...     def on_requests(self, requests):
+        ...         self.sent += len(requests)
+        >>> counter = Counter(ScriptedBackend(lambda req: "ok"))
+        >>> counter.generate([GenerationRequest(messages=())])[0].text, counter.sent, counter.identity
+        ('ok', 1, 'scripted:scripted')
+    """
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.provider = inner.provider
+        self.supports_seed = inner.supports_seed
+        self.supports_logprobs = inner.supports_logprobs
+
+    @property
+    def identity(self) -> str:
+        """The inner backend's identity (a wrapper does not change outputs)."""
+        return self.inner.identity
+
+    def on_requests(self, requests: Sequence[GenerationRequest]) -> None:
+        """Called with each batch before it is forwarded."""
+
+    def on_results(self, requests: Sequence[GenerationRequest], results: Sequence[GenerationResult]) -> None:
+        """Called with each batch and its results after they came back."""
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        """Forward a batch to ``inner.generate``."""
+        self.on_requests(requests)
+        results = self.inner.generate(requests)
+        self.on_results(requests, results)
+        return results
+
+    async def agenerate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        """Forward a batch to ``inner.agenerate``."""
+        self.on_requests(requests)
+        results = await self.inner.agenerate(requests)
+        self.on_results(requests, results)
+        return results
+
+    def close(self) -> None:
+        """Close the inner backend."""
+        self.inner.close()

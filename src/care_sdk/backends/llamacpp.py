@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import importlib.metadata
 import json
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,6 +89,18 @@ def _import_llama_cpp() -> Any:
     return llama_cpp
 
 
+_OPEN: weakref.WeakSet[LlamaCppBackend] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_backends() -> None:
+    """Free every live model before interpreter teardown, where ``Llama.__del__`` can no longer run cleanly."""
+    if _OPEN:
+        for backend in list(_OPEN):
+            backend.close()
+        gc.collect()  # models held in reference cycles are freed now, not during teardown
+
+
 class LlamaCppBackend(Backend):
     """Runs a GGUF model in-process on llama.cpp; JSON schemas are enforced as grammars.
 
@@ -155,6 +170,7 @@ class LlamaCppBackend(Backend):
             self.llama = model
             self.model_path = str(getattr(model, "model_path", "llama"))
         self.supports_logprobs = bool(getattr(self.llama, "_logits_all", logprobs))
+        _OPEN.add(self)
 
     @property
     def identity(self) -> str:
@@ -227,6 +243,8 @@ class LlamaCppBackend(Backend):
             return [self._request(r) for r in requests]
 
     def close(self) -> None:
-        llama = getattr(self, "llama", None)
+        """Free the model (also done at interpreter exit for a backend still alive then)."""
+        _OPEN.discard(self)
+        llama = self.__dict__.pop("llama", None)  # dropped, so the model is freed now
         if llama is not None and hasattr(llama, "close"):
             llama.close()

@@ -357,12 +357,13 @@ class OpenAIBackend(Backend):
                 want = request.n - len(completions)
                 seed = None if request.seed is None else request.seed + sent
                 sent += 1
-                response = await call_with_retries(
-                    functools.partial(self._send, request, want, seed, call, semaphore),
+                # The reply is read inside the retried call: a body without choices is retried too.
+                response, received = await call_with_retries(
+                    functools.partial(self._exchange, request, want, seed, call, semaphore),
                     self.retry_policy,
                     what=f"{self.identity} request",
                 )
-                completions.extend(self._completions(response, request))
+                completions.extend(received)
                 for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
                     value = getattr(getattr(response, "usage", None), name, None)
                     if isinstance(value, int):
@@ -407,6 +408,13 @@ class OpenAIBackend(Backend):
         if self.extra_body:
             kwargs["extra_body"] = self.extra_body
         return kwargs
+
+    async def _exchange(
+        self, request: GenerationRequest, n: int, seed: int | None, call: Call, semaphore: asyncio.Semaphore
+    ) -> tuple[Any, list[Completion]]:
+        """One attempt: send, then read the completions (either may raise a retryable error)."""
+        response = await self._send(request, n, seed, call, semaphore)
+        return response, self._completions(response, request)
 
     async def _send(
         self, request: GenerationRequest, n: int, seed: int | None, call: Call, semaphore: asyncio.Semaphore

@@ -11,10 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from care_sdk.variants import VARIANTS
+
 __all__ = ["add_bench_commands"]
 
 _TASK_NAMES = ("alignment", "pairwise", "experts", "success", "simulated")
-_VARIANT_NAMES = ("care", "uniform_weights", "fixed_criteria", "fixed_rubric", "length")
+_VARIANT_NAMES = (*VARIANTS, "length")
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -40,7 +42,7 @@ def _cmd_quality(args: argparse.Namespace) -> int:
                 f"care bench quality: unknown {name} {', '.join(bad)}; choose from {', '.join(valid)}", file=sys.stderr
             )
             return 2
-    root = Path(args.data_dir) if args.data_dir else data_dir()
+    root = data_dir(args.data_dir)  # a ConfigError that says where to get the data, when unset
     paths = DataPaths(
         root=root,
         esconv=Path(args.esconv) if args.esconv else None,
@@ -155,7 +157,9 @@ def add_bench_commands(subparsers: Any) -> None:
         "--systems", type=_csv, default=(), help="pairwise: comma-separated judged systems to compare (default: all)"
     )
     quality.add_argument("--out", help="output directory (default: care-quality/<backend>); an existing run is resumed")
-    quality.add_argument("--data-dir", help="the shared data directory (default: $CARE_DATA_DIR or ../shared/data)")
+    quality.add_argument(
+        "--data-dir", help="the data directory (default: $CARE_DATA_DIR; see the docs' data page for its layout)"
+    )
     quality.add_argument("--esconv", help="ESConv file for alignment and success (default: esconv/test.jsonl)")
     quality.add_argument("--failed-esconv", help="FailedESConv.json (default: esconv/FailedESConv.json)")
     quality.add_argument("--lend-an-ear", help="the mint_lend_an_ear directory")

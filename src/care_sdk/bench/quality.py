@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import sys
@@ -41,9 +42,12 @@ from care_sdk.data import LoadIssue
 from care_sdk.errors import ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
+from care_sdk.jsonl import BadLine, append_jsonl, iter_jsonl, write_jsonl
 from care_sdk.prompts import PROMPT_VERSION
 
 __all__ = ["QualityReport", "QualityRunner", "file_sha256", "markdown_report"]
+
+logger = logging.getLogger("care_sdk")
 
 RECORDS = "records.jsonl"
 RUN = "run.json"
@@ -143,14 +147,18 @@ def _load_records(path: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
     records: dict[tuple[str, str, str], dict[str, Any]] = {}
     if not path.exists():
         return records
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                record = json.loads(line)
-                records[(str(record["task"]), str(record["key"]), str(record["variant"]))] = record
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue  # a line cut off by an interrupt
+    for _, record in iter_jsonl(path, on_bad=_rescore, check=_record_key):
+        records[(str(record["task"]), str(record["key"]), str(record["variant"]))] = record
     return records
+
+
+def _record_key(record: dict[str, Any]) -> tuple[str | None, str] | None:
+    missing = [k for k in ("task", "key", "variant") if k not in record]
+    return (missing[0], "missing") if missing else None
+
+
+def _rescore(bad: BadLine) -> None:
+    logger.warning("%s; that item is scored again", bad)  # e.g. a line cut off by an interrupt
 
 
 class QualityRunner:
@@ -276,7 +284,7 @@ class QualityRunner:
                     for variant, record in by_variant.items():
                         full = {"task": name, "variant": variant, "key": item.key, **record}
                         store[(name, item.key, variant)] = full
-                        handle.write(json.dumps(full, ensure_ascii=False) + "\n")
+                        append_jsonl(handle, full)
                 handle.flush()
                 if progress:
                     progress(len(chunk))
@@ -310,9 +318,7 @@ class QualityRunner:
         seen = set(ordered)
         ordered += [k for k in store if k not in seen]
         tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as handle:
-            for key in ordered:
-                handle.write(json.dumps(store[key], ensure_ascii=False) + "\n")
+        write_jsonl(tmp, (store[key] for key in ordered))
         os.replace(tmp, path)
 
     def _meta(self, loaded: dict[str, TaskData], settings: Settings, seconds: float) -> dict[str, Any]:

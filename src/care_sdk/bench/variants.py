@@ -25,13 +25,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from care_sdk.backends import Backend, GenerationRequest, GenerationResult
+from care_sdk.backends import Backend, ForwardingBackend, GenerationRequest, GenerationResult
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
-from care_sdk.prompts import fixed_criteria
 from care_sdk.reward import AdaptiveReward
-from care_sdk.types import DIMENSIONS, Message, Rubric
+from care_sdk.types import Message, Rubric
+from care_sdk.variants import VARIANT_LABELS as REWARD_LABELS
+from care_sdk.variants import VARIANTS as REWARD_VARIANTS
+from care_sdk.variants import needs_generator
 
 __all__ = [
     "MODEL_VARIANTS",
@@ -43,17 +45,11 @@ __all__ = [
     "record_done",
 ]
 
-VARIANTS: tuple[str, ...] = ("care", "uniform_weights", "fixed_criteria", "fixed_rubric", "length")
+MODEL_VARIANTS: tuple[str, ...] = REWARD_VARIANTS
+"""The variants that call a model: the reward variants of :mod:`care_sdk.variants`."""
+VARIANTS: tuple[str, ...] = (*MODEL_VARIANTS, "length")
 """Every variant, in report order."""
-MODEL_VARIANTS: tuple[str, ...] = VARIANTS[:4]
-"""The variants that call a model."""
-VARIANT_LABELS: dict[str, str] = {
-    "care": "CARE",
-    "uniform_weights": "uniform weights",
-    "fixed_criteria": "fixed criteria",
-    "fixed_rubric": "fixed rubric",
-    "length": "length only",
-}
+VARIANT_LABELS: dict[str, str] = {**REWARD_LABELS, "length": "length only"}
 """Column titles of the report."""
 
 
@@ -99,7 +95,7 @@ def _request_key(request: GenerationRequest) -> str:
     )
 
 
-class SharedRequests(Backend):
+class SharedRequests(ForwardingBackend):
     """A backend wrapper that answers each distinct request once and replays the result.
 
     Failed requests are not remembered (a later identical request is sent again). Call
@@ -115,20 +111,13 @@ class SharedRequests(Backend):
     """
 
     def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.provider = inner.provider
-        self.supports_seed = inner.supports_seed
-        self.supports_logprobs = inner.supports_logprobs
+        super().__init__(inner)
         self._memo: dict[str, GenerationResult] = {}
         self._lock = threading.Lock()
         self.hits = 0
         """Requests answered from memory."""
         self.sent = 0
         """Requests sent to the inner backend."""
-
-    @property
-    def identity(self) -> str:
-        return self.inner.identity
 
     def _split(self, requests: Sequence[GenerationRequest]) -> tuple[list[str], dict[str, GenerationRequest]]:
         keys = [_request_key(r) for r in requests]
@@ -166,13 +155,6 @@ class SharedRequests(Backend):
         with self._lock:
             self._memo.clear()
 
-    def close(self) -> None:
-        self.inner.close()
-
-
-def _uniform(rubric: Rubric) -> Rubric:
-    return rubric.with_weights({d: 1.0 for d in DIMENSIONS})
-
 
 class VariantScorer:
     """Scores items under several variants at once, paying each shared request once.
@@ -185,7 +167,7 @@ class VariantScorer:
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
         >>> def script(req):
-        ...     if "scores" in req.json_schema["properties"]:
+        ...     if req.purpose == "evaluation":
         ...         return evaluation_json([5, 5, 3, 3, 1, 1])
         ...     return rubric_json({"cognitive": 2, "affective": 1, "proactive": 1})
         >>> backend = ScriptedBackend(script)
@@ -209,24 +191,18 @@ class VariantScorer:
             raise ConfigError(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
         self.variants = tuple(v for v in VARIANTS if v in variants)
         needs_model = [v for v in self.variants if v != "length"]
-        needs_generator = [v for v in needs_model if v != "fixed_rubric"]
+        generating = [v for v in needs_model if needs_generator(v)]
         if needs_model and evaluator is None:
             raise ConfigError(f"variant(s) {', '.join(needs_model)} need an evaluator")
-        if needs_generator and generator is None:
-            raise ConfigError(f"variant(s) {', '.join(needs_generator)} need a generator")
+        if generating and generator is None:
+            raise ConfigError(f"variant(s) {', '.join(generating)} need a generator")
         self._shared: dict[int, SharedRequests] = {}
         self.generator = self._wrap(generator) if generator is not None else None
         self.evaluator = self._wrap(evaluator) if evaluator is not None else None
         self.rewards: dict[str, AdaptiveReward] = {}
         for variant in needs_model:
-            if variant == "care":
-                self.rewards[variant] = AdaptiveReward(self.generator, self.evaluator)
-            elif variant == "uniform_weights":
-                self.rewards[variant] = AdaptiveReward(self.generator, self.evaluator, weights="uniform")
-            elif variant == "fixed_criteria":
-                self.rewards[variant] = AdaptiveReward(self.generator, self.evaluator, criteria="fixed")
-            else:
-                self.rewards[variant] = AdaptiveReward(evaluator=self.evaluator, rubric=Rubric.uniform_fixed())
+            assert self.evaluator is not None  # checked above
+            self.rewards[variant] = AdaptiveReward.for_variant(variant, self.generator, self.evaluator)
 
     def _wrap(self, component: Any) -> Any:
         backend = component.backend
@@ -276,19 +252,14 @@ class VariantScorer:
 
     def _rubrics_only(self, items: Sequence[Item], indices: list[int], out: list[dict[str, dict[str, Any]]]) -> None:
         generated: list[Rubric | CareError | None] = [None] * len(indices)
-        if self.generator is not None and any(v in self.rewards for v in ("care", "uniform_weights", "fixed_criteria")):
+        if self.generator is not None and any(r.rubric is None for r in self.rewards.values()):
             generated = list(self.generator.generate_batch([list(items[i].context) for i in indices]))
         for i, rubric in zip(indices, generated, strict=True):
-            for variant in self.rewards:
-                if variant == "fixed_rubric":
-                    out[i][variant] = _rubric_record(Rubric.uniform_fixed())
+            for variant, reward in self.rewards.items():
+                if reward.rubric is not None:
+                    out[i][variant] = _rubric_record(reward.rubric)
                 elif isinstance(rubric, Rubric):
-                    adapted = {
-                        "care": rubric,
-                        "uniform_weights": _uniform(rubric),
-                        "fixed_criteria": Rubric(weights=rubric.weights, criteria=fixed_criteria()),
-                    }[variant]
-                    out[i][variant] = _rubric_record(adapted)
+                    out[i][variant] = _rubric_record(reward.adapt(rubric))
                 else:
                     out[i][variant] = _failed_record(f"rubric generation failed: {rubric}")
 

@@ -23,7 +23,8 @@ API summary (stable):
 - :class:`StrategyMap`: ``StrategyMap.default()`` (ESConv strategies + MINT tactics, package
   data ``strategy_map.json``), ``from_mapping`` / ``from_file`` for your own;
   ``.dimension(name)``, ``.canonical(name)``, ``.counts(strategies)``.
-- :func:`data_dir` locates the shared data directory (``$CARE_DATA_DIR``).
+- :func:`data_dir` locates the data directory (an explicit path, else ``$CARE_DATA_DIR``; an
+  error that says where to get the data otherwise); :func:`require_data` checks one file.
 
 Examples:
     >>> from care_sdk.data import StrategyMap
@@ -33,11 +34,9 @@ Examples:
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from care_sdk.data._issues import Loaded, LoadIssue
 from care_sdk.data.esconv import ESCONV_SPLITS, load_esconv
+from care_sdk.data.locations import DATA_DIR_ENV, DATASETS, data_dir, require_data
 from care_sdk.data.mint import (
     MINT_JUDGE_DIMENSIONS,
     MINT_TACTICS,
@@ -51,6 +50,8 @@ from care_sdk.data.sage import SageProfile, SageRollout, load_sage_profiles, loa
 from care_sdk.data.strategies import StrategyMap, UnknownStrategyError, default_strategy_map
 
 __all__ = [
+    "DATASETS",
+    "DATA_DIR_ENV",
     "ESCONV_SPLITS",
     "MINT_JUDGE_DIMENSIONS",
     "MINT_TACTICS",
@@ -71,17 +72,5 @@ __all__ = [
     "load_mint_conversations",
     "load_sage_profiles",
     "load_sage_rollouts",
+    "require_data",
 ]
-
-
-def data_dir(default: str | Path = "../shared/data") -> Path:
-    """The shared data directory: ``$CARE_DATA_DIR`` if set, else ``default``.
-
-    Examples:
-        >>> import os
-        >>> os.environ["CARE_DATA_DIR"] = "/data"
-        >>> str(data_dir())
-        '/data'
-        >>> del os.environ["CARE_DATA_DIR"]
-    """
-    return Path(os.environ.get("CARE_DATA_DIR", str(default)))

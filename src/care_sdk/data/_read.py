@@ -10,6 +10,8 @@ from typing import Any
 
 from care_sdk.data._issues import IssueLog
 from care_sdk.errors import InputError
+from care_sdk.jsonl import BadLine
+from care_sdk.jsonl import iter_jsonl as read_lines
 
 __all__ = ["iter_csv", "iter_json_list", "iter_jsonl", "require_file"]
 
@@ -22,21 +24,13 @@ def require_file(path: Path) -> Path:
 
 
 def iter_jsonl(path: Path, log: IssueLog) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Yield ``("line N", object)`` for each non-empty line; bad lines become issues."""
-    with require_file(path).open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            pos = f"line {number}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                log.add(pos, None, f"not valid JSON: {exc.msg} at column {exc.colno}", dropped=True)
-                continue
-            if not isinstance(obj, dict):
-                log.add(pos, None, f"expected a JSON object, got {type(obj).__name__}", dropped=True)
-                continue
-            yield pos, obj
+    """Yield ``("line N", object)`` for each non-empty line; bad lines become issues (dropped)."""
+
+    def bad_line(bad: BadLine) -> None:
+        log.add(f"line {bad.line}", bad.field, bad.reason, dropped=True)
+
+    for number, obj in read_lines(require_file(path), on_bad=bad_line):
+        yield f"line {number}", obj
 
 
 def iter_json_list(path: Path, log: IssueLog) -> Iterator[tuple[str, dict[str, Any]]]:

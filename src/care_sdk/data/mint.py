@@ -174,7 +174,7 @@ def load_lend_an_ear(
 
     Examples:
         >>> import os, pathlib
-        >>> root = pathlib.Path(os.environ.get("CARE_DATA_DIR", "../shared/data")) / "mint_lend_an_ear"
+        >>> root = pathlib.Path(os.environ.get("CARE_DATA_DIR", "/no-data")) / "mint_lend_an_ear"
         >>> if root.exists():
         ...     assert len(load_lend_an_ear(root)) == 50
     """

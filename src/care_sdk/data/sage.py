@@ -94,7 +94,7 @@ def load_sage_profiles(path: str | Path, *, strict: bool = False) -> Loaded[Sage
 
     Examples:
         >>> import os, pathlib
-        >>> root = pathlib.Path(os.environ.get("CARE_DATA_DIR", "../shared/data"))
+        >>> root = pathlib.Path(os.environ.get("CARE_DATA_DIR", "/no-data"))
         >>> p = root / "sage_rlver/profiles/simulator_profile_withfirsttalk.jsonl"
         >>> if p.exists():
         ...     assert len(load_sage_profiles(p)) == 100
@@ -185,7 +185,7 @@ def load_sage_rollouts(path: str | Path, *, strict: bool = False) -> Loaded[Sage
 
     Examples:
         >>> import os, pathlib
-        >>> root = pathlib.Path(os.environ.get("CARE_DATA_DIR", "../shared/data"))
+        >>> root = pathlib.Path(os.environ.get("CARE_DATA_DIR", "/no-data"))
         >>> p = root / "sage_rlver/results_deepseek-v3-simulator/gpt-4.1_result.jsonl"
         >>> if p.exists():
         ...     assert load_sage_rollouts(p)[0].model == "gpt-4.1"

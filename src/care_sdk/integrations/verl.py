@@ -42,12 +42,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from care_sdk.backends import Backend, resolve_backend
+from care_sdk.backends import Backend
 from care_sdk.errors import CareError, InputError
-from care_sdk.evaluator import RubricEvaluator
-from care_sdk.generator import RubricGenerator
-from care_sdk.reward import AdaptiveReward
+from care_sdk.reward import AdaptiveReward, build_reward
 from care_sdk.types import DIMENSIONS, Message, RewardResult, as_messages
+from care_sdk.variants import variant_of
 
 __all__ = ["compute_score", "compute_score_batch", "get_reward", "make_row"]
 
@@ -120,17 +119,16 @@ def get_reward(
     with _LOCK:
         reward = _REWARDS.get(key)
         if reward is None:
-            shared = resolve_backend(backend)
             store: Any = True
             if cache:
                 from care_sdk.sqlite_cache import SqliteCache
 
                 store = SqliteCache(cache)
-            reward = AdaptiveReward(
-                RubricGenerator(shared, cache=store),
-                RubricEvaluator(shared, use_logprobs=use_logprobs),
-                weights=weights,  # type: ignore[arg-type]
-                criteria=criteria,  # type: ignore[arg-type]
+            reward = build_reward(
+                variant_of(weights, criteria),
+                backend=backend,
+                generator_options={"cache": store},
+                evaluator_options={"use_logprobs": use_logprobs},
             )
             _REWARDS[key] = reward
         return reward
@@ -230,8 +228,8 @@ def compute_score_batch(
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
-        >>> def script(req):  # rubric requests ask for weights; evaluation requests for scores
-        ...     if "weights" in req.json_schema["properties"]:
+        >>> def script(req):
+        ...     if req.purpose == "rubric":
         ...         return rubric_json({"cognitive": 1, "affective": 2, "proactive": 1})
         ...     return evaluation_json([4] * 6)
         >>> backend = ScriptedBackend(script)

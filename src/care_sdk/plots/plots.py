@@ -32,18 +32,13 @@ from care_sdk.plots.records import (
     weights_by_turn,
     with_meta,
 )
+from care_sdk.variants import VARIANT_LABELS
 
 __all__ = ["COLORS", "PlotSummary", "make_plots"]
 
 COLORS = {"cognitive": "#1f77b4", "affective": "#d62728", "proactive": "#2ca02c"}
 """One color per dimension, used by every figure."""
-VARIANT_TITLES = {
-    "care": "CARE",
-    "uniform_weights": "uniform weights",
-    "fixed_criteria": "fixed criteria",
-    "fixed_rubric": "fixed rubric",
-    "reward": "reward",
-}
+VARIANT_TITLES = {**VARIANT_LABELS, "reward": "reward"}
 TASK_ORDER = ("", "alignment", "pairwise", "experts", "success", "simulated")
 DESCRIPTIONS = {
     "weights_by_turn": "Mean weight of each dimension by supporter turn (shaded: ±1 standard error).",

@@ -7,7 +7,6 @@ A record is one line of ``care score`` output (``{"id", "turn", "reward", "error
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from care_sdk.errors import InputError
+from care_sdk.jsonl import iter_jsonl
 from care_sdk.types import DIMENSIONS
 
 __all__ = [
@@ -59,37 +59,16 @@ def read_records(path: str | Path) -> ScoreRecords:
         >>> p = os.path.join(tempfile.mkdtemp(), "s.jsonl")
         >>> _ = open(p, "w").write('{"id": "a", "turn": 1, "reward": 0.5}\\nnot json\\n')
         >>> result = read_records(p)
-        >>> len(result.records), str(result.issues[0]).endswith("line 2: not valid JSON")
+        >>> len(result.records), "line 2: not valid JSON" in str(result.issues[0])
         (1, True)
     """
-    path = Path(path)
     out = ScoreRecords(records=[])
-    try:
-        handle = path.open(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", location=str(path)) from exc
-    with handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:line {number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                out.issues.append(InputError("not valid JSON", location=where))
-                continue
-            problem = _check(record)
-            if problem:
-                field_name, message = problem
-                out.issues.append(InputError(message, location=f"{where}: {field_name}"))
-                continue
-            out.records.append(record)
+    for _, record in iter_jsonl(path, on_bad=out.issues.append, check=_check):
+        out.records.append(record)
     return out
 
 
-def _check(record: Any) -> tuple[str, str] | None:
-    if not isinstance(record, dict):
-        return "record", "expected a JSON object"
+def _check(record: dict[str, Any]) -> tuple[str | None, str] | None:
     if "id" not in record:
         return "id", "missing"
     if not isinstance(record.get("turn"), int):
@@ -118,22 +97,12 @@ def read_meta(path: str | Path) -> dict[str, dict[str, Any]]:
         >>> read_meta(p)["a"]["emotion"]
         'anxiety'
     """
-    path = Path(path)
     meta: dict[str, dict[str, Any]] = {}
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError("not valid JSON", location=f"{path}:line {number}") from exc
-            if not isinstance(obj, dict) or "id" not in obj:
-                raise InputError("expected an object with an id", location=f"{path}:line {number}")
-            entry = dict(obj)
-            if "emotion" not in entry and "emotion_type" in entry:
-                entry["emotion"] = entry["emotion_type"]
-            meta[str(obj["id"])] = entry
+    for _, obj in iter_jsonl(path, check=lambda o: None if "id" in o else ("id", "missing")):
+        entry = dict(obj)
+        if "emotion" not in entry and "emotion_type" in entry:
+            entry["emotion"] = entry["emotion_type"]
+        meta[str(obj["id"])] = entry
     return meta
 
 

@@ -15,7 +15,6 @@ Examples:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from string import Template
@@ -23,8 +22,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from care_sdk._core import CRITERION_MAX_CHARS, CRITERION_MIN_CHARS, SCORES
 from care_sdk.prompts.fence import fenced_fields, template
-from care_sdk.types import DIMENSIONS, Criterion, CriterionScore, Dimension, Evaluation, Message, Rubric, as_messages
+from care_sdk.types import (
+    DIMENSIONS,
+    Context,
+    CriterionScore,
+    Dimension,
+    Evaluation,
+    Message,
+    Rubric,
+    as_messages,
+    fixed_criteria,
+)
 
 __all__ = [
     "EVALUATOR_PROMPT_VERSION",
@@ -59,12 +69,8 @@ EVALUATOR_PROMPT_VERSION = "v2"
 EVALUATOR_PROMPT_VERSIONS = ("v1", "v2")
 """Evaluator prompt versions that can be loaded (``v1``: the reply pasted in as plain text)."""
 
-Context = str | Sequence[Message | dict[str, Any]]
-"""A dialogue context: OpenAI chat messages, or a string taken as one user message."""
-
-CRITERION_MIN_CHARS = 8
-CRITERION_MAX_CHARS = 200
-SCORES = (1, 2, 3, 4, 5)
+# Context, SCORES, the criterion length bounds and fixed_criteria live in care_sdk.types and
+# care_sdk._core (below this module); they stay importable from here.
 _ROLE_LABELS = {"user": "User", "assistant": "Supporter", "system": "System"}
 
 
@@ -185,8 +191,8 @@ def rubric_schema(criteria_per_dimension: int = 2) -> dict[str, Any]:
 
 
 def _load_json(text: str) -> Any:
-    try:
-        return json.loads(text)
+    try:  # control characters (a raw newline or tab) inside a string are content, not a broken reply
+        return json.loads(text, strict=False)
     except json.JSONDecodeError as exc:
         raise ValueError(f"reply is not valid JSON ({exc.msg} at char {exc.pos})") from None
 
@@ -204,7 +210,7 @@ def parse_rubric(text: str) -> Rubric:
     Examples:
         >>> parse_rubric('{"weights": {"cognitive": 1, "affective": 1, "proactive": 2},'
         ...              ' "criteria": {"cognitive": ["Names the conflict."], "affective": ["Validates fear."],'
-        ...              ' "proactive": ["Suggests one step."]}}').weights[Dimension.PROACTIVE]
+        ...              ' "proactive": ["Suggests one step."]}}').weights[DIMENSIONS[2]]
         0.5
     """
     data = _load_json(text)
@@ -347,15 +353,3 @@ def parse_evaluation(text: str, rubric: Rubric) -> Evaluation:
             raise ValueError(f"scores.{key}: expected an integer 1-5, got {value!r}")
         result.append(CriterionScore(dimension=criterion.dimension, criterion=criterion.text, score=float(value)))
     return Evaluation(scores=tuple(result))
-
-
-@cache
-def fixed_criteria() -> tuple[Criterion, ...]:
-    """The fixed six-criterion set (two per dimension) used by the fixed-criteria ablations.
-
-    Examples:
-        >>> [c.dimension.value for c in fixed_criteria()][:2]
-        ['cognitive', 'cognitive']
-    """
-    data = json.loads(resources.files(__package__).joinpath(f"fixed_criteria_{PROMPT_VERSION}.json").read_text())
-    return tuple(Criterion(dimension=Dimension(d), text=t) for d in (x.value for x in DIMENSIONS) for t in data[d])

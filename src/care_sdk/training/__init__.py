@@ -5,7 +5,10 @@ inside their functions and raise :class:`~care_sdk.errors.MissingDependencyError
 ``pip install "care-sdk[train]"`` when they are missing.
 
 - Reward terms (usable in any trainer): :func:`r_align`, :func:`r_pref`, :func:`format_reward`,
-  and the TRL reward functions :class:`FormatReward`, :class:`PrefReward`, :class:`AlignReward`.
+  the TRL reward functions :class:`FormatReward`, :class:`PrefReward`, :class:`AlignReward`, and
+  :class:`PrefGRPORewards` (the three together: a failed evaluation masks the whole completion).
+- Data hygiene: :func:`data_role`, :func:`require_trainable` (recipes refuse test and eval-only
+  data) and :func:`write_roles`; run sizes: :func:`plan_training` and :class:`TrainingPlan`.
 - Stages: :func:`build_data`, :func:`run_sft`, :func:`run_pref_grpo`, with their configs
   :class:`BuildDataConfig`, :class:`SFTStageConfig`, :class:`PrefGRPOConfig` and :func:`load_config`.
 - Models: :func:`tiny_model_dir` (a tiny random SmolLM2-shaped model for tests),
@@ -20,9 +23,11 @@ Examples:
 from care_sdk.training.build_data import BuildReport, build_data, count_weights
 from care_sdk.training.config import BuildDataConfig, LoraSettings, PrefGRPOConfig, SFTStageConfig, load_config
 from care_sdk.training.grpo import PrefGRPOResult, run_pref_grpo
+from care_sdk.training.plan import TrainingPlan, plan_training
 from care_sdk.training.rewards import (
     AlignReward,
     FormatReward,
+    PrefGRPORewards,
     PrefReward,
     align_violations,
     completion_text,
@@ -30,6 +35,7 @@ from care_sdk.training.rewards import (
     r_align,
     r_pref,
 )
+from care_sdk.training.roles import data_role, require_trainable, write_roles
 from care_sdk.training.sft import SFTResult, load_trained_generator, run_sft
 from care_sdk.training.tiny import tiny_model_dir
 
@@ -41,19 +47,25 @@ __all__ = [
     "LoraSettings",
     "PrefGRPOConfig",
     "PrefGRPOResult",
+    "PrefGRPORewards",
     "PrefReward",
     "SFTResult",
     "SFTStageConfig",
+    "TrainingPlan",
     "align_violations",
     "build_data",
     "completion_text",
     "count_weights",
+    "data_role",
     "format_reward",
     "load_config",
     "load_trained_generator",
+    "plan_training",
     "r_align",
     "r_pref",
+    "require_trainable",
     "run_pref_grpo",
     "run_sft",
     "tiny_model_dir",
+    "write_roles",
 ]

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from care_sdk.errors import ConfigError, InputError
+from care_sdk.jsonl import read_jsonl
 from care_sdk.prompts import generator_messages
+from care_sdk.training.roles import require_trainable
 from care_sdk.training.tiny import require_train, resolve_model
 from care_sdk.types import Message
 
@@ -78,27 +80,22 @@ class GRPORunResult:
 def read_records(path: str | Path, kind: str, split: str = "train", limit: int | None = None) -> list[dict[str, Any]]:
     """Read build-data records: a JSONL file, or ``<dir>/<kind>/<split>.jsonl`` under a build-data output.
 
+    With ``split="train"`` the file must be declared trainable (see :mod:`care_sdk.training.roles`).
+
     Raises:
-        InputError: the file is missing, a line is not JSON, or it holds no records.
+        InputError: the file is missing, a line is not JSON, it holds no records, or it is
+            training data declared test or eval-only (or not declared at all).
     """
     path = Path(path)
     if path.is_dir():
         path = path / kind / f"{split}.jsonl"
     if not path.is_file():
         raise InputError("no such file (run `care train build-data` first?)", location=str(path))
-    records = []
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON: {exc.msg}", location=f"{path}:line {number}") from None
-            if limit is not None and len(records) >= limit:
-                break
+    records = read_jsonl(path, limit=limit)
     if not records:
         raise InputError("no records", location=str(path))
+    if split == "train":
+        require_trainable(path, records=records)
     return records
 
 

@@ -6,8 +6,9 @@ The ``care`` command calls :func:`add_train_commands` on its subparsers.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from care_sdk.training._cli import add_stages, config_overrides
+from care_sdk.training._cli import add_stages, config_overrides, enforce_plan, trl_args
 
 __all__ = ["add_train_commands"]
 
@@ -21,19 +22,27 @@ def _build_data(args: argparse.Namespace) -> int:
 
 
 def _sft(args: argparse.Namespace) -> int:
+    from care_sdk.training._common import read_records
     from care_sdk.training.config import SFTStageConfig, load_config
-    from care_sdk.training.sft import run_sft
+    from care_sdk.training.sft import SFT_DEFAULTS, run_sft
 
-    result = run_sft(load_config(SFTStageConfig, args.config, config_overrides(args)), source=str(args.config))
+    config = load_config(SFTStageConfig, args.config, config_overrides(args))
+    rows = len(read_records(config.data, "sft", "train", config.max_examples))
+    enforce_plan(args, "sft", rows, trl_args("sft", config, SFT_DEFAULTS, str(args.config)))
+    result = run_sft(config, source=str(args.config))
     print(f"sft: {result.examples} examples, final loss {result.final_loss}, saved {result.saved}")
     return 0
 
 
 def _pref_grpo(args: argparse.Namespace) -> int:
+    from care_sdk.training._common import read_records
     from care_sdk.training.config import PrefGRPOConfig, load_config
-    from care_sdk.training.grpo import run_pref_grpo
+    from care_sdk.training.grpo import GRPO_DEFAULTS, run_pref_grpo
 
-    result = run_pref_grpo(load_config(PrefGRPOConfig, args.config, config_overrides(args)), source=str(args.config))
+    config = load_config(PrefGRPOConfig, args.config, config_overrides(args))
+    rows = len(read_records(config.data, "pairs", "train", config.max_examples))
+    enforce_plan(args, "grpo", rows, trl_args("grpo", config, GRPO_DEFAULTS, str(args.config)))
+    result = run_pref_grpo(config, source=str(args.config))
     last = result.rewards[-1] if result.rewards else {}
     print(f"pref-grpo: {len(result.rewards)} logged steps, last {last}, saved {result.saved}")
     return 0
@@ -53,7 +62,7 @@ def _export_adapter(args: argparse.Namespace) -> int:
     metrics_path = run / "metrics.json"
     metrics = json.loads(metrics_path.read_text(encoding="utf-8")) if metrics_path.is_file() else {}
     history = metrics.get("log_history", [])
-    summary = next((h for h in reversed(history) if "train_runtime" in h), {})
+    summary: dict[str, Any] = next((h for h in reversed(history) if "train_runtime" in h), {})
     training = {
         "config": str(args.config),
         "data": config.data,
@@ -82,8 +91,9 @@ def add_train_commands(subparsers: argparse._SubParsersAction) -> None:  # type:
     """Register ``train`` with its stages ``build-data``, ``sft``, ``pref-grpo`` and ``export-adapter``.
 
     Each stage takes ``--config FILE`` (YAML, see ``training/configs/``) and an optional
-    ``--output-dir`` that overrides the file's; the parser's ``func`` default runs the stage and
-    returns the exit code.
+    ``--output-dir`` that overrides the file's; ``sft`` and ``pref-grpo`` print their plan
+    (optimiser steps, samples per step, epochs) and refuse one under ``--min-steps`` (default 20).
+    The parser's ``func`` default runs the stage and returns the exit code.
 
     Examples:
         >>> parser = argparse.ArgumentParser(prog="care")
@@ -102,6 +112,7 @@ def add_train_commands(subparsers: argparse._SubParsersAction) -> None:  # type:
             ("pref-grpo", _pref_grpo, "preference GRPO with format, r_pref and r_align rewards (TRL GRPOTrainer)"),
             ("export-adapter", _export_adapter, "write a trained LoRA adapter as a GGUF adapter file for llama.cpp"),
         ],
+        trainers=("sft", "pref-grpo"),
     )
     export = stages.choices["export-adapter"]
     export.add_argument("--role", default="generator", choices=["generator"], help="what the adapter was trained as")

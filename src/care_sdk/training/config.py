@@ -33,12 +33,12 @@ class BuildDataConfig(_Config):
     """Settings of ``care train build-data``.
 
     Examples:
-        >>> BuildDataConfig(output_dir="out", teacher=None, judges=None).on_misaligned
-        'reject'
+        >>> BuildDataConfig(output_dir="out", teacher=None, target_judges=None).on_misaligned
+        'keep'
     """
 
     output_dir: str
-    """Where to write ``sft/{train,valid,test}.jsonl``, ``pairs/{...}.jsonl`` and ``report.json``."""
+    """Where to write ``sft/{train,valid,test}.jsonl``, ``pairs/{...}.jsonl``, ``roles.json`` and ``report.json``."""
     data_dir: str | None = None
     """The shared data directory; ``$CARE_DATA_DIR`` or ``../shared/data`` when omitted."""
     targets: Literal["teacher", "templates"] = "teacher"
@@ -46,7 +46,7 @@ class BuildDataConfig(_Config):
     documented criterion templates filled from each dialogue (no model; ESConv train/valid only, no
     preference pairs; see :mod:`care_sdk.training.rubric_targets`)."""
     esconv_splits: tuple[str, ...] = ("train", "valid", "test")
-    """ESConv splits to read (each keeps its split in the output)."""
+    """ESConv splits to read (each keeps its split, and its data role, in the output)."""
     use_mint: bool = True
     """Also read Lend-an-Ear (SFT targets from tactic-tagged turns, and judged-response pairs)."""
     strategy_map: str | None = None
@@ -54,9 +54,10 @@ class BuildDataConfig(_Config):
     max_dialogues: int | None = Field(default=None, ge=1)
     """Read at most this many dialogues per source file (a slice, for smoke runs)."""
     max_turns: int | None = Field(default=None, ge=1)
-    """Build at most this many SFT targets per split."""
+    """Build at most this many SFT targets (and candidate-pair contexts) per split."""
     max_context_messages: int | None = Field(default=8, ge=1)
-    """Show the teacher, judges and annotator only the last this many context messages (records keep all)."""
+    """Show the teacher, judges, candidates and annotator only the last this many context messages
+    (records keep all)."""
     skip_unmapped: bool = True
     """Leave out turns whose strategies map to no dimension (e.g. only ``Others``)."""
     teacher: str | None = "default"
@@ -65,31 +66,57 @@ class BuildDataConfig(_Config):
     teacher_max_tokens: int = Field(default=400, ge=32)
     """Token budget of one teacher rubric."""
     teacher_attempts: int = Field(default=3, ge=1)
-    """Teacher samples per turn (retries on parse failure or misaligned weights)."""
-    on_misaligned: Literal["reject", "repair"] = "reject"
-    """What to do when no teacher sample satisfies the r_align constraints: drop the turn, or
-    keep its criteria with count-derived weights (counted as ``repaired``)."""
-    judges: tuple[str, str] | None = ("default", "default")
-    """Backend specs of the two judges; a target is kept only when both accept. ``None``: no filter."""
+    """Teacher samples per turn (retries on a reply that does not parse, and on misaligned weights
+    when ``on_misaligned`` enforces alignment)."""
+    on_misaligned: Literal["keep", "reject", "repair"] = "keep"
+    """Alignment of a target's weights with the reference's strategy counts (r_align) is measured
+    and reported for every target. ``keep``: that is all (the default: targets are filtered for
+    quality, not forced into alignment). ``reject``: re-sample misaligned targets, then drop them.
+    ``repair``: re-sample, then keep the criteria with count-derived weights (counted as ``repaired``)."""
+    target_judges: tuple[str, ...] | None = ("default", "default")
+    """Backend specs of the target judges (quality and consistency with the reference reply); a
+    target is kept only when all accept. ``None``: no filter."""
     judge_max_tokens: int = Field(default=96, ge=16)
-    """Token budget of one judge verdict."""
+    """Token budget of one judge verdict (target and pair judges)."""
+    candidates: tuple[str, ...] = ("default", "default")
+    """Backend specs that each roll out one candidate reply per context (a spec may repeat: each
+    entry samples with its own seed). Empty: no candidate rollouts."""
+    include_reference: bool = True
+    """The dataset's own reply (ESConv's human supporter) is one more candidate."""
+    candidate_max_tokens: int = Field(default=160, ge=8)
+    """Token budget of one candidate reply."""
+    candidate_temperature: float = Field(default=0.8, ge=0)
+    """Sampling temperature of the candidate replies."""
+    judges: tuple[str, ...] | None = ("default", "default", "default")
+    """Backend specs of the pair judges: every pair of candidates of a context is compared by each
+    judge (in a seeded random order); a pair is kept when a strict majority prefers the same reply;
+    ties and split votes are dropped. ``None``: no candidate pairs."""
+    pair_contexts: int | None = Field(default=None, ge=1)
+    """At most this many contexts per split get candidate rollouts (the first of the SFT target
+    turns); all of them when omitted."""
+    max_pairs_per_context: int = Field(default=2, ge=1)
+    """At most this many judged pairs per context (largest majority first)."""
     annotator: str | None = "default"
-    """Backend spec of the strategy annotator for pair replies without labels; ``None``: such pairs
+    """Backend spec of the strategy annotator for chosen replies without labels; ``None``: such pairs
     are dropped (and counted)."""
     criteria_per_dimension: int = Field(default=2, ge=1, le=5)
     """Criteria per dimension in target rubrics."""
     pref_margin: float = Field(default=1.0, ge=0)
-    """Minimum judge-score (aggregated empathy) margin between chosen and rejected MINT replies."""
+    """Minimum MINT-judge score (aggregated empathy) margin between chosen and rejected Lend-an-Ear replies."""
     max_pairs_per_turn: int = Field(default=2, ge=1)
-    """At most this many MINT pairs per supporter turn (best vs worst first)."""
-    esconv_pairs: bool = True
-    """Build ESConv pairs: the reference reply vs a supporter reply from another dialogue."""
+    """At most this many Lend-an-Ear pairs per supporter turn (best vs worst first)."""
+    mint_reject_human: bool = False
+    """Whether a Lend-an-Ear pair may reject the human supporter's reply (the MINT judge scores the
+    human reply below model replies on most turns; it rewards validation and elaboration)."""
+    offcontext_pairs: bool = False
+    """Also build off-context ESConv pairs: the reference reply vs a supporter reply from another
+    dialogue. Not the method's pairs: the rejected reply is off-topic, so any rubric separates the two."""
     valid_fraction: float = Field(default=0.1, ge=0, lt=1)
     """Share of non-ESConv dialogues assigned to ``valid`` (by a seeded hash of the dialogue id)."""
     test_fraction: float = Field(default=0.1, ge=0, lt=1)
     """Share of non-ESConv dialogues assigned to ``test``."""
     seed: int = 0
-    """Seed of every random choice (splits, rejected replies, backend sampling)."""
+    """Seed of every random choice (splits, candidate order, backend sampling)."""
 
 
 class LoraSettings(_Config):
@@ -204,8 +231,44 @@ def validate_config(cls: type[C], data: Any, *, source: str = "config") -> C:
         raise ConfigError(f"{source}: {_describe(exc)}") from None
 
 
+def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> Any:
+    """Parse a YAML file whose ``!include FILE[#KEY]`` values are read from other YAML files."""
+    import yaml
+
+    if not path.is_file():
+        raise ConfigError(
+            f"{chain[-1] if chain else path}: no such config file{f' to include: {path}' if chain else ''}"
+        )
+    if path.resolve() in chain:
+        raise ConfigError(f"{path}: includes itself (through {' -> '.join(map(str, chain))})")
+
+    loader_class: Any = type("IncludeLoader", (yaml.SafeLoader,), {})
+
+    def include(loader: Any, node: Any) -> Any:
+        target = str(loader.construct_scalar(node))
+        name, _, key = target.partition("#")
+        value = _read_yaml(path.parent / name, (*chain, path.resolve()))
+        for part in filter(None, key.split(".")):
+            if not isinstance(value, dict) or part not in value:
+                raise ConfigError(f"{path}: !include {target}: no key {part!r}")
+            value = value[part]
+        return value
+
+    loader_class.add_constructor("!include", include)
+    try:
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=loader_class)  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:line {mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+
+
 def load_config(cls: type[C], path: str | Path, overrides: dict[str, Any] | None = None) -> C:
     """Read a YAML config file as ``cls``; relative paths in it stay relative to the working directory.
+
+    A value written ``!include FILE`` is the content of another YAML file (relative to the
+    including one), ``!include FILE#KEY`` one key of it (``KEY.SUB`` for nested keys): the
+    paper-scale configs share one evaluator definition that way.
 
     Args:
         cls: the stage's config class.
@@ -213,30 +276,27 @@ def load_config(cls: type[C], path: str | Path, overrides: dict[str, Any] | None
         overrides: top-level keys that replace the file's (e.g. from the command line).
 
     Raises:
-        ConfigError: the file is missing, not YAML, or has an unknown or invalid key (named).
+        ConfigError: the file (or an included one) is missing, not YAML, or has an unknown or
+            invalid key (named).
 
     Examples:
         >>> import tempfile, pathlib
-        >>> p = pathlib.Path(tempfile.mkdtemp()) / "b.yaml"
-        >>> _ = p.write_text("output_dir: out\\nteacher: null\\njudges: null\\nseed: 3\\n")
-        >>> load_config(BuildDataConfig, p).seed
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "shared.yaml").write_text("judge: {seed: 3}\\n")
+        >>> _ = (d / "b.yaml").write_text("output_dir: out\\nseed: !include shared.yaml#judge.seed\\n")
+        >>> load_config(BuildDataConfig, d / "b.yaml").seed
         3
     """
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        import yaml
+        import yaml  # noqa: F401
     except ImportError as exc:  # pragma: no cover - pyyaml is in the train extra
         from care_sdk.errors import MissingDependencyError
 
         raise MissingDependencyError("yaml", extra="train") from exc
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:line {mark.line + 1}" if mark is not None else str(path)
-        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    data = _read_yaml(path)
     if data is None:
         data = {}
     if isinstance(data, dict) and overrides:

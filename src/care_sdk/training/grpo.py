@@ -5,8 +5,12 @@ logs each separately (``rewards/format/mean``, ``rewards/r_pref/mean``, ``reward
 
 - ``format``: the completion parses and validates as a rubric;
 - ``r_pref``: the frozen evaluator scores the preferred and dispreferred replies under the
-  sampled rubric; 1 when the preferred one scores higher (a failed evaluation is ``None``);
+  sampled rubric; 1 when the preferred one scores higher;
 - ``r_align``: the rubric's weights against the preferred reply's strategy counts.
+
+A failed evaluation makes the whole completion unscorable: every term is ``None`` for it and
+TRL masks it out of the loss (:class:`~care_sdk.training.rewards.PrefGRPORewards`); it never
+counts as 0.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from care_sdk.training._common import (
     write_run_files,
 )
 from care_sdk.training.config import PrefGRPOConfig
-from care_sdk.training.rewards import AlignReward, FormatReward, PrefReward
+from care_sdk.training.rewards import PrefGRPORewards
 from care_sdk.types import Message
 
 __all__ = ["GRPO_DEFAULTS", "REWARD_TERMS", "PrefGRPOResult", "grpo_rows", "run_pref_grpo"]
@@ -130,11 +134,9 @@ def run_pref_grpo(
         )
     model, tokenizer, model_path = load_model(config.model, config.dtype)
     log(f"pref-grpo: {len(rows)} pairs, model {model_path}, evaluator {evaluator!r}")
-    reward_funcs: list[Any] = [
-        FormatReward(config.criteria_per_dimension),
-        PrefReward(evaluator, tie=config.tie),
-        AlignReward(),
-    ]
+    reward_funcs = PrefGRPORewards(
+        evaluator, criteria_per_dimension=config.criteria_per_dimension, tie=config.tie
+    ).terms()
     trainer = make_trainer("grpo", config, model, tokenizer, args, rows, reward_funcs=reward_funcs, callbacks=callbacks)
     trainer.train()
     rewards = reward_log(trainer.state.log_history, REWARD_TERMS)

@@ -1,7 +1,8 @@
-"""Prompts of the data-construction roles: the teacher, the two judges and the strategy annotator.
+"""Prompts of the data-construction roles: the teacher, the target judges, the candidate
+repliers, the pair judges and the strategy annotator.
 
-Each role has a ``*_messages`` builder, a bounded JSON schema and a parser that raises
-``ValueError`` naming the field.
+Each role that answers in JSON has a ``*_messages`` builder, a bounded JSON schema and a parser
+that raises ``ValueError`` naming the field.
 """
 
 from __future__ import annotations
@@ -20,15 +21,29 @@ __all__ = [
     "DATA_PROMPT_VERSION",
     "annotator_messages",
     "annotator_schema",
+    "candidate_messages",
     "judge_messages",
     "judge_schema",
+    "pair_judge_messages",
+    "pair_judge_schema",
     "parse_annotation",
+    "parse_pair_verdict",
     "parse_verdict",
     "teacher_messages",
 ]
 
-DATA_PROMPT_VERSION = "data-v1"
-"""Version of the teacher, judge and annotator prompts (recorded in build-data reports)."""
+DATA_PROMPT_VERSION = "data-v2"
+"""Version of the data-construction prompts (recorded in build-data reports). v2: the teacher is
+asked for a good rubric, not for weights that follow the strategy counts, and the target judges
+check quality and consistency with the reference, not alignment; pairwise judges are new."""
+
+_FILES = {
+    "teacher": "teacher_system_v2.txt",
+    "judge": "judge_system_v2.txt",
+    "annotator": "annotator_system_v1.txt",
+    "pair_judge": "pair_judge_system_v1.txt",
+    "candidate": "candidate_system_v1.txt",
+}
 
 ANNOTATOR_STRATEGIES: dict[str, str] = {
     "Question": "asks for information to help the seeker articulate the problem",
@@ -45,8 +60,8 @@ ANNOTATOR_STRATEGIES: dict[str, str] = {
 
 @cache
 def _system(name: str) -> str:
-    """The system prompt of a role, from package data (``<role>_system_v1.txt``)."""
-    return resources.files("care_sdk.training").joinpath(f"{name}_system_v1.txt").read_text(encoding="utf-8").strip()
+    """The system prompt of a role, from package data (``<role>_system_v<N>.txt``)."""
+    return resources.files("care_sdk.training").joinpath(_FILES[name]).read_text(encoding="utf-8").strip()
 
 
 def _counts_text(counts: Mapping[Dimension, int]) -> str:
@@ -88,25 +103,23 @@ def teacher_messages(
 def judge_messages(
     context: Sequence[Message], reference: str, counts: Mapping[Dimension, int], rubric: Rubric
 ) -> list[Message]:
-    """A judge's prompt: context, reference reply, the strategy counts and the candidate target rubric.
+    """A target judge's prompt: context, reference reply, the strategy counts and the candidate target rubric.
 
     Examples:
         >>> judge_messages([Message(role="user", content="hi")], "hello", {Dimension.COGNITIVE: 1},
-        ...                Rubric.uniform_fixed())[0].content.count("cognitive") > 0
+        ...                Rubric.uniform_fixed())[1].content.count("cognitive") > 0
         True
     """
-    best = max(counts.values(), default=0)
-    top = ", ".join(d.value for d in DIMENSIONS if counts.get(d, 0) == best and best > 0) or "any"
     rubric_text = "\n".join(
         [f"weights: {_weights_text(rubric)}"] + [f"- ({c.dimension.value}) {c.text}" for c in rubric.criteria]
     )
     user = (
         f"Conversation so far:\n{render_transcript(list(context))}\n\n"
         f"Reference reply: {reference.strip()}\n"
-        f"Strategy count per dimension: {_counts_text(counts)}\n\n"
+        f"Strategy count per dimension of the reference reply: {_counts_text(counts)}\n\n"
         f"Proposed rubric:\n{rubric_text}\n\nAccept or reject it."
     )
-    return [Message(role="system", content=_system("judge").format(top=top)), Message(role="user", content=user)]
+    return [Message(role="system", content=_system("judge")), Message(role="user", content=user)]
 
 
 def _weights_text(rubric: Rubric) -> str:
@@ -205,3 +218,66 @@ def parse_annotation(text: str) -> list[str]:
         if name not in ANNOTATOR_STRATEGIES:
             raise ValueError(f"strategies[{i}]: unknown strategy {name!r}")
     return list(names)
+
+
+def candidate_messages(context: Sequence[Message]) -> list[Message]:
+    """A candidate replier's prompt: a supporter's system prompt, then the conversation so far.
+
+    Examples:
+        >>> [m.role for m in candidate_messages([Message(role="user", content="I lost my job.")])]
+        ['system', 'user']
+    """
+    return [Message(role="system", content=_system("candidate")), *[m for m in context if m.role != "system"]]
+
+
+def pair_judge_messages(context: Sequence[Message], reply_a: str, reply_b: str) -> list[Message]:
+    """A pair judge's prompt: the conversation so far and two candidate replies, ``A`` and ``B``.
+
+    Examples:
+        >>> msgs = pair_judge_messages([Message(role="user", content="I lost my job.")], "Oh no.", "Tell me more.")
+        >>> "Reply A: Oh no." in msgs[1].content
+        True
+    """
+    user = (
+        f"Conversation so far:\n{render_transcript(list(context))}\n\n"
+        f"Reply A: {reply_a.strip()}\n\nReply B: {reply_b.strip()}\n\nWhich reply is better?"
+    )
+    return [Message(role="system", content=_system("pair_judge")), Message(role="user", content=user)]
+
+
+def pair_judge_schema() -> dict[str, Any]:
+    """A pair judge's reply schema: ``{"better": "A" | "B" | "tie", "reason": str}`` (bounded).
+
+    Examples:
+        >>> pair_judge_schema()["properties"]["better"]["enum"]
+        ['A', 'B', 'tie']
+    """
+    return {
+        "type": "object",
+        "properties": {
+            "better": {"type": "string", "enum": ["A", "B", "tie"]},
+            "reason": {"type": "string", "maxLength": 160},
+        },
+        "required": ["better", "reason"],
+        "additionalProperties": False,
+    }
+
+
+def parse_pair_verdict(text: str) -> str:
+    """Parse a pair judge's reply into ``"A"``, ``"B"`` or ``"tie"``.
+
+    Raises:
+        ValueError: not JSON, or ``better`` is not one of the three.
+
+    Examples:
+        >>> parse_pair_verdict('{"better": "B", "reason": "more specific"}')
+        'B'
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"verdict is not valid JSON ({exc.msg})") from None
+    better = data.get("better") if isinstance(data, dict) else None
+    if better not in ("A", "B", "tie"):
+        raise ValueError("better: expected A, B or tie")
+    return str(better)

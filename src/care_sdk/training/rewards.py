@@ -5,6 +5,10 @@ Each term is a plain function of its inputs (:func:`r_align`, :func:`r_pref`,
 list[float | None]`` (:class:`FormatReward`, :class:`PrefReward`, :class:`AlignReward`) with its
 own ``__name__``, so TRL logs each term separately. They work in any trainer that passes
 dataset columns as keyword arguments.
+
+:class:`PrefGRPORewards` computes the three together, so that an evaluator failure makes the
+whole completion unscorable (``None`` in every term, which TRL masks) instead of leaving a 0 or
+a lone ``None`` that TRL's ``nansum`` turns into a 0.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from care_sdk.types import DIMENSIONS, Dimension, Message, RewardResult, Rubric,
 __all__ = [
     "AlignReward",
     "FormatReward",
+    "PrefGRPORewards",
     "PrefReward",
     "align_violations",
     "completion_text",
@@ -59,18 +64,23 @@ def _as_counts(counts: Counts) -> dict[Dimension, int]:
 def align_violations(weights: Weights, strategy_counts: Counts) -> list[str]:
     """The violations of the alignment rule, one sentence each (empty: the weights are aligned).
 
-    The rule, with n_d the strategy counts and w_d the weights:
+    The rule, with n_d the strategy counts and w_d the weights, and the *top-count set* the
+    dimensions with the largest n_d:
 
-    1. one violation if no dimension with the largest n_d has the largest weight (a dimension
-       whose weight ties the largest counts as having it);
+    1. one violation if a dimension outside the top-count set has the largest weight, alone or
+       tied (strict: uniform weights violate it unless every dimension is in the top-count set);
     2. one more violation for every pair (z, p) with n_z = 0 < n_p and w_z > w_p.
+
+    When every n_d is 0 all dimensions are in the top-count set and nothing can be violated.
 
     Examples:
         >>> for v in align_violations({"cognitive": 0.3, "affective": 0.5, "proactive": 0.2},
         ...                           {"cognitive": 2, "affective": 0, "proactive": 0}):
         ...     print(v)
-        top: no dimension with the most strategies (cognitive) has the largest weight
+        top: affective has the largest weight without the most strategies (cognitive)
         affective (n=0) outweighs cognitive (n=2)
+        >>> align_violations({"cognitive": 1, "affective": 1, "proactive": 1}, {"cognitive": 3})
+        ['top: affective, proactive share the largest weight without the most strategies (cognitive)']
     """
     w = _as_weights(weights)
     n = _as_counts(strategy_counts)
@@ -78,9 +88,13 @@ def align_violations(weights: Weights, strategy_counts: Counts) -> list[str]:
     top_n = max(n.values())
     top_w = max(w.values())
     top_dims = [d for d in DIMENSIONS if n[d] == top_n]
-    if not any(w[d] >= top_w - _EPS for d in top_dims):
-        names = ", ".join(d.value for d in top_dims)
-        out.append(f"top: no dimension with the most strategies ({names}) has the largest weight")
+    intruders = [d for d in DIMENSIONS if d not in top_dims and w[d] >= top_w - _EPS]
+    if intruders:
+        tied = sum(w[d] >= top_w - _EPS for d in DIMENSIONS) > 1
+        how = ("shares" if tied else "has") if len(intruders) == 1 else "share"
+        names = ", ".join(d.value for d in intruders)
+        top = ", ".join(d.value for d in top_dims)
+        out.append(f"top: {names} {how} the largest weight without the most strategies ({top})")
     for z in DIMENSIONS:
         for p in DIMENSIONS:
             if n[z] == 0 < n[p] and w[z] > w[p] + _EPS:
@@ -91,7 +105,9 @@ def align_violations(weights: Weights, strategy_counts: Counts) -> list[str]:
 def r_align(weights: Weights, strategy_counts: Counts) -> float:
     """The alignment reward: ``max(0, 1 - 0.5 * violations)`` (see :func:`align_violations`).
 
-    When every count is 0 both conditions hold trivially and the reward is 1.
+    When every count is 0 both conditions hold trivially and the reward is 1. Uniform weights
+    score 0.5 against counts with a single top dimension: a tie for the largest weight is not a
+    priority order.
 
     Args:
         weights: the rubric (or its weights per dimension).
@@ -102,6 +118,9 @@ def r_align(weights: Weights, strategy_counts: Counts) -> float:
         1.0
         >>> r_align({"cognitive": 0.2, "affective": 0.3, "proactive": 0.5}, {"cognitive": 2, "affective": 1})
         0.0
+        >>> uniform = {"cognitive": 1, "affective": 1, "proactive": 1}
+        >>> r_align(uniform, {"cognitive": 3}), r_align(uniform, {})
+        (0.5, 1.0)
     """
     return max(0.0, 1.0 - 0.5 * len(align_violations(weights, strategy_counts)))
 
@@ -288,4 +307,103 @@ class PrefReward:
                 out.append(0.0)
             else:
                 out.append(r_pref(next(scores), next(scores), tie=self.tie))
+        return out
+
+
+def _batch_key(completions: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    payload = [completion_text(c) for c in completions]
+    columns = [kwargs.get(name) for name in ("context", "chosen", "rejected", "chosen_strategy_counts")]
+    return hashlib.sha256(json.dumps([payload, columns], default=str, ensure_ascii=False).encode()).hexdigest()
+
+
+class _Term:
+    """One term of :class:`PrefGRPORewards` as a TRL reward function with its own ``__name__``."""
+
+    def __init__(self, owner: PrefGRPORewards, name: str) -> None:
+        self._owner = owner
+        self.__name__ = name
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        return self._owner.batch(prompts, completions, term=self.__name__, **kwargs)[self.__name__]
+
+    def __repr__(self) -> str:
+        return f"<pref-GRPO reward term {self.__name__}>"
+
+
+class PrefGRPORewards:
+    """The three pref-GRPO terms computed together: a failure voids the whole completion, never a 0.
+
+    TRL sums the weighted terms with ``nansum``, so a lone ``None`` (NaN) next to two numbers
+    counts as 0: a failed evaluator call would punish the rubric like a lost comparison. Here
+    a completion whose evaluation failed gets ``None`` in **every** term; TRL (1.6 and later)
+    then masks the whole completion out of the loss. A completion that is not a rubric is the
+    policy's own fault and gets 0 in every term, as :class:`FormatReward` and friends give it.
+
+    :meth:`terms` returns the three TRL reward functions (``format``, ``r_pref``, ``r_align``);
+    the first of them called on a batch computes all three, the others reuse the result.
+
+    Args:
+        evaluator: a :class:`~care_sdk.RubricEvaluator` (or anything with its ``evaluate_batch``).
+        criteria_per_dimension: criteria per dimension the format term checks.
+        tie: the reward of a tie (see :func:`r_pref`).
+
+    Examples:
+        >>> from care_sdk import RubricEvaluator
+        >>> from care_sdk.errors import BackendError
+        >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+        >>> def answer(request):
+        ...     down = request.messages[-1].content.rstrip().endswith("DOWN")
+        ...     return BackendError("server down", provider="demo") if down else evaluation_json([4] * 6)
+        >>> rewards = PrefGRPORewards(RubricEvaluator(ScriptedBackend(answer), max_attempts=1))
+        >>> fmt, pref, align = rewards.terms()
+        >>> columns = dict(context=[[{"role": "user", "content": "I lost my job."}]] * 3,
+        ...                chosen=["GOOD", "GOOD", "GOOD"], rejected=["BAD", "DOWN", "BAD"],
+        ...                chosen_strategy_counts=[{"affective": 1}] * 3)
+        >>> rubric = rubric_json({"cognitive": 1, "affective": 2, "proactive": 1})
+        >>> fmt(prompts=["p"] * 3, completions=[rubric, rubric, "{"], **columns)
+        [1.0, None, 0.0]
+        >>> align(prompts=["p"] * 3, completions=[rubric, rubric, "{"], **columns)
+        [1.0, None, 0.0]
+    """
+
+    def __init__(self, evaluator: Any, *, criteria_per_dimension: int | None = 2, tie: float = 0.0) -> None:
+        self.format = FormatReward(criteria_per_dimension)
+        self.pref = PrefReward(evaluator, tie=tie)
+        self.align = AlignReward()
+        self._last: tuple[str, dict[str, list[float | None]]] | None = None
+        self._read: set[str | None] = set()
+        self.unscorable = 0
+        """Completions voided by an evaluator failure so far."""
+
+    def terms(self) -> list[Any]:
+        """The TRL reward functions ``format``, ``r_pref`` and ``r_align``, in that order."""
+        return [_Term(self, name) for name in ("format", "r_pref", "r_align")]
+
+    def batch(
+        self, prompts: Sequence[Any], completions: Sequence[Any], *, term: str | None = None, **kwargs: Any
+    ) -> dict[str, list[float | None]]:
+        """Every term of one batch, by name: computed by the first term's call, reused by the other
+        two (``term`` names the caller; the batch is forgotten once each term has read it, so a
+        later identical batch is scored afresh)."""
+        key = _batch_key(completions, kwargs)
+        if self._last is not None and self._last[0] == key and term not in self._read:
+            self._read.add(term)
+            out = self._last[1]
+            if self._read >= {"format", "r_pref", "r_align"}:
+                self._last = None
+            return out
+        fmt = self.format(prompts, completions, **kwargs)
+        pref = self.pref(prompts, completions, **kwargs)
+        align = self.align(prompts, completions, **kwargs)
+        parsed = [_parse(c, None) is not None for c in completions]
+        voided = [ok and p is None for ok, p in zip(parsed, pref, strict=True)]
+        self.unscorable += sum(voided)
+        out = {
+            name: [None if void else value for value, void in zip(values, voided, strict=True)]
+            for name, values in (("format", fmt), ("r_pref", pref), ("r_align", align))
+        }
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric):
+            log_metric("pref/unscorable", float(sum(voided)))
+        self._last, self._read = (key, out), {term}
         return out

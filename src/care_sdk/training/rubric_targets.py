@@ -24,7 +24,7 @@ import json
 import math
 import random
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +35,7 @@ from care_sdk.errors import ConfigError
 from care_sdk.prompts import rubric_reply_json
 from care_sdk.rubric_checks import STOPWORDS, check_rubric, content_words
 from care_sdk.training.build_data import BuildReport, count_weights
+from care_sdk.training.roles import write_roles
 from care_sdk.types import DIMENSIONS, Criterion, Dimension, Rubric
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ class TemplateTargets:
         supporter's messages half; words the corpus has fewer than three times (typos, names)
         are never picked.
         """
-        scores: Counter[str] = Counter()
+        scores: dict[str, float] = defaultdict(float)
         phrases: dict[str, str] = {}
         visible = turn.context[-self.max_context_messages :] if self.max_context_messages else turn.context
         last_user = max((i for i, m in enumerate(visible) if m.role == "user"), default=-1)
@@ -257,7 +258,7 @@ def build_template_sft(config: BuildDataConfig, *, log: Callable[[str], None] = 
     lists it is refused), builds one template target per labelled supporter turn (the word statistics
     come from the train split), drops targets that fail the sanity checks (counted by reason), keeps
     at most ``max_turns`` per split (a seeded sample) and writes ``sft/{train,valid}.jsonl`` and
-    ``report.json``.
+    ``report.json``, and declares each file's role (``roles.json``).
 
     Raises:
         ConfigError: the config lists the ESConv test split.
@@ -315,6 +316,7 @@ def build_template_sft(config: BuildDataConfig, *, log: Callable[[str], None] = 
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
         report.files[f"sft/{split}.jsonl"] = len(records)
         report.sft[f"kept: {split}"] = len(records)
+    write_roles(out_dir, {f"sft/{split}.jsonl": split for split in loaded})  # type: ignore[misc]
     (out_dir / "report.json").write_text(json.dumps(report.to_json(), indent=2, ensure_ascii=False), encoding="utf-8")
     log(report.table())
     return report

@@ -9,19 +9,25 @@ from __future__ import annotations
 
 import argparse
 
-from care_sdk.training._cli import add_stages, config_overrides
+from care_sdk.training._cli import add_stages, config_overrides, enforce_plan, trl_args
 
 __all__ = ["add_policy_commands"]
 
 
 def _policy_grpo(args: argparse.Namespace) -> int:
     from care_sdk.training.config import load_config
+    from care_sdk.training.grpo import GRPO_DEFAULTS
+    from care_sdk.training.policy.components import load_profiles, prompt_rows
     from care_sdk.training.policy.config import PolicyGRPOConfig
     from care_sdk.training.policy.runner import run_policy_grpo
 
-    result = run_policy_grpo(
-        load_config(PolicyGRPOConfig, args.config, config_overrides(args)), source=str(args.config)
-    )
+    config = load_config(PolicyGRPOConfig, args.config, config_overrides(args))
+    if config.mode == "multi_turn":
+        rows = len(load_profiles(config.users, "train", config.data_dir))
+    else:
+        rows = len(prompt_rows(config.prompts, config.system_prompt, config.data_dir))
+    enforce_plan(args, "grpo", rows, trl_args("grpo", config, GRPO_DEFAULTS, str(args.config)))
+    result = run_policy_grpo(config, source=str(args.config))
     last = result.rewards[-1] if result.rewards else {}
     print(f"policy-grpo: {len(result.rewards)} logged steps, last {last}")
     print(f"policy-grpo: saved {result.saved}; scored dialogues in {result.dialogues}, turns in {result.turns}")
@@ -72,4 +78,5 @@ def add_policy_commands(subparsers: argparse._SubParsersAction) -> None:  # type
                 "run a policy against the simulated user on held-out profiles, judged by CARE",
             ),
         ],
+        trainers=("policy-grpo",),
     )

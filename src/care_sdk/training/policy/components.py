@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from care_sdk.backends import Backend, resolve_backend
 from care_sdk.errors import InputError
@@ -16,17 +16,21 @@ from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
 from care_sdk.reward import AdaptiveReward
 from care_sdk.training.policy.config import PromptSettings, RewardSettings, SimulatorSettings, UserSettings
-from care_sdk.training.policy.profiles import Split, UserProfile, esconv_profiles, sage_profiles, split_profiles
+from care_sdk.training.policy.profiles import Split, UserProfile, esconv_profiles, sage_profiles
 from care_sdk.training.policy.rewards import build_adaptive_reward
 from care_sdk.training.policy.simulator import SimulatedUser
+from care_sdk.training.roles import require_held_out, require_trainable
 from care_sdk.types import Dialogue, Message
 
 __all__ = ["BackendPool", "build_reward", "build_simulator", "load_profiles", "prompt_rows"]
 
 
-def _data_root(data_dir: str | None) -> Path:
+def _data_root(data_dir: str | None, given: str | None = None) -> Path:
+    """The data directory; not looked up when the file itself is ``given``."""
     from care_sdk.data import data_dir as default_data_dir
 
+    if data_dir is None and given:
+        return Path()  # not used: the settings name the file
     return Path(data_dir) if data_dir is not None else default_data_dir()
 
 
@@ -90,28 +94,49 @@ def build_simulator(settings: SimulatorSettings, pool: BackendPool, *, seed: int
     )
 
 
+_SAGE_PROFILES = ("sage_rlver", "profiles", "simulator_profile_withfirsttalk.jsonl")
+
+
+def _profiles_file(settings: UserSettings, split: Literal["train", "held_out"], root: Path) -> Path:
+    if split == "train":
+        if settings.path:
+            return Path(settings.path)
+        return root.joinpath(*_SAGE_PROFILES) if settings.source == "sage" else root / "esconv" / "train.jsonl"
+    if settings.held_out_path:
+        return Path(settings.held_out_path)
+    return (
+        root.joinpath(*_SAGE_PROFILES)
+        if settings.source == "sage"
+        else root / "esconv" / f"{settings.held_out_split}.jsonl"
+    )
+
+
 def load_profiles(settings: UserSettings, split: Split, data_dir: str | None = None) -> list[UserProfile]:
-    """The simulated-user profiles of ``split`` (``train``, ``held_out`` or ``all``).
+    """The simulated-user profiles of ``split``: ``train`` (``users.path``), ``held_out``
+    (``users.held_out_path``) or ``all`` (both).
+
+    Training users must come from a file declared trainable and held-out users from one declared
+    held-out (:mod:`care_sdk.training.roles`): the SAGE profiles are eval-only, so training on
+    them is refused.
 
     Raises:
-        InputError: the file is missing, or the split holds no profile.
+        InputError: a file is missing, has the wrong data role (named), or yields no profile.
     """
-    root = _data_root(data_dir)
-    if settings.source == "esconv":
-        path = Path(settings.path) if settings.path else root / "esconv" / "train.jsonl"
-        profiles = esconv_profiles(path)
-    else:
-        path = (
-            Path(settings.path)
-            if settings.path
-            else root / "sage_rlver" / "profiles" / "simulator_profile_withfirsttalk.jsonl"
-        )
-        profiles = sage_profiles(path)
-    chosen = split_profiles(profiles, split, held_out_fraction=settings.held_out_fraction, seed=settings.split_seed)
+    parts: list[Literal["train", "held_out"]] = ["train", "held_out"] if split == "all" else [split]
+    given = {"train": settings.path, "held_out": settings.held_out_path}
+    root = _data_root(data_dir, "given" if all(given[p] for p in parts) else None)
+    chosen: list[UserProfile] = []
+    for part in parts:
+        path = _profiles_file(settings, part, root)
+        if part == "train":
+            require_trainable(path, what="training users")
+        else:
+            require_held_out(path)
+        chosen += esconv_profiles(path) if settings.source == "esconv" else sage_profiles(path)
     if settings.max_profiles is not None:
         chosen = chosen[: settings.max_profiles]
     if not chosen:
-        raise InputError(f"no {split} profile (held_out_fraction={settings.held_out_fraction})", location=str(path))
+        raise InputError(f"no {split} profile", location=f"users ({settings.source})")
     return chosen
 
 
@@ -121,6 +146,7 @@ def _dialogues(settings: PromptSettings, root: Path) -> list[Dialogue]:
             raise InputError("prompts.source jsonl needs prompts.path", location="prompts.path")
         from care_sdk.dialogues import read_dialogues
 
+        require_trainable(settings.path, what="training prompts")
         out = []
         for line in read_dialogues(settings.path):
             if line.error is not None:
@@ -131,12 +157,16 @@ def _dialogues(settings: PromptSettings, root: Path) -> list[Dialogue]:
     if settings.source == "esconv":
         from care_sdk.data import load_esconv
 
-        loaded = load_esconv(Path(settings.path) if settings.path else root / "esconv" / "train.jsonl")
+        path = Path(settings.path) if settings.path else root / "esconv" / "train.jsonl"
+        require_trainable(path, what="training prompts")
+        loaded = load_esconv(path)
     else:
         from care_sdk.data import load_mint_conversations
 
         default = root / "mint_lend_an_ear" / "training" / "conversations_322.json"
-        loaded = load_mint_conversations(Path(settings.path) if settings.path else default)
+        path = Path(settings.path) if settings.path else default
+        require_trainable(path, what="training prompts")
+        loaded = load_mint_conversations(path)
     return [d.to_dialogue() for d in loaded.records]
 
 
@@ -145,19 +175,22 @@ def prompt_rows(
 ) -> list[dict[str, Any]]:
     """Single-turn GRPO rows: ``prompt`` (system prompt + context), ``context`` (what CARE judges), ``id``.
 
+    The source file must be declared trainable (:mod:`care_sdk.training.roles`).
+
     Raises:
-        InputError: the source is missing or malformed, or yields no context.
+        InputError: the source is missing, malformed or not trainable (named), or yields no context.
 
     Examples:
         >>> import tempfile, os
-        >>> p = os.path.join(tempfile.mkdtemp(), "d.jsonl")
+        >>> from care_sdk.training.roles import write_roles
+        >>> d = tempfile.mkdtemp(); p = os.path.join(d, "d.jsonl"); _ = write_roles(d, {"d.jsonl": "train"})
         >>> _ = open(p, "w").write('{"id": "a", "messages": [{"role": "user", "content": "I failed."},'
         ...                        ' {"role": "assistant", "content": "Oh no."}]}\\n')
         >>> row = prompt_rows(PromptSettings(source="jsonl", path=p), "Be kind.")[0]
         >>> [m["role"] for m in row["prompt"]], row["id"]
         (['system', 'user'], 'a:1')
     """
-    root = _data_root(data_dir)
+    root = _data_root(data_dir, settings.path)
     dialogues = _dialogues(settings, root)
     if settings.max_dialogues is not None:
         dialogues = dialogues[: settings.max_dialogues]

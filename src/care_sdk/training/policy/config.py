@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from care_sdk.training.config import LoraSettings
+from care_sdk.variants import VariantField
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -56,24 +57,28 @@ class PromptSettings(_Config):
 
 
 class UserSettings(_Config):
-    """Simulated-user profiles for multi-turn episodes.
+    """Simulated-user profiles for multi-turn episodes: training users and held-out users come from
+    different files, each with a declared data role (see :mod:`care_sdk.training.roles`).
 
     Examples:
-        >>> UserSettings(source="sage").held_out_fraction
-        0.2
+        >>> UserSettings().held_out_split
+        'test'
     """
 
     source: Literal["esconv", "sage"] = "esconv"
-    """``esconv`` (English: situations of ESConv dialogues) or ``sage`` (Chinese: SAGE/RLVER profiles)."""
+    """``esconv`` (English: situations and openings of ESConv dialogues) or ``sage`` (Chinese:
+    the SAGE/RLVER profiles, benchmark test users: eval-only, never trained on)."""
     path: str | None = None
-    """The file; default ``<data dir>/esconv/train.jsonl`` or
-    ``<data dir>/sage_rlver/profiles/simulator_profile_withfirsttalk.jsonl``."""
+    """The training users' file; default ``<data dir>/esconv/train.jsonl``. It must be declared
+    trainable (``train`` or ``valid``): training refuses test and eval-only files."""
+    held_out_path: str | None = None
+    """The held-out users' file (evaluation); default ``<data dir>/esconv/<held_out_split>.jsonl``, or
+    ``<data dir>/sage_rlver/profiles/simulator_profile_withfirsttalk.jsonl`` for ``sage``. It
+    must be declared held-out (``valid``, ``test`` or ``eval-only``)."""
+    held_out_split: Literal["valid", "test"] = "test"
+    """Which ESConv split the held-out users come from by default (``valid`` for model selection)."""
     max_profiles: int | None = Field(default=None, ge=1)
-    """Use at most this many profiles (after the split)."""
-    held_out_fraction: float = Field(default=0.2, ge=0, le=1)
-    """Share of profiles kept for evaluation (a seeded hash of the id decides)."""
-    split_seed: int = 0
-    """Seed of the train / held-out split."""
+    """Use at most this many profiles (file order)."""
 
 
 class SimulatorSettings(_Config):
@@ -126,9 +131,9 @@ class RewardSettings(_Config):
         'default'
     """
 
-    variant: Literal["full", "uniform_weights", "fixed_criteria", "fixed_rubric"] = "full"
-    """``full`` CARE, ``uniform_weights`` (generated criteria, weights 1/3), ``fixed_criteria``
-    (generated weights over the fixed six criteria) or ``fixed_rubric`` (no generator)."""
+    variant: VariantField = "care"
+    """``care`` (also read as ``full``), ``uniform_weights`` (generated criteria, weights 1/3),
+    ``fixed_criteria`` (generated weights over the fixed six criteria) or ``fixed_rubric`` (no generator)."""
     generator: str = "default"
     """Backend spec of the rubric generator, e.g. ``hf:runs/pref_grpo/merged`` for one trained with
     ``care train sft`` / ``pref-grpo``, or ``vllm:PATH`` / ``openai:MODEL@URL`` at scale."""
@@ -197,8 +202,8 @@ class EvalPolicyConfig(_Config):
     """Settings of ``care train eval-policy``: a policy against the simulated user on held-out profiles.
 
     Examples:
-        >>> EvalPolicyConfig(policy="hf:runs/policy/merged", output_dir="runs/eval").users.held_out_fraction
-        0.2
+        >>> EvalPolicyConfig(policy="hf:runs/policy/merged", output_dir="runs/eval").split
+        'held_out'
     """
 
     policy: str
@@ -220,9 +225,10 @@ class EvalPolicyConfig(_Config):
     batch_size: int = Field(default=8, ge=1)
     """Episodes rolled out together."""
     split: Literal["held_out", "train", "all"] = "held_out"
-    """Which profiles to use (``held_out``: those training never saw)."""
+    """Which profiles to use: ``held_out`` (``users.held_out_path``, never trained on), ``train``
+    (``users.path``) or ``all`` (both)."""
     users: UserSettings = UserSettings()
-    """Simulated-user profiles (the same source and split seed as training)."""
+    """Simulated-user profiles (the same settings as training: evaluation reads the held-out file)."""
     simulator: SimulatorSettings = SimulatorSettings()
     """The simulated user."""
     episode: EpisodeSettings = EpisodeSettings()

@@ -1,8 +1,11 @@
 """Simulated-user profiles: a persona, a situation, a hidden support goal and an opening line.
 
 Profiles are seeded from real data: the situations of ESConv dialogues (English) and the SAGE /
-RLVER simulator profiles (Chinese). Both become :class:`UserProfile`; a seeded hash of the id
-splits them into training and held-out profiles, so evaluation never sees a training profile.
+RLVER simulator profiles (Chinese). Both become :class:`UserProfile`. Training and held-out users
+come from different files with declared data roles (ESConv's train split for training, its
+valid/test splits or the eval-only SAGE profiles for evaluation; see
+:func:`~care_sdk.training.policy.components.load_profiles`); :func:`split_profiles` carves a
+held-out share out of one file of your own that has no splits.
 """
 
 from __future__ import annotations
@@ -157,7 +160,8 @@ def _held_out(profile_id: str, fraction: float, seed: int) -> bool:
 def split_profiles(
     profiles: Sequence[UserProfile], split: Split, *, held_out_fraction: float = 0.2, seed: int = 0
 ) -> list[UserProfile]:
-    """The training or held-out share of ``profiles`` (a seeded hash of each id decides; stable across runs).
+    """The training or held-out share of ``profiles`` (a seeded hash of each id decides; stable across runs),
+    for a source of your own without splits. Never use it to train on part of a test or eval-only file.
 
     Examples:
         >>> ps = [UserProfile(id=str(i), source="d", persona="", situation="", goal="", opening="hi")

@@ -19,29 +19,23 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from care_sdk.integrations.trl import report_to_trainer, trl_items
+from care_sdk._calls import report_to_trainer, trl_items
 from care_sdk.reward import AdaptiveReward
 from care_sdk.scoring import turn_record
 from care_sdk.training.policy.rollout import Episode
 from care_sdk.trajectory import Aggregation, TrajectoryResult, TrajectoryReward
 from care_sdk.types import Message, RewardResult, as_messages
+from care_sdk.variants import Variant
 
 __all__ = ["EpisodeRecorder", "PolicyReward", "Variant", "build_adaptive_reward"]
-
-Variant = Literal["full", "uniform_weights", "fixed_criteria", "fixed_rubric"]
-"""The reward variants of the paper's ablation: full CARE, uniform weights, fixed criteria, fixed rubric."""
 
 END_REASONS = ("user_ended", "max_turns", "simulator_error", "policy_error")
 
 
-def build_adaptive_reward(variant: Variant, generator: Any, evaluator: Any) -> AdaptiveReward:
-    """The :class:`~care_sdk.AdaptiveReward` of a variant.
-
-    ``full``: generated weights and criteria. ``uniform_weights``: generated criteria, weights 1/3.
-    ``fixed_criteria``: generated weights over the fixed six criteria. ``fixed_rubric``: the fixed
-    six criteria with uniform weights, no generator (``generator`` may be ``None``).
+def build_adaptive_reward(variant: Variant | str, generator: Any, evaluator: Any) -> AdaptiveReward:
+    """The :class:`~care_sdk.AdaptiveReward` of a variant (:meth:`~care_sdk.AdaptiveReward.for_variant`).
 
     Examples:
         >>> from care_sdk import RubricEvaluator
@@ -49,17 +43,7 @@ def build_adaptive_reward(variant: Variant, generator: Any, evaluator: Any) -> A
         >>> build_adaptive_reward("fixed_rubric", None, RubricEvaluator(ScriptedBackend([]))).generator is None
         True
     """
-    from care_sdk.types import Rubric
-
-    if variant == "full":
-        return AdaptiveReward(generator, evaluator)
-    if variant == "uniform_weights":
-        return AdaptiveReward(generator, evaluator, weights="uniform")
-    if variant == "fixed_criteria":
-        return AdaptiveReward(generator, evaluator, criteria="fixed")
-    if variant == "fixed_rubric":
-        return AdaptiveReward(None, evaluator, rubric=Rubric.uniform_fixed())
-    raise ValueError(f"unknown reward variant {variant!r}")
+    return AdaptiveReward.for_variant(variant, generator, evaluator)
 
 
 class EpisodeRecorder:

@@ -1,0 +1,220 @@
+"""The turn-level quality tasks: priority alignment (ESConv) and pairwise preference (judged turns)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from care_sdk.bench._task_base import (
+    DataPaths,
+    MetricRow,
+    Records,
+    Settings,
+    TaskData,
+    TaskResult,
+    _fmt,
+    _mean,
+    _reward,
+    _task_result,
+    _turn_item,
+    select,
+    top_match,
+)
+from care_sdk.bench.metrics import (
+    Estimate,
+    bootstrap,
+    mean,
+    pairwise_accuracy,
+    preference_pairs,
+    score_pairs,
+)
+from care_sdk.bench.variants import MODEL_VARIANTS, VARIANTS, Item, record_done
+from care_sdk.data import (
+    LoadIssue,
+    SupportDialogue,
+    SupportTurn,
+    load_esconv,
+    load_judged_turns,
+    load_lend_an_ear,
+)
+from care_sdk.errors import InputError
+from care_sdk.types import DIMENSIONS
+
+__all__ = ["AlignmentTask", "PairwiseTask"]
+
+
+class AlignmentTask:
+    """Priority alignment on ESConv supporter turns: does the top weight match the reference strategies?"""
+
+    name = "alignment"
+    title = "Priority alignment (ESConv test supporter turns)"
+    unit = "turns"
+
+    def load(self, paths: DataPaths, settings: Settings) -> TaskData:
+        loaded = load_esconv(paths.esconv_file)
+        turns: list[tuple[SupportDialogue, SupportTurn, int]] = []
+        for dialogue in loaded:
+            for number, turn in enumerate(dialogue.supporter_turns(), start=1):
+                if turn.top_dimensions:
+                    turns.append((dialogue, turn, number))
+        chosen = select(turns, settings.limit, settings.seed)
+        items = [
+            _turn_item(
+                "",
+                turn,
+                number,
+                reply=False,
+                emotion=dialogue.metadata.get("emotion_type"),
+                counts={d.value: n for d, n in turn.counts.items()},
+                top=[d.value for d in turn.top_dimensions],
+            )
+            for dialogue, turn, number in chosen
+        ]
+        return TaskData(items, len(items), len(turns), [paths.esconv_file], list(loaded.issues))
+
+    def evaluate(self, data: TaskData, records: Records, settings: Settings) -> TaskResult:
+        from care_sdk.training import r_align
+
+        match_row: dict[str, Estimate] = {}
+        align_row: dict[str, Estimate] = {}
+        mean_weights: dict[str, dict[str, float | None]] = {}
+        for variant in MODEL_VARIANTS:
+            hits: list[float] = []
+            aligns: list[float] = []
+            weights: list[dict[str, float]] = []
+            for item in data.items:
+                record = records.get(item.key, {}).get(variant)
+                if not record_done(record, needs_evaluation=False):
+                    continue
+                assert record is not None
+                w = record["rubric"]["weights"]
+                weights.append(w)
+                hits.append(top_match(w, item.fields["top"]))
+                aligns.append(r_align(w, item.fields["counts"]))
+            if not weights:
+                continue
+            match_row[variant] = bootstrap(hits, _mean, resamples=settings.resamples, seed=settings.seed)
+            align_row[variant] = bootstrap(aligns, _mean, resamples=settings.resamples, seed=settings.seed)
+            mean_weights[variant] = {d.value: mean(w[d.value] for w in weights) for d in DIMENSIONS}
+        chance = mean(len(item.fields["top"]) / len(DIMENSIONS) for item in data.items)
+        majority = {d.value: mean(float(d.value in item.fields["top"]) for item in data.items) for d in DIMENSIONS}
+        notes = [
+            "A weight tie counts as the expected hit of a random tie-break, so uniform weights score the chance level.",
+            f"Chance level {_fmt(chance)}; always naming one dimension scores "
+            + ", ".join(f"{d} {_fmt(v)}" for d, v in majority.items())
+            + ".",
+            "r_align's top rule is strict: uniform weights score 0.5 on a turn with a single top dimension.",
+            "Length only has no weights: not applicable.",
+        ]
+        return _task_result(
+            self,
+            data,
+            records,
+            [MetricRow("top-dimension match", match_row), MetricRow("mean r_align", align_row)],
+            notes,
+            variants=MODEL_VARIANTS,
+            extra={"chance": chance, "single_dimension": majority, "mean_weights": mean_weights},
+        )
+
+
+class PairwiseTask:
+    """Pairwise preference accuracy on MINT's judged replies from different systems to the same turn."""
+
+    name = "pairwise"
+    title = "Pairwise preference vs the MINT judge (Lend-an-Ear turns)"
+    unit = "judged turns"
+
+    def load(self, paths: DataPaths, settings: Settings) -> TaskData:
+        judged = load_judged_turns(paths.judged_file)
+        conversations = load_lend_an_ear(paths.lend_an_ear_dir)
+        by_id = {d.id: d for d in conversations}
+        issues = list(judged.issues) + list(conversations.issues)
+        groups: dict[tuple[str, int], dict[str, Any]] = {}
+        unknown = sorted({r.system for r in judged} - set(settings.systems)) if settings.systems else []
+        missing_systems = sorted(set(settings.systems) - {r.system for r in judged})
+        if missing_systems:
+            raise InputError(
+                f"no judged responses from system(s) {', '.join(missing_systems)}", location=str(paths.judged_file)
+            )
+        for position, response in enumerate(judged, start=1):
+            if response.system in unknown:
+                continue
+            dialogue = by_id.get(response.conversation_id)
+            index = response.turn_index
+            if (
+                dialogue is None
+                or not 0 < index < len(dialogue.messages)
+                or dialogue.messages[index].role != "assistant"
+            ):
+                issues.append(
+                    LoadIssue(
+                        str(paths.judged_file),
+                        f"line {position}",
+                        "turn_index",
+                        f"no supporter message at {index} in Lend-an-Ear conversation {response.conversation_id}",
+                        dropped=True,
+                    )
+                )
+                continue
+            group = groups.setdefault((response.conversation_id, index), {"dialogue": dialogue, "responses": {}})
+            group["responses"][response.system] = response
+        units = [key for key, group in groups.items() if len(group["responses"]) >= 2]
+        chosen = select(units, settings.limit, settings.seed)
+        items = []
+        for cid, index in chosen:
+            group = groups[(cid, index)]
+            context = group["dialogue"].messages[:index]
+            for system, response in group["responses"].items():
+                items.append(
+                    Item(
+                        key=f"{cid}:{index}:{system}",
+                        context=context,
+                        reply=response.response,
+                        fields={
+                            "id": cid,
+                            "turn": index,
+                            "turn_number": sum(1 for m in context if m.role == "assistant") + 1,
+                            "system": system,
+                            "judge_score": response.aggregated_empathy,
+                        },
+                    )
+                )
+        sources = [paths.judged_file, paths.lend_an_ear_dir / "lend_an_ear_eval" / "lend_an_ear_50_conversations.csv"]
+        return TaskData(items, len(chosen), len(units), sources, issues)
+
+    def evaluate(self, data: TaskData, records: Records, settings: Settings) -> TaskResult:
+        groups: dict[tuple[str, int], dict[str, float]] = {}
+        for item in data.items:
+            groups.setdefault((item.fields["id"], item.fields["turn"]), {})[item.key] = item.fields["judge_score"]
+        pairs = preference_pairs(groups, margin=settings.margin)
+        rows: dict[str, dict[str, Estimate]] = {
+            "accuracy (ties = 1/2)": {},
+            "accuracy, untied pairs": {},
+            "share of tied pairs": {},
+        }
+        missing: dict[str, int] = {}
+        for variant in VARIANTS:
+            rewards = {item.key: _reward(records, item.key, variant) for item in data.items}
+            if all(r is None for r in rewards.values()):
+                continue
+            outcomes, missing[variant] = score_pairs(pairs, rewards)
+            result = pairwise_accuracy(outcomes, resamples=settings.resamples, seed=settings.seed)
+            rows["accuracy (ties = 1/2)"][variant] = result["accuracy"]
+            rows["accuracy, untied pairs"][variant] = result["strict"]
+            rows["share of tied pairs"][variant] = result["ties"]
+        notes = [
+            f"{len(pairs)} pairs of replies to the same turn whose judge scores (aggregated empathy, 1-5) differ by "
+            f">= {settings.margin:g}; intervals resample turns, keeping each turn's pairs together.",
+        ]
+        if any(missing.values()):
+            notes.append("Pairs left out for a missing reward: " + ", ".join(f"{v} {n}" for v, n in missing.items()))
+        return _task_result(
+            self,
+            data,
+            records,
+            [MetricRow(name, values) for name, values in rows.items()],
+            notes,
+            extra={"pairs": len(pairs), "margin": settings.margin, "pairs_missing_reward": missing},
+        )
+
+
+# -- 3. expert agreement ------------------------------------------------------------------------

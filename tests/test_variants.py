@@ -1,0 +1,110 @@
+"""The variant vocabulary and the one reward factory: every option reaches the rubric."""
+
+from __future__ import annotations
+
+import pytest
+
+from care_sdk import AdaptiveReward, ConfigError, Rubric, RubricEvaluator, RubricGenerator
+from care_sdk.reward import build_reward
+from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+from care_sdk.types import fixed_criteria
+from care_sdk.variants import VARIANTS, VariantField, as_variant, variant_modes, variant_of
+
+# A 1/0/0 rubric and an evaluation that meets the cognitive criteria fully and nothing else.
+COGNITIVE_ONLY = Rubric.uniform_fixed().with_weights({"cognitive": 1, "affective": 0, "proactive": 0})
+ONLY_COGNITIVE_MET = evaluation_json([5, 5, 1, 1, 1, 1])
+
+
+def test_a_given_rubric_gets_uniform_weights() -> None:
+    reward = AdaptiveReward(
+        evaluator=RubricEvaluator(ScriptedBackend([ONLY_COGNITIVE_MET])), rubric=COGNITIVE_ONLY, weights="uniform"
+    )
+    result = reward.score("I failed my exam.", "That must hurt.")
+    assert result.reward == pytest.approx(1 / 3)
+    assert result.rubric is not None and list(result.rubric.weights.values()) == pytest.approx([1 / 3] * 3)
+
+
+def test_a_given_rubric_gets_the_fixed_criteria() -> None:
+    rubric = Rubric(weights=COGNITIVE_ONLY.weights, criteria=COGNITIVE_ONLY.criteria[:3] + COGNITIVE_ONLY.criteria[4:])
+    reward = AdaptiveReward(evaluator=RubricEvaluator(ScriptedBackend([])), rubric=rubric, criteria="fixed")
+    assert reward.rubric is not None and reward.rubric.criteria == fixed_criteria()
+
+
+def test_without_options_a_given_rubric_is_kept() -> None:
+    reward = AdaptiveReward(evaluator=RubricEvaluator(ScriptedBackend([ONLY_COGNITIVE_MET])), rubric=COGNITIVE_ONLY)
+    assert reward.score("I failed.", "Oh.").reward == pytest.approx(1.0)
+
+
+def test_one_vocabulary() -> None:
+    assert VARIANTS == ("care", "uniform_weights", "fixed_criteria", "fixed_rubric")
+    assert as_variant("full") == "care"
+    for variant in VARIANTS:
+        assert variant_of(*variant_modes(variant)) == variant
+    with pytest.raises(ConfigError, match="unknown reward variant 'uniform'"):
+        as_variant("uniform")
+    with pytest.raises(ConfigError, match="weights must be"):
+        variant_of("random", "fixed")
+
+
+def test_variant_field_reads_the_old_spelling() -> None:
+    from pydantic import BaseModel, ValidationError
+
+    class Settings(BaseModel):
+        variant: VariantField = "care"
+
+    assert Settings(variant="full").variant == "care"  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="unknown reward variant"):
+        Settings(variant="nope")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("variant", "reward"),
+    [("care", 0.5), ("uniform_weights", 1 / 3), ("fixed_criteria", 0.5), ("fixed_rubric", 1 / 3)],
+)
+def test_each_variant_scores_as_named(variant: str, reward: float) -> None:
+    def script(request: object) -> str:
+        if request.purpose == "rubric":  # type: ignore[attr-defined]
+            return rubric_json({"cognitive": 1, "affective": 1, "proactive": 0})
+        return ONLY_COGNITIVE_MET
+
+    backend = ScriptedBackend(script)
+    built = build_reward(variant, backend=backend)
+    assert built.variant == variant
+    assert built.score("I lost my job.", "What happened?").reward == pytest.approx(reward)
+    assert (built.generator is None) == (variant == "fixed_rubric")
+
+
+def test_the_factory_resolves_each_spec_once() -> None:
+    resolved: list[object] = []
+
+    def resolve(spec: object) -> ScriptedBackend:
+        resolved.append(spec)
+        return ScriptedBackend([], name=str(spec))
+
+    reward = build_reward("care", backend="shared", evaluator_backend="judge", resolve=resolve)
+    assert resolved == ["judge", "shared"]
+    assert reward.generator is not None and reward.generator.backend.identity == "scripted:shared"
+    build_reward("fixed_rubric", backend="unused", evaluator_backend="judge", resolve=resolve)
+    assert resolved[2:] == ["judge"]
+    shared = build_reward("care", backend="one", resolve=resolve)
+    assert resolved[3:] == ["one"] and shared.generator is not None
+    assert shared.generator.backend is shared.evaluator.backend  # one model serves both
+
+
+def test_for_variant_drops_the_generator_of_fixed_rubric() -> None:
+    gen = RubricGenerator(ScriptedBackend([]))
+    reward = AdaptiveReward.for_variant("fixed_rubric", gen, RubricEvaluator(ScriptedBackend([])))
+    assert reward.generator is None and reward.rubric == Rubric.uniform_fixed()
+
+
+@pytest.mark.parametrize(
+    ("flags", "variant"),
+    [([], "care"), (["--weights", "uniform"], "uniform_weights"), (["--variant", "fixed_rubric"], "fixed_rubric")],
+)
+def test_care_score_builds_its_reward_with_the_factory(flags: list[str], variant: str) -> None:
+    pytest.importorskip("openai", reason="needs the openai extra")
+    from care_sdk.cli import _build_reward, build_parser
+
+    spec = "openai:m@http://127.0.0.1:9/v1"  # built lazily: nothing is sent
+    reward = _build_reward(build_parser().parse_args(["score", "in.jsonl", "--backend", spec, *flags]))
+    assert reward.variant == variant and (reward.generator is None) == (variant == "fixed_rubric")
