@@ -12,7 +12,7 @@ from care_sdk._engine import Plan, adrive, drive, parse_plan, unwrap
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import EVALUATION, Completion
 from care_sdk.errors import CareError, ConfigError
-from care_sdk.prompts import evaluation_schema, evaluator_messages, parse_evaluation
+from care_sdk.prompts import PROMPT_VERSION, evaluation_schema, evaluator_messages, parse_evaluation
 from care_sdk.types import Context, CriterionScore, Evaluation, Rubric
 
 __all__ = ["RubricEvaluator", "expected_scores"]
@@ -57,6 +57,9 @@ class RubricEvaluator:
         if max_attempts < 1:
             raise ConfigError("max_attempts must be at least 1")
         self.backend = resolve_backend(backend, role="evaluator")
+        adapter = getattr(self.backend, "adapter", None)
+        if adapter is not None:  # e.g. a backend built with the generator's adapter
+            adapter.require(role="evaluator", prompt_version=PROMPT_VERSION)
         self.temperature = temperature
         self.seed = seed
         self.max_tokens = max_tokens
