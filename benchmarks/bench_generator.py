@@ -13,8 +13,9 @@ Metrics: top-dimension match (:func:`care_sdk.rubric_checks.top_match`: ties cou
 the same rule for every row) with a 95 % bootstrap interval over dialogues; mean r_align; the share
 of rubrics with a single largest weight; for the model rows the share of valid rubrics, the sanity
 checks of :func:`care_sdk.rubric_checks.check_rubric`, and the time per rubric (llama.cpp, one
-thread each, both models at once in two processes). Also the shipped generator's rubrics for the
-dialogues of ``examples/`` (sanity only), and a weights-by-turn figure.
+thread each, two processes: the shipped row's two halves, then the base and the examples). Also
+the shipped generator's rubrics for the dialogues of ``examples/`` (sanity only), and a
+weights-by-turn figure.
 
 Usage:
     python benchmarks/bench_generator.py --turns 500 --out runs/bench_generator
@@ -79,14 +80,19 @@ def _one_hot(d: Dimension) -> dict[Dimension, float]:
     return {x: 1.0 if x == d else 0.0 for x in DIMENSIONS}
 
 
-def generate_rows(name: str, spec: str, items: list[dict[str, Any]], out: Path, threads: int) -> str:
-    """Write ``rubrics_<row>.jsonl``: one rubric (or error) and its seconds per item; resumes."""
+def _row_files(out: Path, name: str) -> list[Path]:
+    return sorted(out.glob(f"rubrics_{_slug(name)}.*jsonl"))
+
+
+def generate_rows(name: str, spec: str, items: list[dict[str, Any]], out: Path, threads: int, shard: int = 0) -> str:
+    """Write ``rubrics_<row>.<shard>.jsonl``: one rubric (or error) and its seconds per item; skips the
+    items any shard of the row has done (a run that is started again resumes)."""
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     from care_sdk import RubricGenerator
     from care_sdk.backends import resolve_backend
 
-    path = out / f"rubrics_{_slug(name)}.jsonl"
-    done = {json.loads(line)["key"] for line in path.read_text().splitlines()} if path.exists() else set()
+    path = out / f"rubrics_{_slug(name)}.{shard}.jsonl"
+    done = set(_read_files(_row_files(out, name)))
     generator = RubricGenerator(resolve_backend(spec, role="generator", n_threads=threads), cache=False)
     with path.open("a", encoding="utf-8") as fh:
         for item in items:
@@ -145,8 +151,9 @@ def runtime_agreement(items: list[dict[str, Any]], adapter_dir: str, threads: in
     return {"turns": len(items), "identical": same, "same_weights": same_weights, "same_top": same_top}
 
 
-def _read_rows(path: Path) -> dict[str, dict[str, Any]]:
-    return {r["key"]: r for r in (json.loads(line) for line in path.read_text().splitlines() if line.strip())}
+def _read_files(paths: list[Path]) -> dict[str, dict[str, Any]]:
+    rows = (json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip())
+    return {r["key"]: r for r in rows}
 
 
 def _estimate(items: list[dict[str, Any]], values: dict[str, float | None]) -> Estimate:
@@ -252,7 +259,9 @@ def main() -> None:
     parser.add_argument(
         "--only", default=None, help="generate the rubrics of this model row only and stop (e.g. to start it early)"
     )
-    parser.add_argument("--timing", type=int, default=40, help="turns timed for both models, one after the other")
+    parser.add_argument(
+        "--timing", type=int, default=0, help="also time both models on N turns, one after the other (0: no)"
+    )
     parser.add_argument("--hf-adapter", default=None, help="the PEFT adapter directory the bundled adapter came from")
     parser.add_argument("--agreement", type=int, default=8, help="turns compared llama.cpp vs transformers")
     parser.add_argument(
@@ -294,18 +303,24 @@ def main() -> None:
     print(f"{len(items)} ESConv test turns from {n_dialogues} dialogues; majority {majority.value}")
 
     subset = items[: args.base_turns] if args.base_turns else items
-    jobs = [("shipped", MODEL_ROWS["shipped"], items), ("untrained base", MODEL_ROWS["untrained base"], subset)]
-    jobs.append(("shipped examples", MODEL_ROWS["shipped"], examples))
+    shipped, base = MODEL_ROWS["shipped"], MODEL_ROWS["untrained base"]
+    jobs = [  # (row, spec, items, shard): the shipped row in two shards, so both cores work on it first
+        ("shipped", shipped, items[0::2], 0),
+        ("shipped", shipped, items[1::2], 1),
+        ("untrained base", base, subset, 0),
+        ("shipped examples", shipped, examples, 0),
+    ]
     if args.only:
-        generate_rows(args.only, MODEL_ROWS[args.only], dict((n, i) for n, _, i in jobs)[args.only], out, args.threads)
+        generate_rows(args.only, MODEL_ROWS[args.only], items if args.only == "shipped" else subset, out, args.threads)
         return
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=2) as pool:
-        list(pool.map(generate_rows, *zip(*[(n, s, i, out, args.threads) for n, s, i in jobs], strict=True)))
+        columns = zip(*[(n, s, i, out, args.threads, k) for n, s, i, k in jobs], strict=True)
+        list(pool.map(generate_rows, *columns))
     wall = time.perf_counter() - started
 
-    generated = {name: _read_rows(out / f"rubrics_{_slug(name)}.jsonl") for name, _, _ in jobs}
-    timing = time_models(items[: args.timing], args.threads)
+    generated = {name: _read_files(_row_files(out, name)) for name in ("shipped", "untrained base", "shipped examples")}
+    timing = time_models(items[: args.timing], args.threads) if args.timing else None
     agreement = runtime_agreement(items[: args.agreement], args.hf_adapter, args.threads) if args.hf_adapter else None
     contexts = {i["key"]: i["context"] for i in items + examples}
 
@@ -358,12 +373,13 @@ def main() -> None:
     lines += ["", "| sanity | shipped (ESConv test) | untrained base | shipped (examples/) |", "|---|---|---|---|"]
     for key in keys:
         lines.append(f"| {key} | {rows['shipped'][key]:.3f} | {base_sanity[key]:.3f} | {example_sanity[key]:.3f} |")
-    lines += [
-        "",
-        f"Time per rubric (median, {timing['shipped']['turns']} turns, llama.cpp, {args.threads} thread): "
-        f"shipped {timing['shipped']['median_s']:.2f} s, untrained base {timing['untrained base']['median_s']:.2f} s "
-        f"(ratio {timing['ratio_shipped_to_base']:.2f}).",
-    ]
+    if timing:
+        lines += [
+            "",
+            f"Time per rubric (median, {timing['shipped']['turns']} turns, llama.cpp, {args.threads} thread): "
+            f"shipped {timing['shipped']['median_s']:.2f} s, untrained base "
+            f"{timing['untrained base']['median_s']:.2f} s (ratio {timing['ratio_shipped_to_base']:.2f}).",
+        ]
     if agreement:
         lines.append(
             f"llama.cpp (base + adapter) vs transformers (merged), greedy, {agreement['turns']} turns: "

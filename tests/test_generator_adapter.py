@@ -110,6 +110,17 @@ def test_an_adapter_of_another_prompt_version_is_refused(
     backend.close()
 
 
+def test_a_generator_adapter_cannot_serve_as_the_evaluator(
+    random_adapter: tuple[Path, Path], tmp_path: Path, model_path: Path
+) -> None:
+    from care_sdk import RubricEvaluator
+
+    backend = LlamaCppBackend(model_path, adapter=_export(random_adapter[0], tmp_path / "g.gguf"), n_ctx=512)
+    with pytest.raises(ConfigError, match="a generator adapter cannot serve as the evaluator"):
+        RubricEvaluator(backend)
+    backend.close()
+
+
 def test_a_file_that_is_no_adapter_is_refused(model_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a LoRA adapter"):
         read_adapter(model_path)

@@ -65,15 +65,18 @@ class RubricEvaluator:
     ) -> None:
         if max_attempts < 1:
             raise ConfigError("max_attempts must be at least 1")
+        if prompt_version not in EVALUATOR_PROMPT_VERSIONS:
+            raise ConfigError(f"prompt_version must be one of {EVALUATOR_PROMPT_VERSIONS}, got {prompt_version!r}")
+        self.prompt_version = prompt_version
         self.backend = resolve_backend(backend, role="evaluator")
+        adapter = getattr(self.backend, "adapter", None)
+        if adapter is not None:  # e.g. a backend built with the generator's adapter
+            adapter.require(role="evaluator", prompt_version=prompt_version)
         self.temperature = temperature
         self.seed = seed
         self.max_tokens = max_tokens
         self.max_attempts = max_attempts
         self.use_logprobs = use_logprobs
-        if prompt_version not in EVALUATOR_PROMPT_VERSIONS:
-            raise ConfigError(f"prompt_version must be one of {EVALUATOR_PROMPT_VERSIONS}, got {prompt_version!r}")
-        self.prompt_version = prompt_version
 
     def request(self, context: Context, rubric: Rubric, reply: str) -> GenerationRequest:
         """The backend request that scores ``reply`` (useful to inspect the exact prompt)."""
