@@ -196,4 +196,4 @@ def test_requests_carry_schema_and_sampling() -> None:
     assert request.json_schema is not None
     assert request.json_schema["properties"]["criteria"]["properties"]["cognitive"]["minItems"] == 3
     assert (request.temperature, request.seed) == (0.5, 7)
-    assert "exactly 3 concrete criteria" in request.messages[0].content
+    assert "and 3 criteria C" in request.messages[0].content

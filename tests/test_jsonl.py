@@ -12,6 +12,7 @@ from care_sdk.errors import InputError
 from care_sdk.jsonl import BadLine, iter_jsonl, read_jsonl, write_jsonl
 from care_sdk.plots.records import read_records
 from care_sdk.training._common import read_records as read_build_records
+from care_sdk.training.roles import write_roles
 
 LINES = ['{"id": "a", "turn": 1}', "", "{broken", "[1]", '{"id": "b", "turn": "x"}', '{"id": "c", "turn": 3}']
 
@@ -62,7 +63,8 @@ def test_every_reader_reports_the_same_way(tmp_path: Path) -> None:
     # dialogues: one error per bad line, in file order
     errors = [x.error for x in read_dialogues(path) if x.error is not None]
     assert [getattr(e, "line", None) for e in errors] == [1, 3, 4, 5, 6]
-    # build-data records: the first bad line raises
+    # build-data records (a file declared trainable): the first bad line raises
+    write_roles(tmp_path, {"r.jsonl": "train"})
     with pytest.raises(BadLine, match="line 3"):
         read_build_records(path, "sft")
     assert json.loads(LINES[0]) == read_build_records(path, "sft", limit=1)[0]

@@ -139,8 +139,8 @@ def test_unreadable_lines_are_listed(tmp_path: Path) -> None:
     dialogues.write_text(json.dumps(DIALOGUES[0]) + '\n{"id": "x"}\n', encoding="utf-8")
     summary = write_report(scores, tmp_path / "r.html", dialogues=dialogues)
     assert not summary.ok and len(summary.issues) == 2
-    assert summary.issues[0].endswith("s.jsonl:line 2: not valid JSON")
-    assert "d.jsonl:2" in summary.issues[1]
+    assert "s.jsonl:line 2: not valid JSON" in summary.issues[0]
+    assert "d.jsonl:line 2" in summary.issues[1]
 
 
 # -- the page -------------------------------------------------------------------------------------
