@@ -350,9 +350,9 @@ class PrefGRPORewards:
     Examples:
         >>> from care_sdk import RubricEvaluator
         >>> from care_sdk.errors import BackendError
-        >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+        >>> from care_sdk.testing import ScriptedBackend, candidate_reply, evaluation_json, rubric_json
         >>> def answer(request):
-        ...     down = request.messages[-1].content.rstrip().endswith("DOWN")
+        ...     down = candidate_reply(request) == "DOWN"
         ...     return BackendError("server down", provider="demo") if down else evaluation_json([4] * 6)
         >>> rewards = PrefGRPORewards(RubricEvaluator(ScriptedBackend(answer), max_attempts=1))
         >>> fmt, pref, align = rewards.terms()

@@ -156,12 +156,15 @@ class TemplateTargets:
         ...     {"role": "assistant", "content": "That is a lot of pressure. Where would you go?"},
         ... ], strategies=[None, ("Reflection of feelings", "Question")],
         ... metadata={"emotion_type": "anxiety", "problem_type": "job crisis"})
-        >>> targets = TemplateTargets([d], StrategyMap.default())
-        >>> rubric = targets.rubric(d.supporter_turns()[0], d)
+        >>> targets = TemplateTargets([d] * 3, StrategyMap.default())  # word statistics: a corpus of 3 copies
+        >>> turn = d.supporter_turns()[0]
+        >>> rubric = targets.rubric(turn, d)
         >>> [round(rubric.weights[x], 2) for x in DIMENSIONS]
-        [0.4, 0.4, 0.2]
-        >>> rubric.criteria[0].text
-        'Asks one open question about their landlord to learn what the user is facing.'
+        [0.43, 0.43, 0.14]
+        >>> targets.topic(turn)
+        'the flat'
+        >>> sum("the flat" in c.text for c in rubric.criteria) > 0
+        True
     """
 
     dialogues: Iterable[SupportDialogue]
