@@ -14,7 +14,7 @@ pytest.importorskip("trl")
 pytest.importorskip("peft")
 
 from care_sdk import RubricEvaluator
-from care_sdk.testing import ScriptedBackend, evaluation_json
+from care_sdk.testing import ScriptedBackend, candidate_reply, evaluation_json
 from care_sdk.training.config import PrefGRPOConfig
 from care_sdk.training.grpo import REWARD_TERMS, grpo_rows, run_pref_grpo
 
@@ -78,10 +78,10 @@ def test_a_failing_evaluator_masks_the_whole_completion_in_a_real_grpo_step(tmp_
     from care_sdk.training.rewards import PrefGRPORewards
 
     def evaluate(request: Any) -> str | BackendError:
-        reply = request.messages[-1].content.rstrip()
-        if reply.endswith("DOWN"):
+        reply = candidate_reply(request)
+        if reply == "DOWN":
             return BackendError("evaluator down", provider="scripted")
-        return evaluation_json([5] * 6 if reply.endswith("GOOD") else [1] * 6)
+        return evaluation_json([5] * 6 if reply == "GOOD" else [1] * 6)
 
     evaluator = RubricEvaluator(ScriptedBackend(evaluate), max_attempts=1)
     counts = {"cognitive": 2, "affective": 1, "proactive": 0}
