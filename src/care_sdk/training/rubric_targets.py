@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING
 
 from care_sdk.data import StrategyMap, SupportDialogue, SupportTurn, data_dir, default_strategy_map, load_esconv
 from care_sdk.errors import ConfigError
-from care_sdk.prompts import rubric_reply_json
+from care_sdk.prompts import generator_position, rubric_reply_json
 from care_sdk.rubric_checks import STOPWORDS, check_rubric, content_words
 from care_sdk.training.build_data import BuildReport, count_weights
 from care_sdk.training.roles import write_roles
-from care_sdk.types import DIMENSIONS, Criterion, Dimension, Rubric
+from care_sdk.types import DIMENSIONS, Criterion, Dimension, Message, Rubric
 
 if TYPE_CHECKING:
     from care_sdk.training.config import BuildDataConfig
@@ -183,6 +183,10 @@ class TemplateTargets:
                     df.update(content_words(message.content))
         self._idf = {w: math.log((n + 1) / (c + 1)) for w, c in df.items() if c >= 3}
 
+    def visible(self, turn: SupportTurn) -> list[Message]:
+        """The context messages the generator sees for ``turn`` (the same cut as the prompt)."""
+        return generator_position(list(turn.context), self.max_context_messages)[0]
+
     def topic(self, turn: SupportTurn) -> str | None:
         """The most specific thing the user has named before ``turn``, as a short noun phrase seen
         from outside (``my job`` becomes ``their job``); ``None`` when there is none.
@@ -195,7 +199,7 @@ class TemplateTargets:
         """
         scores: dict[str, float] = defaultdict(float)
         phrases: dict[str, str] = {}
-        visible = turn.context[-self.max_context_messages :] if self.max_context_messages else turn.context
+        visible = self.visible(turn)
         last_user = max((i for i, m in enumerate(visible) if m.role == "user"), default=-1)
         for i, message in enumerate(visible):
             # the user's own words first, the latest counting double; the supporter's ("your job") least
@@ -249,7 +253,7 @@ class TemplateTargets:
     def build(self, turn: SupportTurn, dialogue: SupportDialogue) -> tuple[Rubric, list[str]]:
         """The target rubric of ``turn`` and the sanity problems it has (an empty list: keep it)."""
         rubric = self.rubric(turn, dialogue)
-        visible = turn.context[-self.max_context_messages :] if self.max_context_messages else turn.context
+        visible = self.visible(turn)
         problems = check_rubric(rubric, visible).problems()
         return rubric, problems
 
