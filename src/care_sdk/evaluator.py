@@ -43,6 +43,8 @@ class RubricEvaluator:
             which gives continuous rewards.
         prompt_version: the evaluator prompt (``"v2"``, the default, fences the dialogue and the reply
             as quoted data; ``"v1"`` pastes the reply in as plain text).
+        max_context_messages: show the model only the last this many context messages (``None``:
+            all; with a bundled or exported adapter, the cut it was trained with).
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json
@@ -62,6 +64,7 @@ class RubricEvaluator:
         max_attempts: int = 3,
         use_logprobs: bool = False,
         prompt_version: str = EVALUATOR_PROMPT_VERSION,
+        max_context_messages: int | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ConfigError("max_attempts must be at least 1")
@@ -72,6 +75,11 @@ class RubricEvaluator:
         adapter = getattr(self.backend, "adapter", None)
         if adapter is not None:  # e.g. a backend built with the generator's adapter
             adapter.require(role="evaluator", prompt_version=prompt_version)
+            if max_context_messages is None:
+                max_context_messages = adapter.max_context_messages
+        if max_context_messages is not None and max_context_messages < 1:
+            raise ConfigError("max_context_messages must be at least 1")
+        self.max_context_messages = max_context_messages
         self.temperature = temperature
         self.seed = seed
         self.max_tokens = max_tokens
@@ -81,7 +89,11 @@ class RubricEvaluator:
     def request(self, context: Context, rubric: Rubric, reply: str) -> GenerationRequest:
         """The backend request that scores ``reply`` (useful to inspect the exact prompt)."""
         return GenerationRequest(
-            messages=tuple(evaluator_messages(context, rubric, reply, self.prompt_version)),
+            messages=tuple(
+                evaluator_messages(
+                    context, rubric, reply, self.prompt_version, max_context_messages=self.max_context_messages
+                )
+            ),
             json_schema=evaluation_schema(len(rubric.criteria)),
             max_tokens=self.max_tokens,
             temperature=self.temperature,
@@ -125,6 +137,8 @@ class RubricEvaluator:
 
     def __repr__(self) -> str:
         options = f"use_logprobs={self.use_logprobs}, prompt_version={self.prompt_version!r}"
+        if self.max_context_messages is not None:
+            options += f", max_context_messages={self.max_context_messages}"
         return f"RubricEvaluator({self.backend!r}, {options})"
 
 

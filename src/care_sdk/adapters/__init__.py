@@ -29,7 +29,7 @@ from care_sdk.errors import ConfigError
 
 __all__ = ["AdapterInfo", "bundled_adapter", "read_adapter"]
 
-_BUNDLED = {"generator": "generator.gguf"}
+_BUNDLED = {"generator": "generator.gguf", "evaluator": "evaluator.gguf"}
 # GGUF value types: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 

@@ -275,7 +275,12 @@ def rubric_reply_json(rubric: Rubric) -> str:
 
 
 def evaluator_messages(
-    context: Context, rubric: Rubric, reply: str, version: str = EVALUATOR_PROMPT_VERSION
+    context: Context,
+    rubric: Rubric,
+    reply: str,
+    version: str = EVALUATOR_PROMPT_VERSION,
+    *,
+    max_context_messages: int | None = None,
 ) -> list[Message]:
     """The chat messages that ask a model to score ``reply`` on every criterion of ``rubric``.
 
@@ -283,6 +288,7 @@ def evaluator_messages(
     the shared prefix across candidates of one context. Version ``v2`` (the default) quotes the
     dialogue and the reply between fences the reply cannot forge, with role labels and markers
     inside neutralised (see :mod:`care_sdk.prompts.fence`); ``v1`` pastes the reply in as is.
+    ``max_context_messages`` keeps only the last that many context messages (``None``: all).
 
     Raises:
         ValueError: an unknown ``version``.
@@ -297,6 +303,8 @@ def evaluator_messages(
     if version not in EVALUATOR_PROMPT_VERSIONS:
         raise ValueError(f"unknown evaluator prompt version {version!r}; choose from {EVALUATOR_PROMPT_VERSIONS}")
     system, user = template("evaluator", version)
+    if max_context_messages is not None:
+        context = as_messages(context)[-max_context_messages:]
     lines = [f"c{i + 1} ({c.dimension.value}): {c.text}" for i, c in enumerate(rubric.criteria)]
     if version == "v1":
         fields = {"transcript": render_transcript(context), "reply": reply.strip()}

@@ -11,10 +11,10 @@ from typing import Any, Literal, Protocol
 
 from care_sdk.errors import ConfigError, InputError
 from care_sdk.jsonl import read_jsonl
-from care_sdk.prompts import generator_messages
+from care_sdk.prompts import evaluator_messages, generator_messages
 from care_sdk.training.roles import require_trainable
 from care_sdk.training.tiny import require_train, resolve_model
-from care_sdk.types import Message
+from care_sdk.types import Message, Rubric
 
 __all__ = [
     "GRPORunResult",
@@ -113,6 +113,25 @@ def prompt_messages(
     """
     messages = [Message.model_validate(m) for m in context]
     return [m.model_dump() for m in generator_messages(messages, criteria_per_dimension, max_context_messages=keep)]
+
+
+def evaluator_prompt_messages(
+    context: list[dict[str, Any]], rubric: dict[str, Any], reply: str, *, keep: int | None
+) -> list[dict[str, str]]:
+    """The evaluator prompt for ``reply`` under ``rubric``, the context cut to its last ``keep``
+    messages, as chat message dicts: exactly what :class:`~care_sdk.RubricEvaluator` sends with
+    ``max_context_messages=keep``.
+
+    Examples:
+        >>> from care_sdk.types import Rubric
+        >>> msgs = evaluator_prompt_messages([{"role": "user", "content": "hi"}],
+        ...                                  Rubric.uniform_fixed().model_dump(mode="json"), "Hello!", keep=4)
+        >>> [m["role"] for m in msgs]
+        ['system', 'user']
+    """
+    messages = [Message.model_validate(m) for m in context]
+    parsed = Rubric.model_validate(rubric)
+    return [m.model_dump() for m in evaluator_messages(messages, parsed, reply, max_context_messages=keep)]
 
 
 def load_model(name: str, dtype: str) -> tuple[Any, Any, Path]:

@@ -228,6 +228,10 @@ def build_data(
         from care_sdk.training.rubric_targets import build_template_sft
 
         return build_template_sft(config, log=log)
+    if config.targets == "evaluator":
+        from care_sdk.training.evaluator_targets import build_evaluator_sft
+
+        return build_evaluator_sft(config, log=log)
     mapping = StrategyMap.from_file(config.strategy_map) if config.strategy_map else default_strategy_map()
     report = BuildReport()
     out_dir = Path(config.output_dir)

@@ -53,7 +53,7 @@ def _export_adapter(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from care_sdk.backends.llamacpp import default_model_path
-    from care_sdk.prompts import GENERATOR_PROMPT_VERSION
+    from care_sdk.prompts import EVALUATOR_PROMPT_VERSION, GENERATOR_PROMPT_VERSION
     from care_sdk.training.config import SFTStageConfig, load_config
     from care_sdk.training.export_adapter import export_lora_gguf
 
@@ -73,13 +73,13 @@ def _export_adapter(args: argparse.Namespace) -> int:
         "lora": config.lora.model_dump(mode="json"),
         "trl": config.trl,
     }
-    out = Path(args.out) if args.out else run / f"{args.role}.gguf"
+    out = Path(args.out) if args.out else run / f"{config.role}.gguf"
     export_lora_gguf(
         run / "adapter",
         out,
         base_gguf=default_model_path(),
-        role=args.role,
-        prompt_version=GENERATOR_PROMPT_VERSION,
+        role=config.role,
+        prompt_version=GENERATOR_PROMPT_VERSION if config.role == "generator" else EVALUATOR_PROMPT_VERSION,
         max_context_messages=config.max_context_messages,
         training=training,
     )
@@ -115,5 +115,4 @@ def add_train_commands(subparsers: argparse._SubParsersAction) -> None:  # type:
         trainers=("sft", "pref-grpo"),
     )
     export = stages.choices["export-adapter"]
-    export.add_argument("--role", default="generator", choices=["generator"], help="what the adapter was trained as")
     export.add_argument("--out", default=None, help="the GGUF file to write (default: OUTPUT_DIR/ROLE.gguf)")

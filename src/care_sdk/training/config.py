@@ -41,10 +41,12 @@ class BuildDataConfig(_Config):
     """Where to write ``sft/{train,valid,test}.jsonl``, ``pairs/{...}.jsonl``, ``roles.json`` and ``report.json``."""
     data_dir: str | None = None
     """The shared data directory; ``$CARE_DATA_DIR`` or ``../shared/data`` when omitted."""
-    targets: Literal["teacher", "templates"] = "teacher"
+    targets: Literal["teacher", "templates", "evaluator"] = "teacher"
     """How SFT targets are written: by the ``teacher`` backend (filtered by the judges), or from the
     documented criterion templates filled from each dialogue (no model; ESConv train/valid only, no
-    preference pairs; see :mod:`care_sdk.training.rubric_targets`)."""
+    preference pairs; see :mod:`care_sdk.training.rubric_targets`), or ``evaluator``: evaluator SFT
+    records, per-criterion scores from the Lend-an-Ear judge and ESConv candidate kinds (no model;
+    see :mod:`care_sdk.training.evaluator_targets`)."""
     esconv_splits: tuple[str, ...] = ("train", "valid", "test")
     """ESConv splits to read (each keeps its split, and its data role, in the output)."""
     use_mint: bool = True
@@ -180,6 +182,10 @@ class SFTStageConfig(_StageConfig):
         'lora'
     """
 
+    role: Literal["generator", "evaluator"] = "generator"
+    """The model trained: the rubric ``generator`` (records ``context`` → ``target`` rubric JSON) or
+    the ``evaluator`` (records ``context``, ``rubric``, ``reply`` → ``target`` score JSON), each
+    prompted exactly as at inference."""
     eval_data: str | None = None
     """Optional evaluation records."""
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from care_sdk.training._common import (
     load_model,
     make_trainer,
+    evaluator_prompt_messages,
     prompt_messages,
     read_records,
     save_outputs,
@@ -71,27 +72,40 @@ class SFTResult:
         return self.losses[-1] if self.losses else None
 
 
-def sft_rows(records: list[dict[str, Any]], *, keep: int | None, criteria_per_dimension: int) -> list[dict[str, Any]]:
+def sft_rows(
+    records: list[dict[str, Any]], *, keep: int | None, criteria_per_dimension: int, role: str = "generator"
+) -> list[dict[str, Any]]:
     """Turn build-data SFT records into TRL prompt-completion rows (conversational).
+
+    ``role="evaluator"`` records carry ``rubric`` and ``reply`` too, and get the evaluator prompt,
+    rendered as :class:`~care_sdk.RubricEvaluator` renders it with ``max_context_messages=keep``.
 
     Examples:
         >>> rows = sft_rows([{"context": [{"role": "user", "content": "hi"}], "target": "{}"}],
         ...                 keep=8, criteria_per_dimension=2)
         >>> rows[0]["completion"]
         [{'role': 'assistant', 'content': '{}'}]
+        >>> from care_sdk.types import Rubric
+        >>> record = {"context": [{"role": "user", "content": "hi"}], "reply": "Hello!", "target": "{}",
+        ...           "rubric": Rubric.uniform_fixed().model_dump(mode="json")}
+        >>> "Hello!" in sft_rows([record], keep=4, criteria_per_dimension=2, role="evaluator")[0]["prompt"][1]["content"]
+        True
     """
+    from care_sdk.errors import InputError
+
+    needed = ("context", "rubric", "reply", "target") if role == "evaluator" else ("context", "target")
     rows = []
     for i, record in enumerate(records):
-        if "context" not in record or "target" not in record:
-            from care_sdk.errors import InputError
-
-            raise InputError("an SFT record needs 'context' and 'target'", location=f"record {i}")
-        rows.append(
-            {
-                "prompt": prompt_messages(record["context"], keep=keep, criteria_per_dimension=criteria_per_dimension),
-                "completion": [{"role": "assistant", "content": record["target"]}],
-            }
-        )
+        missing = [k for k in needed if k not in record]
+        if missing:
+            raise InputError(
+                f"a {role} SFT record needs {', '.join(needed)}; missing {', '.join(missing)}", location=f"record {i}"
+            )
+        if role == "evaluator":
+            prompt = evaluator_prompt_messages(record["context"], record["rubric"], record["reply"], keep=keep)
+        else:
+            prompt = prompt_messages(record["context"], keep=keep, criteria_per_dimension=criteria_per_dimension)
+        rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": record["target"]}]})
     return rows
 
 
@@ -108,12 +122,20 @@ def run_sft(config: SFTStageConfig, *, source: str = "sft config", log: Callable
     """
     out, args = stage_setup("sft", config, SFT_DEFAULTS, source)
     records = read_records(config.data, "sft", "train", config.max_examples)
-    rows = sft_rows(records, keep=config.max_context_messages, criteria_per_dimension=config.criteria_per_dimension)
+    rows = sft_rows(
+        records,
+        keep=config.max_context_messages,
+        criteria_per_dimension=config.criteria_per_dimension,
+        role=config.role,
+    )
     eval_rows = None
     if config.eval_data:
         eval_records = read_records(config.eval_data, "sft", "valid")
         eval_rows = sft_rows(
-            eval_records, keep=config.max_context_messages, criteria_per_dimension=config.criteria_per_dimension
+            eval_records,
+            keep=config.max_context_messages,
+            criteria_per_dimension=config.criteria_per_dimension,
+            role=config.role,
         )
     model, tokenizer, model_path = load_model(config.model, config.dtype)
     log(f"sft: {len(rows)} records, model {model_path}, {config.finetune}")

@@ -1,0 +1,393 @@
+"""The bundled evaluator on held-out data, against its baselines, in one run.
+
+Items (never trained on; the same items for every row):
+
+- **Lend-an-Ear pairs**: the judged replies of the held-out conversations (``valid`` and ``test``
+  of :func:`care_sdk.training.evaluator_targets.lend_an_ear_split`), six systems per turn (the
+  human reply and five Qwen3-4B systems); a pair is two replies to the same turn whose MINT judge
+  scores (aggregated empathy) differ by at least 1. Metric: the share of pairs the reward orders as
+  the judge does (ties count 1/2), 95 % bootstrap interval over turns.
+- **ESConv test groups**: for a seeded sample of test contexts (one per dialogue), a group of 8
+  replies: the reference, five supporter replies from other test dialogues, a platitude and an
+  evasive reply (both from lists the evaluator's training data does not contain). Metrics: the
+  share of (reference, other dialogue's reply) pairs where the reference gets the higher reward
+  (ties 1/2), the same against the platitude and the evasive reply, and the share of groups whose
+  8 rewards are all equal (zero spread: GRPO learns nothing from them).
+- **Expert agreement**: Spearman between the mean reward of the human replies of each held-out
+  Lend-an-Ear conversation and the experts' mean aggregated rating of it (9 conversations: the
+  interval is wide).
+
+Rows: the shipped reward (bundled generator + bundled evaluator) and the paper's ablations with the
+shipped models (uniform weights, fixed criteria, fixed rubric); the untrained evaluator under the
+shipped rubrics (isolates what the evaluator's training adds); the untrained base model as both
+generator and evaluator (on a subsample: it writes rubrics about 9x slower); reply length. Each
+model row is read two ways from the same calls: the sampled (greedy) scores and the
+logprob-expected scores. Rewards here are the reward formula on the evaluation, without the
+pre-checks of :class:`~care_sdk.guards.Guards`, so that the model itself is measured.
+
+Usage:
+    python benchmarks/bench_evaluator.py --out runs/bench_evaluator [--stage rubrics|base|shipped|report]
+Every model call's result is cached under ``--out`` (JSON lines), so a run resumes where it stopped
+and stages can run in separate processes. Writes ``results.json`` and ``results.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from care_sdk import RubricEvaluator, RubricGenerator
+from care_sdk.backends import resolve_backend
+from care_sdk.bench.dialogue_tasks import expert_aggregate
+from care_sdk.bench.metrics import Estimate, bootstrap, pairwise_accuracy, preference_pairs, score_pairs, spearman
+from care_sdk.data import data_dir, default_strategy_map, load_esconv, load_judged_turns, load_lend_an_ear
+from care_sdk.evaluator import expected_scores
+from care_sdk.prompts import parse_evaluation
+from care_sdk.training.evaluator_targets import EVASIVE_REPLIES, PLATITUDES, lend_an_ear_split
+from care_sdk.types import DIMENSIONS, RewardResult, Rubric, fixed_criteria
+
+SYSTEMS = (
+    "gold",
+    "baseline1_vanilla_Qwen3-4B",
+    "baseline2_tactic_prompt_Qwen3-4B",
+    "baseline7_psychocounsel_Qwen3-4B",
+    "baseline8_r1zerodiv_Qwen3-4B",
+    "ours3_q_dkl_h_Qwen3-4B",
+)
+HELD_OUT_PLATITUDES = (
+    "Things always get better eventually.",
+    "Just think happy thoughts.",
+    "Look at the bright side of life.",
+    "Tomorrow is another day!",
+    "You just need to relax.",
+    "Every cloud has a silver lining.",
+)
+HELD_OUT_EVASIVE = ("No idea.", "Sure.", "I would rather not discuss that.", "Fine.", "Ask someone else.", "Right.")
+OTHERS = 5
+THREADS = 1
+VARIANTS = ("care", "uniform_weights", "fixed_criteria", "fixed_rubric")
+
+
+def _items(esconv_contexts: int, seed: int) -> list[dict[str, Any]]:
+    """Every item: ``{"key", "task", "group", "context", "reply", ...}`` (see the module docstring)."""
+    assert not set(HELD_OUT_PLATITUDES) & set(PLATITUDES) and not set(HELD_OUT_EVASIVE) & set(EVASIVE_REPLIES)
+    root = data_dir()
+    lae = {d.id: d for d in load_lend_an_ear(root / "mint_lend_an_ear").records}
+    judged = load_judged_turns(
+        root / "mint_lend_an_ear" / "judged_turns" / "judged_turn_responses_gold_and_qwen3-4b_systems.jsonl"
+    ).records
+    items = []
+    for r in judged:
+        if r.system not in SYSTEMS or lend_an_ear_split(r.conversation_id) == "train":
+            continue
+        dialogue = lae[r.conversation_id]
+        context = dialogue.messages[: r.turn_index]
+        if not context or dialogue.messages[r.turn_index].role != "assistant":
+            continue
+        ratings = dialogue.metadata.get("expert_ratings", {})
+        expert = statistics.mean(expert_aggregate(s) for s in ratings.values()) if ratings else None
+        items.append(
+            {
+                "key": f"lae:{r.conversation_id}:{r.turn_index}:{r.system}",
+                "task": "lend-an-ear",
+                "group": f"{r.conversation_id}:{r.turn_index}",
+                "conversation": r.conversation_id,
+                "context": [m.model_dump() for m in context],
+                "reply": r.response,
+                "system": r.system,
+                "judge": r.aggregated_empathy,
+                "expert": expert,
+            }
+        )
+    mapping = default_strategy_map()
+    test = load_esconv(root / "esconv" / "test.jsonl", strategy_map=mapping).records
+    rng = random.Random(seed)
+    per_dialogue = []
+    for dialogue in test:
+        turns = [t for t in dialogue.supporter_turns(mapping) if len(t.context) >= 2 and t.reply.strip()]
+        if turns:
+            per_dialogue.append(rng.choice(turns))
+    rng.shuffle(per_dialogue)
+    chosen = per_dialogue[:esconv_contexts]
+    for i, turn in enumerate(chosen):
+        others = rng.sample([t for t in per_dialogue if t.dialogue_id != turn.dialogue_id], OTHERS)
+        replies = [("reference", turn.reply)] + [("other", t.reply) for t in others]
+        replies += [("platitude", HELD_OUT_PLATITUDES[i % 6]), ("evasive", HELD_OUT_EVASIVE[i % 6])]
+        for j, (kind, reply) in enumerate(replies):
+            items.append(
+                {
+                    "key": f"esconv:{turn.dialogue_id}:{turn.index}:{j}",
+                    "task": "esconv",
+                    "group": f"{turn.dialogue_id}:{turn.index}",
+                    "context": turn.context_messages(),
+                    "reply": reply,
+                    "kind": kind,
+                }
+            )
+    return items
+
+
+def _cache(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            out[record["key"]] = record["value"]
+    return out
+
+
+def _append(path: Path, key: str, value: Any) -> None:
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"key": key, "value": value}, ensure_ascii=False) + "\n")
+
+
+def rubrics(spec: str, items: list[dict[str, Any]], out: Path) -> dict[str, Any]:
+    """The rubric of every group's context by generator ``spec`` (cached in ``rubrics_<spec>.jsonl``)."""
+    path = out / f"rubrics_{spec}.jsonl"
+    done = _cache(path)
+    generator = RubricGenerator(resolve_backend(spec, role="generator", n_threads=THREADS, n_ctx=4096))
+    contexts = {it["group"]: it["context"] for it in items}
+    for group, context in contexts.items():
+        if group in done:
+            continue
+        start = time.perf_counter()
+        try:
+            rubric: Any = generator.generate(context).model_dump(mode="json")
+        except Exception as exc:  # a failed rubric is recorded, never a silent default
+            rubric = {"error": str(exc)}
+        _append(path, group, {"rubric": rubric, "seconds": time.perf_counter() - start})
+        done[group] = {"rubric": rubric}
+    return done
+
+
+def evaluations(
+    spec: str, rubric_spec: str, criteria: str, items: list[dict[str, Any]], out: Path, rubric_of: dict[str, Any]
+) -> dict[str, Any]:
+    """Scores of every item by evaluator ``spec`` under ``rubric_spec``'s rubrics (``criteria``:
+    ``generated`` or ``fixed``), greedy, with the logprobs of the score tokens (cached)."""
+    path = out / f"evals_{spec}_{rubric_spec}_{criteria}.jsonl"
+    done = _cache(path)
+    evaluator = RubricEvaluator(
+        resolve_backend(spec, role="evaluator", n_threads=THREADS, n_ctx=4096, logprobs=True), use_logprobs=True
+    )
+    for item in items:
+        if item["key"] in done:
+            continue
+        record = rubric_of.get(item["group"], {}).get("rubric")
+        if record is None or "error" in record:
+            continue
+        rubric = Rubric.model_validate(record)
+        if criteria == "fixed":
+            rubric = Rubric(weights=rubric.weights, criteria=fixed_criteria())
+        request = evaluator.request(item["context"], rubric, item["reply"])
+        value: dict[str, Any] = {}
+        start = time.perf_counter()
+        for _ in range(evaluator.max_attempts):
+            completion = evaluator.backend.generate([request])[0].completions[0]
+            try:
+                sampled = parse_evaluation(completion.text, rubric)
+            except ValueError as exc:
+                value = {"error": str(exc), "text": completion.text}
+                continue
+            expected = expected_scores(sampled, completion)
+            value = {"sampled": [s.score for s in sampled.scores], "expected": [s.score for s in expected.scores]}
+            break
+        value["seconds"] = time.perf_counter() - start
+        _append(path, item["key"], value)
+        done[item["key"]] = value
+    return done
+
+
+def _reward(rubric_record: dict[str, Any], scores: list[float], weights: str, criteria: str) -> float:
+    rubric = Rubric.model_validate(rubric_record)
+    if criteria == "fixed":
+        rubric = Rubric(weights=rubric.weights, criteria=fixed_criteria())
+    if weights == "uniform":
+        rubric = rubric.with_weights({d: 1.0 for d in DIMENSIONS})
+    from care_sdk.types import CriterionScore, Evaluation
+
+    evaluation = Evaluation(
+        scores=tuple(
+            CriterionScore(dimension=c.dimension, criterion=c.text, score=s)
+            for c, s in zip(rubric.criteria, scores, strict=True)
+        )
+    )
+    return RewardResult.from_parts(rubric, evaluation).reward or 0.0
+
+
+def row_rewards(
+    items: list[dict[str, Any]], rubric_of: dict[str, Any], evals: dict[str, Any], how: str, weights: str, criteria: str
+) -> dict[str, float | None]:
+    """``{item key: reward}`` (``None`` where the rubric or the evaluation failed)."""
+    out: dict[str, float | None] = {}
+    for item in items:
+        rubric = rubric_of.get(item["group"], {}).get("rubric")
+        value = evals.get(item["key"])
+        if rubric is None or "error" in rubric or value is None or how not in value:
+            out[item["key"]] = None
+            continue
+        out[item["key"]] = _reward(rubric, value[how], weights, criteria)
+    return out
+
+
+def _share(pairs: list[tuple[str, float | None, float | None]], resamples: int) -> Estimate:
+    by_group: dict[str, list[float]] = defaultdict(list)
+    for group, a, b in pairs:
+        if a is not None and b is not None:
+            by_group[group].append(0.5 if abs(a - b) < 1e-9 else float(a > b))
+    units = list(by_group.values())
+
+    def stat(sample: list[list[float]]) -> float | None:
+        flat = [v for unit in sample for v in unit]
+        return sum(flat) / len(flat) if flat else None
+
+    return bootstrap(units, stat, resamples=resamples)
+
+
+def metrics(items: list[dict[str, Any]], rewards: dict[str, float | None], resamples: int) -> dict[str, Estimate]:
+    """Every metric of one row (see the module docstring)."""
+    result: dict[str, Estimate] = {}
+    lae = [it for it in items if it["task"] == "lend-an-ear"]
+    groups: dict[str, dict[str, float]] = defaultdict(dict)
+    for it in lae:
+        groups[it["group"]][it["key"]] = it["judge"]
+    outcomes, _ = score_pairs(preference_pairs(groups, margin=1.0), rewards)
+    if outcomes:
+        result["lae pairwise"] = pairwise_accuracy(outcomes, resamples=resamples)["accuracy"]
+    esconv: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for it in items:
+        if it["task"] == "esconv":
+            esconv[it["group"]][it["kind"]].append(it)
+    for kind in ("other", "platitude", "evasive"):
+        pairs = [
+            (group, rewards.get(by_kind["reference"][0]["key"]), rewards.get(x["key"]))
+            for group, by_kind in esconv.items()
+            for x in by_kind[kind]
+        ]
+        result[f"esconv reference > {kind}"] = _share(pairs, resamples)
+    flat = []
+    for by_kind in esconv.values():
+        values = [rewards.get(x["key"]) for xs in by_kind.values() for x in xs]
+        if values and all(v is not None for v in values):
+            flat.append(float(max(values) - min(values) < 1e-9))  # type: ignore[type-var,operator]
+    result["esconv zero-spread groups"] = bootstrap(flat, lambda xs: sum(xs) / len(xs), resamples=resamples)
+    per_conv: dict[str, list[float]] = defaultdict(list)
+    expert: dict[str, float] = {}
+    for it in lae:
+        value = rewards.get(it["key"])
+        if it["system"] == "gold" and value is not None and it["expert"] is not None:
+            per_conv[it["conversation"]].append(value)
+            expert[it["conversation"]] = it["expert"]
+    units = [(statistics.mean(v), expert[c]) for c, v in per_conv.items()]
+
+    def rho(sample: list[tuple[float, float]]) -> float | None:
+        return spearman([a for a, _ in sample], [b for _, b in sample])
+
+    result["expert spearman"] = bootstrap(units, rho, resamples=resamples)
+    return result
+
+
+def _seconds(evals: dict[str, Any]) -> float | None:
+    values = [v["seconds"] for v in evals.values() if "seconds" in v]
+    return statistics.median(values) if values else None
+
+
+def report(items: list[dict[str, Any]], out: Path, base_subsample: set[str], resamples: int) -> dict[str, Any]:
+    """Every row's metrics, written as ``results.json`` and ``results.md``."""
+    shipped_rubrics = _cache(out / "rubrics_default.jsonl")
+    base_rubrics = _cache(out / "rubrics_base.jsonl")
+    rows: dict[str, dict[str, float | None]] = {}
+    timing: dict[str, float | None] = {}
+    generated = _cache(out / "evals_default_default_generated.jsonl")
+    fixed = _cache(out / "evals_default_default_fixed.jsonl")
+    timing["shipped evaluator"] = _seconds(generated)
+    for how in ("sampled", "expected"):
+        for variant in VARIANTS:
+            weights = "uniform" if variant in ("uniform_weights", "fixed_rubric") else "generated"
+            criteria = "fixed" if variant in ("fixed_criteria", "fixed_rubric") else "generated"
+            evals = fixed if criteria == "fixed" else generated
+            rows[f"shipped {variant} ({how})"] = row_rewards(items, shipped_rubrics, evals, how, weights, criteria)
+    base_eval = _cache(out / "evals_base_default_generated.jsonl")
+    timing["untrained evaluator"] = _seconds(base_eval)
+    full_base = _cache(out / "evals_base_base_generated.jsonl")
+    for how in ("sampled", "expected"):
+        rows[f"untrained evaluator, shipped rubrics ({how})"] = row_rewards(
+            items, shipped_rubrics, base_eval, how, "generated", "generated"
+        )
+        rows[f"untrained base, subsample ({how})"] = row_rewards(
+            [it for it in items if it["group"] in base_subsample],
+            base_rubrics,
+            full_base,
+            how,
+            "generated",
+            "generated",
+        )
+    rows["reply length (words)"] = {it["key"]: float(len(it["reply"].split())) for it in items}
+    results = {
+        name: {metric: est.to_json() for metric, est in metrics(items, rewards, resamples).items()}
+        for name, rewards in rows.items()
+    }
+    counts = {
+        "lend-an-ear items": sum(it["task"] == "lend-an-ear" for it in items),
+        "lend-an-ear turns": len({it["group"] for it in items if it["task"] == "lend-an-ear"}),
+        "esconv groups": len({it["group"] for it in items if it["task"] == "esconv"}),
+        "base subsample groups": len(base_subsample),
+    }
+    payload = {"counts": counts, "median seconds per evaluation": timing, "rows": results}
+    (out / "results.json").write_text(json.dumps(payload, indent=2), encoding="utf-8")
+    names = list(next(iter(results.values())))
+    lines = ["| row | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for row, values in results.items():
+        cells = [Estimate(**{k: v for k, v in values[m].items()}).format() if m in values else "n/a" for m in names]
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    lines += ["", json.dumps(counts), json.dumps(timing)]
+    (out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    return payload
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/bench_evaluator")
+    parser.add_argument("--esconv-contexts", type=int, default=40)
+    parser.add_argument("--base-groups", type=int, default=16, help="groups (turns) the untrained base row scores")
+    parser.add_argument(
+        "--stage", choices=["rubrics", "base", "shipped", "shipped-fixed", "report", "all"], default="all"
+    )
+    parser.add_argument("--resamples", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    items = _items(args.esconv_contexts, args.seed)
+    groups = sorted({it["group"] for it in items})
+    subsample = set(random.Random(args.seed).sample(groups, min(args.base_groups, len(groups))))
+    base_items = [it for it in items if it["group"] in subsample]
+    run: dict[str, Callable[[], Any]] = {
+        "rubrics": lambda: rubrics("default", items, out),
+        "base": lambda: (
+            evaluations("base", "default", "generated", items, out, rubrics("default", items, out)),
+            evaluations("base", "base", "generated", base_items, out, rubrics("base", base_items, out)),
+        ),
+        "shipped": lambda: evaluations("default", "default", "generated", items, out, rubrics("default", items, out)),
+        "shipped-fixed": lambda: evaluations("default", "default", "fixed", items, out, rubrics("default", items, out)),
+    }
+    for stage in ("rubrics", "base", "shipped", "shipped-fixed"):
+        if args.stage in (stage, "all"):
+            print(f"{stage}: {len(items)} items", flush=True)
+            run[stage]()
+    if args.stage in ("report", "all"):
+        report(items, out, subsample, args.resamples)
+
+
+if __name__ == "__main__":
+    main()
