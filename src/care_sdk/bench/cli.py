@@ -10,14 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from care_sdk.bench._cli_args import (
-    ProgressBar,
-    add_backend_options,
-    add_run_options,
-    csv_list,
-    resolve_backends,
-    slug,
-)
+from care_sdk.bench._cli_args import ProgressBar, add_backend_options, add_run_options, csv_list, resolve_backends, slug
 from care_sdk.variants import VARIANTS
 
 __all__ = ["add_bench_commands"]
