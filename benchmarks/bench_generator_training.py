@@ -267,7 +267,7 @@ def report(out: Path, args: argparse.Namespace) -> None:
 
 
 def phase_grpo(out: Path, args: argparse.Namespace) -> None:
-    from care_sdk.training.grpo import run_pref_grpo
+    from care_sdk.training.pref_grpo import run_pref_grpo
 
     progress = _Progress(out / "grpo_progress.jsonl")
     cfg = PrefGRPOConfig(

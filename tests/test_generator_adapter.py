@@ -27,7 +27,7 @@ def random_adapter(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from care_sdk.training.tiny import bundled_model_dir
+    from care_sdk.training.models import bundled_model_dir
 
     out = tmp_path_factory.mktemp("adapter")
     torch.manual_seed(0)
@@ -69,7 +69,7 @@ def test_llamacpp_with_the_exported_adapter_matches_the_merged_transformers_mode
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from care_sdk.training.tiny import bundled_model_dir
+    from care_sdk.training.models import bundled_model_dir
 
     adapter_dir, merged_dir = random_adapter
     gguf = _export(adapter_dir, tmp_path / "a.gguf")

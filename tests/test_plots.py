@@ -20,7 +20,7 @@ from care_sdk.plots.records import (
     rewards_by_variant,
     weights_by_turn,
 )
-from care_sdk.scoring import score_file
+from care_sdk.score_files import score_file
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -268,8 +268,8 @@ def test_episode_tokens_equal_the_chat_template_rendering() -> None:
     pytest.importorskip("transformers")
     from transformers import AutoTokenizer
 
+    from care_sdk.training.models import tiny_model_dir
     from care_sdk.training.policy.tokens import user_turn_ids
-    from care_sdk.training.tiny import tiny_model_dir
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model_dir()), local_files_only=True)
     conversation = [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "I failed again."}]

@@ -20,7 +20,7 @@ import pytest
 from care_sdk import PROMPT_VERSION, AdaptiveReward, RubricEvaluator, RubricGenerator, __version__
 from care_sdk.cli import main
 from care_sdk.report import DialogueTexts, build_report, embed_json, report_data, write_report
-from care_sdk.scoring import score_file
+from care_sdk.score_files import score_file
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
 
 DIMS = ("cognitive", "affective", "proactive")

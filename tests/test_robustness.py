@@ -241,7 +241,7 @@ def test_flags_reach_trl_and_score_records() -> None:
 
 
 def test_care_score_writes_flags(tmp_path: Path) -> None:
-    from care_sdk.scoring import score_file
+    from care_sdk.score_files import score_file
 
     path = tmp_path / "d.jsonl"
     messages = [{"role": "user", "content": "I'm sad."}, {"role": "assistant", "content": "..."}]

@@ -16,7 +16,7 @@ pytest.importorskip("peft")
 from care_sdk import RubricEvaluator
 from care_sdk.testing import ScriptedBackend, candidate_reply, evaluation_json
 from care_sdk.training.config import PrefGRPOConfig
-from care_sdk.training.grpo import REWARD_TERMS, grpo_rows, run_pref_grpo
+from care_sdk.training.pref_grpo import REWARD_TERMS, grpo_rows, run_pref_grpo
 
 pytestmark = pytest.mark.slow  # real trainer steps (a tiny model, but TRL + PEFT end to end)
 
@@ -73,8 +73,8 @@ def test_a_failing_evaluator_masks_the_whole_completion_in_a_real_grpo_step(tmp_
     from care_sdk.errors import BackendError
     from care_sdk.testing import rubric_json
     from care_sdk.training._common import load_model, make_trainer, stage_setup
-    from care_sdk.training.grpo import GRPO_DEFAULTS
     from care_sdk.training.plan import plan_from_args
+    from care_sdk.training.pref_grpo import GRPO_DEFAULTS
     from care_sdk.training.rewards import PrefGRPORewards
 
     def evaluate(request: Any) -> str | BackendError:

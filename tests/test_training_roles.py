@@ -76,7 +76,7 @@ def test_trainer_stages_refuse_test_data_before_loading_a_model(
 ) -> None:
     pytest.importorskip("trl")
     from care_sdk.training.config import PrefGRPOConfig, SFTStageConfig
-    from care_sdk.training.grpo import run_pref_grpo
+    from care_sdk.training.pref_grpo import run_pref_grpo
     from care_sdk.training.sft import run_sft
 
     out = tmp_path / "data"

@@ -161,7 +161,7 @@ def run_grpo(tmp_path: Path, reward_func: Any, rows: list[dict[str, Any]]) -> tu
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from care_sdk.training.tiny import tiny_model_dir
+    from care_sdk.training.models import tiny_model_dir
 
     policy_dir = tiny_model_dir()
     model = AutoModelForCausalLM.from_pretrained(policy_dir)

@@ -64,7 +64,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from care_sdk.dialogues import read_dialogues
-    from care_sdk.scoring import score_file
+    from care_sdk.score_files import score_file
 
     try:
         total = sum(len(list(x.dialogue.turns())) for x in read_dialogues(args.input) if x.dialogue is not None)

@@ -1,7 +1,10 @@
-"""Quality benchmarks: does the reward agree with people, and does it shift priorities as the dialogue moves?
+"""The benchmarks behind ``care bench``: the reward's quality and its robustness, for any backend.
 
-``care bench quality`` (see :mod:`care_sdk.bench.cli`) runs five tasks on public data, comparing
-full CARE with its ablations and a length-only baseline side by side:
+``care bench robustness`` (:mod:`care_sdk.bench.robustness`, :mod:`care_sdk.bench.attacks`) scores
+attacks on the reward with defences off and on. ``care bench quality`` (see
+:mod:`care_sdk.bench.cli`) asks whether the reward agrees with people and shifts priorities as the
+dialogue moves: it runs five tasks on public data, comparing full CARE with its ablations and a
+length-only baseline side by side:
 
 - :mod:`care_sdk.bench.metrics`: AUC, Spearman, preference pairs, bootstrap intervals (plain Python);
 - :mod:`care_sdk.bench.variants`: the variants and the scorer that shares their work;

@@ -8,7 +8,7 @@ Examples:
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -27,17 +27,21 @@ from care_sdk.data import (
 __all__ = [
     "DataPaths",
     "MetricRow",
+    "QualityTask",
     "Records",
     "Settings",
     "Task",
     "TaskData",
     "TaskResult",
+    "Unusable",
+    "keep_units",
     "select",
     "spread",
     "top_match",
 ]
 
 T = TypeVar("T")
+U = TypeVar("U")
 Records = Mapping[str, Mapping[str, Mapping[str, Any]]]
 """Scored records: item key -> variant -> record."""
 
@@ -223,7 +227,75 @@ class Task(Protocol):
         ...
 
 
+class QualityTask:
+    """Base of the bundled tasks: a task names itself, its title and its unit in its class line.
+
+    Examples:
+        >>> class Demo(QualityTask, name="demo", title="A demo task", unit="turns"):
+        ...     pass
+        >>> Demo.name, Demo().unit
+        ('demo', 'turns')
+    """
+
+    name: str
+    """Task id."""
+    title: str
+    """A human title."""
+    unit: str
+    """What a unit is."""
+
+    def __init_subclass__(cls, *, name: str, title: str, unit: str, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.name, cls.title, cls.unit = name, title, unit
+
+
 # -- helpers ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unusable:
+    """What a task's ``prepare`` returns for an entry it leaves out, with the reason (see :func:`keep_units`).
+
+    Examples:
+        >>> Unusable("no complete expert rating").reason
+        'no complete expert rating'
+    """
+
+    reason: str
+    """Why the entry cannot be used, for the load issue."""
+
+
+def keep_units(
+    entries: Iterable[T],
+    prepare: Callable[[T], U | Unusable | None],
+    *,
+    source: Path,
+    unit: str,
+    field: str,
+    issues: list[LoadIssue],
+) -> list[U]:
+    """The prepared entries a task can use, in order; each unusable one becomes a dropped load issue.
+
+    ``prepare`` returns the unit built from an entry, :class:`Unusable` to leave it out with a
+    reason (a :class:`~care_sdk.data.LoadIssue` at ``f"{unit} {position}"``, 1-based, naming
+    ``field``, appended to ``issues``), or ``None`` to pass it over silently (e.g. not asked for).
+
+    Examples:
+        >>> issues = []
+        >>> keep_units([2, 0, -1, 4], lambda n: None if n < 0 else n * 10 if n else Unusable("zero"),
+        ...            source=Path("n.jsonl"), unit="line", field="n", issues=issues)
+        [20, 40]
+        >>> issues[0].position, issues[0].message
+        ('line 2', 'zero')
+    """
+    kept: list[U] = []
+    for position, entry in enumerate(entries, start=1):
+        prepared = prepare(entry)
+        if isinstance(prepared, Unusable):
+            issues.append(LoadIssue(str(source), f"{unit} {position}", field, prepared.reason, dropped=True))
+        elif prepared is not None:
+            kept.append(prepared)
+    return kept
 
 
 def select(units: Sequence[T], limit: int | None, seed: int) -> list[T]:

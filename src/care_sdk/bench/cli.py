@@ -6,11 +6,11 @@ Importing this module is light; the runner and the data loaders are imported whe
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
+from care_sdk.bench._cli_args import ProgressBar, add_backend_options, add_run_options, csv_list, resolve_backends, slug
 from care_sdk.variants import VARIANTS
 
 __all__ = ["add_bench_commands"]
@@ -19,18 +19,8 @@ _TASK_NAMES = ("alignment", "pairwise", "experts", "success", "simulated")
 _VARIANT_NAMES = (*VARIANTS, "length")
 
 
-def _csv(value: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in value.split(",") if part.strip())
-
-
-def _slug(spec: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", spec).strip("_") or "backend"
-
-
 def _cmd_quality(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from care_sdk import RubricEvaluator, RubricGenerator, resolve_backend
+    from care_sdk import RubricEvaluator, RubricGenerator
     from care_sdk.bench.quality import QualityRunner
     from care_sdk.bench.tasks import DataPaths, Settings, TaskData
     from care_sdk.data import data_dir
@@ -59,21 +49,16 @@ def _cmd_quality(args: argparse.Namespace) -> int:
         seed=args.seed,
         resamples=args.resamples,
     )
-    shared = resolve_backend(args.backend)
-    generator = RubricGenerator(
-        resolve_backend(args.generator_backend) if args.generator_backend else shared, seed=args.seed
-    )
-    evaluator = RubricEvaluator(
-        resolve_backend(args.evaluator_backend) if args.evaluator_backend else shared, seed=args.seed
-    )
+    generator_backend, evaluator_backend = resolve_backends(args)
+    generator = RubricGenerator(generator_backend, seed=args.seed)
+    evaluator = RubricEvaluator(evaluator_backend, seed=args.seed)
     spec = (
         args.backend
         if not (args.generator_backend or args.evaluator_backend)
         else (f"{args.generator_backend or args.backend}+{args.evaluator_backend or args.backend}")
     )
-    out = Path(args.out) if args.out else Path("care-quality") / _slug(spec)
+    out = Path(args.out) if args.out else Path("care-quality") / slug(spec)
     runner = QualityRunner(generator, evaluator, out_dir=out, variants=args.variants, batch_size=args.batch_size)
-    bar: Any = None
 
     def loaded(name: str, data: TaskData) -> None:
         print(
@@ -85,17 +70,8 @@ def _cmd_quality(args: argparse.Namespace) -> int:
             for issue in data.issues[:5]:
                 print(f"    {issue}", file=sys.stderr)
 
-    def start(total: int) -> None:
-        nonlocal bar
-        bar = tqdm(total=total, desc="scoring items", unit="item", file=sys.stderr, disable=args.quiet)
-
-    try:
-        report = runner.run(
-            args.tasks, paths, settings, on_load=loaded, on_start=start, progress=lambda n: bar.update(n)
-        )
-    finally:
-        if bar is not None:
-            bar.close()
+    with ProgressBar("scoring items", "item", quiet=args.quiet) as bar:
+        report = runner.run(args.tasks, paths, settings, on_load=loaded, on_start=bar.start, progress=bar.update)
     print(report.markdown())
     print(
         f"\ncare bench quality: {report.scored} items scored, {report.reused} reused; reports in {out}", file=sys.stderr
@@ -133,11 +109,7 @@ def add_bench_commands(subparsers: Any) -> None:
             "A re-run with the same --out reuses finished items."
         ),
     )
-    quality.add_argument(
-        "--backend", default="default", help="backend spec for generator and evaluator (default: %(default)s)"
-    )
-    quality.add_argument("--generator-backend", help="backend spec for the rubric generator only")
-    quality.add_argument("--evaluator-backend", help="backend spec for the evaluator only")
+    add_backend_options(quality)
     quality.add_argument(
         "--limit", type=int, help="units per task (turns, judged turns, conversations, dialogues per class)"
     )
@@ -145,20 +117,22 @@ def add_bench_commands(subparsers: Any) -> None:
         "--max-turns", type=int, help="dialogue-level tasks: score at most this many supporter turns per dialogue"
     )
     quality.add_argument(
-        "--tasks", type=_csv, default=_TASK_NAMES, help=f"comma-separated subset of {','.join(_TASK_NAMES)}"
+        "--tasks", type=csv_list, default=_TASK_NAMES, help=f"comma-separated subset of {','.join(_TASK_NAMES)}"
     )
     quality.add_argument(
-        "--variants", type=_csv, default=_VARIANT_NAMES, help=f"comma-separated subset of {','.join(_VARIANT_NAMES)}"
+        "--variants",
+        type=csv_list,
+        default=_VARIANT_NAMES,
+        help=f"comma-separated subset of {','.join(_VARIANT_NAMES)}",
     )
     quality.add_argument(
         "--margin", type=float, default=1.0, help="pairwise: minimum judge-score gap of a pair (default: %(default)s)"
     )
     quality.add_argument(
-        "--systems", type=_csv, default=(), help="pairwise: comma-separated judged systems to compare (default: all)"
-    )
-    quality.add_argument("--out", help="output directory (default: care-quality/<backend>); an existing run is resumed")
-    quality.add_argument(
-        "--data-dir", help="the data directory (default: $CARE_DATA_DIR; see the docs' data page for its layout)"
+        "--systems",
+        type=csv_list,
+        default=(),
+        help="pairwise: comma-separated judged systems to compare (default: all)",
     )
     quality.add_argument("--esconv", help="ESConv file for alignment and success (default: esconv/test.jsonl)")
     quality.add_argument("--failed-esconv", help="FailedESConv.json (default: esconv/FailedESConv.json)")
@@ -167,12 +141,7 @@ def add_bench_commands(subparsers: Any) -> None:
     quality.add_argument(
         "--sage", action="append", help="a SAGE rollout file (repeatable; default: all under sage_rlver)"
     )
-    quality.add_argument("--batch-size", type=int, default=8, help="items per backend batch (default: %(default)s)")
-    quality.add_argument(
-        "--seed", type=int, default=0, help="selection, sampling and bootstrap seed (default: %(default)s)"
-    )
-    quality.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
-    quality.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_run_options(quality, out_dir="care-quality", batch_size=8, batch_unit="items per backend batch")
     quality.set_defaults(func=_cmd_quality)
 
     from care_sdk.bench.robustness_cli import add_robustness_command

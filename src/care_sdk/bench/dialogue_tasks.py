@@ -15,10 +15,12 @@ from care_sdk.bench._task_base import (
     NEGATIVE_JUDGE_DIMENSIONS,
     DataPaths,
     MetricRow,
+    QualityTask,
     Records,
     Settings,
     TaskData,
     TaskResult,
+    Unusable,
     _correlation,
     _dialogue_means,
     _fmt,
@@ -26,6 +28,7 @@ from care_sdk.bench._task_base import (
     _table,
     _task_result,
     _turn_item,
+    keep_units,
     select,
     spread,
 )
@@ -71,32 +74,28 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-class ExpertTask:
+class ExpertTask(
+    QualityTask, name="experts", title="Expert agreement (Lend-an-Ear, conversation level)", unit="conversations"
+):
     """Dialogue-level agreement with the three Lend-an-Ear experts' median ratings."""
-
-    name = "experts"
-    title = "Expert agreement (Lend-an-Ear, conversation level)"
-    unit = "conversations"
 
     def load(self, paths: DataPaths, settings: Settings) -> TaskData:
         loaded = load_lend_an_ear(paths.lend_an_ear_dir)
         issues = list(loaded.issues)
-        rated = []
-        for position, dialogue in enumerate(loaded, start=1):
+
+        def rated_dialogue(dialogue: SupportDialogue) -> tuple[SupportDialogue, list[dict[str, float]]] | Unusable:
             ratings = dialogue.metadata.get("expert_ratings") or {}
             complete = [r for r in ratings.values() if all(d in r for d in MINT_JUDGE_DIMENSIONS)]
-            if not complete:
-                issues.append(
-                    LoadIssue(
-                        str(paths.lend_an_ear_dir),
-                        f"conversation {position}",
-                        "expert_ratings",
-                        f"no complete expert rating for {dialogue.id}",
-                        dropped=True,
-                    )
-                )
-                continue
-            rated.append((dialogue, complete))
+            return (dialogue, complete) if complete else Unusable(f"no complete expert rating for {dialogue.id}")
+
+        rated = keep_units(
+            loaded,
+            rated_dialogue,
+            source=paths.lend_an_ear_dir,
+            unit="conversation",
+            field="expert_ratings",
+            issues=issues,
+        )
         chosen = select(rated, settings.limit, settings.seed)
         items: list[Item] = []
         experts: dict[str, dict[str, float]] = {}
@@ -204,12 +203,13 @@ class ExpertTask:
 # -- 4. success vs failure ----------------------------------------------------------------------
 
 
-class SuccessTask:
+class SuccessTask(
+    QualityTask,
+    name="success",
+    title="Success vs failure (ESConv vs FailedESConv, dialogue level)",
+    unit="dialogues (both classes)",
+):
     """Successful ESConv dialogues against FailedESConv: AUC of the dialogue-level reward."""
-
-    name = "success"
-    title = "Success vs failure (ESConv vs FailedESConv, dialogue level)"
-    unit = "dialogues (both classes)"
 
     def load(self, paths: DataPaths, settings: Settings) -> TaskData:
         success = load_esconv(paths.esconv_file)
@@ -280,12 +280,10 @@ class SuccessTask:
 # -- 5. simulated-user signal -------------------------------------------------------------------
 
 
-class SimulatedTask:
+class SimulatedTask(
+    QualityTask, name="simulated", title="Simulated-user signal (SAGE rollouts, Chinese)", unit="turns"
+):
     """SAGE rollouts: does each turn's reward track the simulated user's emotion change after it?"""
-
-    name = "simulated"
-    title = "Simulated-user signal (SAGE rollouts, Chinese)"
-    unit = "turns"
 
     def load(self, paths: DataPaths, settings: Settings) -> TaskData:
         files = paths.sage_files

@@ -10,15 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from care_sdk.bench.cli import _csv, _slug
+from care_sdk.bench._cli_args import ProgressBar, add_backend_options, add_run_options, csv_list, resolve_backends, slug
 
 __all__ = ["add_robustness_command"]
 
 
 def _cmd_robustness(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from care_sdk import RubricGenerator, resolve_backend
+    from care_sdk import RubricGenerator
     from care_sdk.bench.robustness import RobustnessRunner, load_items, markdown
     from care_sdk.data import data_dir, load_esconv
     from care_sdk.guards import Guards
@@ -34,13 +32,10 @@ def _cmd_robustness(args: argparse.Namespace) -> int:
         f"care bench robustness: {len(items)} of {available} dialogues; {len(replies)} replies for false positives",
         file=sys.stderr,
     )
-    shared = resolve_backend(args.backend)
-    generator = RubricGenerator(
-        resolve_backend(args.generator_backend) if args.generator_backend else shared, seed=args.seed
-    )
-    evaluator_backend = resolve_backend(args.evaluator_backend) if args.evaluator_backend else shared
+    generator_backend, evaluator_backend = resolve_backends(args)
+    generator = RubricGenerator(generator_backend, seed=args.seed)
     spec = args.evaluator_backend or args.backend
-    out = Path(args.out) if args.out else Path("care-robustness") / _slug(spec)
+    out = Path(args.out) if args.out else Path("care-robustness") / slug(spec)
     guards = Guards(on_flag=args.on_flag, max_chars=args.max_chars)
     runner = RobustnessRunner(
         generator,
@@ -52,17 +47,8 @@ def _cmd_robustness(args: argparse.Namespace) -> int:
         seed=args.seed,
         resamples=args.resamples,
     )
-    bar: Any = None
-
-    def start(total: int) -> None:
-        nonlocal bar
-        bar = tqdm(total=total, desc="scoring contexts", unit="context", file=sys.stderr, disable=args.quiet)
-
-    try:
-        report = runner.run(items, esconv_replies=replies, on_start=start, progress=lambda n: bar.update(n))
-    finally:
-        if bar is not None:
-            bar.close()
+    with ProgressBar("scoring contexts", "context", quiet=args.quiet) as bar:
+        report = runner.run(items, esconv_replies=replies, on_start=bar.start, progress=bar.update)
     print(markdown(report))
     print(f"\ncare bench robustness: reports in {out}", file=sys.stderr)
     return 0
@@ -72,10 +58,8 @@ def add_robustness_command(sub: Any) -> None:
     """Register ``care bench robustness`` on the ``care bench`` subparsers.
 
     Examples:
-        >>> import argparse
-        >>> parser = argparse.ArgumentParser()
-        >>> add_robustness_command(parser.add_subparsers(dest="bench_command"))
-        >>> parser.parse_args(["robustness", "--limit", "5", "--attacks", "empty,score_json"]).attacks
+        >>> from care_sdk.cli import build_parser  # registers it under ``care bench``
+        >>> build_parser().parse_args(["bench", "robustness", "--attacks", "empty,score_json"]).attacks
         ('empty', 'score_json')
     """
     cmd = sub.add_parser(
@@ -87,15 +71,11 @@ def add_robustness_command(sub: Any) -> None:
             "table; writes records.jsonl, robustness.json and robustness.md to --out (a re-run resumes)."
         ),
     )
-    cmd.add_argument(
-        "--backend", default="default", help="backend spec for generator and evaluator (default: %(default)s)"
-    )
-    cmd.add_argument("--generator-backend", help="backend spec for the rubric generator only")
-    cmd.add_argument("--evaluator-backend", help="backend spec for the evaluator only")
+    add_backend_options(cmd)
     cmd.add_argument("--limit", type=int, default=40, help="contexts, one per dialogue (default: %(default)s)")
     cmd.add_argument(
         "--attacks",
-        type=_csv,
+        type=csv_list,
         help="comma-separated attack names (default: all)",
     )
     cmd.add_argument(
@@ -107,13 +87,6 @@ def add_robustness_command(sub: Any) -> None:
     cmd.add_argument(
         "--max-chars", type=int, default=2000, help="longest reply the evaluator sees (default: %(default)s)"
     )
-    cmd.add_argument("--out", help="output directory (default: care-robustness/<backend>); an existing run is resumed")
-    cmd.add_argument("--data-dir", help="the shared data directory (default: $CARE_DATA_DIR or ../shared/data)")
     cmd.add_argument("--esconv", help="ESConv file (default: esconv/test.jsonl under the data directory)")
-    cmd.add_argument("--batch-size", type=int, default=4, help="contexts per batch (default: %(default)s)")
-    cmd.add_argument(
-        "--seed", type=int, default=0, help="selection, sampling and bootstrap seed (default: %(default)s)"
-    )
-    cmd.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
-    cmd.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_run_options(cmd, out_dir="care-robustness", batch_size=4, batch_unit="contexts per batch")
     cmd.set_defaults(func=_cmd_robustness)

@@ -7,15 +7,18 @@ from typing import Any
 from care_sdk.bench._task_base import (
     DataPaths,
     MetricRow,
+    QualityTask,
     Records,
     Settings,
     TaskData,
     TaskResult,
+    Unusable,
     _fmt,
     _mean,
     _reward,
     _task_result,
     _turn_item,
+    keep_units,
     select,
     top_match,
 )
@@ -29,7 +32,7 @@ from care_sdk.bench.metrics import (
 )
 from care_sdk.bench.variants import MODEL_VARIANTS, VARIANTS, Item, record_done
 from care_sdk.data import (
-    LoadIssue,
+    JudgedResponse,
     SupportDialogue,
     SupportTurn,
     load_esconv,
@@ -42,12 +45,10 @@ from care_sdk.types import DIMENSIONS
 __all__ = ["AlignmentTask", "PairwiseTask"]
 
 
-class AlignmentTask:
+class AlignmentTask(
+    QualityTask, name="alignment", title="Priority alignment (ESConv test supporter turns)", unit="turns"
+):
     """Priority alignment on ESConv supporter turns: does the top weight match the reference strategies?"""
-
-    name = "alignment"
-    title = "Priority alignment (ESConv test supporter turns)"
-    unit = "turns"
 
     def load(self, paths: DataPaths, settings: Settings) -> TaskData:
         loaded = load_esconv(paths.esconv_file)
@@ -116,28 +117,26 @@ class AlignmentTask:
         )
 
 
-class PairwiseTask:
+class PairwiseTask(
+    QualityTask, name="pairwise", title="Pairwise preference vs the MINT judge (Lend-an-Ear turns)", unit="judged turns"
+):
     """Pairwise preference accuracy on MINT's judged replies from different systems to the same turn."""
-
-    name = "pairwise"
-    title = "Pairwise preference vs the MINT judge (Lend-an-Ear turns)"
-    unit = "judged turns"
 
     def load(self, paths: DataPaths, settings: Settings) -> TaskData:
         judged = load_judged_turns(paths.judged_file)
         conversations = load_lend_an_ear(paths.lend_an_ear_dir)
         by_id = {d.id: d for d in conversations}
         issues = list(judged.issues) + list(conversations.issues)
-        groups: dict[tuple[str, int], dict[str, Any]] = {}
         unknown = sorted({r.system for r in judged} - set(settings.systems)) if settings.systems else []
         missing_systems = sorted(set(settings.systems) - {r.system for r in judged})
         if missing_systems:
             raise InputError(
                 f"no judged responses from system(s) {', '.join(missing_systems)}", location=str(paths.judged_file)
             )
-        for position, response in enumerate(judged, start=1):
+
+        def placed(response: JudgedResponse) -> tuple[JudgedResponse, SupportDialogue] | Unusable | None:
             if response.system in unknown:
-                continue
+                return None
             dialogue = by_id.get(response.conversation_id)
             index = response.turn_index
             if (
@@ -145,17 +144,17 @@ class PairwiseTask:
                 or not 0 < index < len(dialogue.messages)
                 or dialogue.messages[index].role != "assistant"
             ):
-                issues.append(
-                    LoadIssue(
-                        str(paths.judged_file),
-                        f"line {position}",
-                        "turn_index",
-                        f"no supporter message at {index} in Lend-an-Ear conversation {response.conversation_id}",
-                        dropped=True,
-                    )
+                return Unusable(
+                    f"no supporter message at {index} in Lend-an-Ear conversation {response.conversation_id}"
                 )
-                continue
-            group = groups.setdefault((response.conversation_id, index), {"dialogue": dialogue, "responses": {}})
+            return response, dialogue
+
+        groups: dict[tuple[str, int], dict[str, Any]] = {}
+        kept = keep_units(judged, placed, source=paths.judged_file, unit="line", field="turn_index", issues=issues)
+        for response, dialogue in kept:
+            group = groups.setdefault(
+                (response.conversation_id, response.turn_index), {"dialogue": dialogue, "responses": {}}
+            )
             group["responses"][response.system] = response
         units = [key for key, group in groups.items() if len(group["responses"]) >= 2]
         chosen = select(units, settings.limit, settings.seed)

@@ -22,8 +22,9 @@ Examples:
 
 from care_sdk.training.build_data import BuildReport, build_data, count_weights
 from care_sdk.training.config import BuildDataConfig, LoraSettings, PrefGRPOConfig, SFTStageConfig, load_config
-from care_sdk.training.grpo import PrefGRPOResult, run_pref_grpo
+from care_sdk.training.models import tiny_model_dir
 from care_sdk.training.plan import TrainingPlan, plan_training
+from care_sdk.training.pref_grpo import PrefGRPOResult, run_pref_grpo
 from care_sdk.training.rewards import (
     AlignReward,
     FormatReward,
@@ -37,7 +38,6 @@ from care_sdk.training.rewards import (
 )
 from care_sdk.training.roles import data_role, require_trainable, write_roles
 from care_sdk.training.sft import SFTResult, load_trained_generator, run_sft
-from care_sdk.training.tiny import tiny_model_dir
 
 __all__ = [
     "AlignReward",

@@ -26,7 +26,7 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def trl_args(kind: Literal["sft", "grpo"], config: Any, defaults: dict[str, Any], source: str) -> Any:
     """The TRL config a trainer stage will run with (built as the stage builds it, nothing written)."""
     from care_sdk.training._common import build_trl_config
-    from care_sdk.training.tiny import require_train
+    from care_sdk.training.models import require_train
 
     require_train()
     if kind == "sft":

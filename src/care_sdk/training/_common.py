@@ -12,14 +12,16 @@ from typing import Any, Literal, Protocol
 from care_sdk.errors import ConfigError, InputError
 from care_sdk.jsonl import read_jsonl
 from care_sdk.prompts import evaluator_messages, generator_messages
+from care_sdk.training.models import require_train, resolve_model
 from care_sdk.training.roles import require_trainable
-from care_sdk.training.tiny import require_train, resolve_model
 from care_sdk.types import Message, Rubric
 
 __all__ = [
+    "GRPO_DEFAULTS",
     "GRPORunResult",
     "TrainerStage",
     "build_trl_config",
+    "evaluator_prompt_messages",
     "load_model",
     "make_trainer",
     "prompt_messages",
@@ -29,6 +31,23 @@ __all__ = [
     "stage_setup",
     "write_run_files",
 ]
+
+GRPO_DEFAULTS: dict[str, Any] = {
+    "report_to": "none",
+    "save_strategy": "no",
+    "logging_steps": 1,
+    "num_generations": 4,
+    "per_device_train_batch_size": 4,
+    "max_completion_length": 256,
+    "learning_rate": 1e-5,
+    "temperature": 1.0,
+    "beta": 0.0,
+    "dataloader_num_workers": 0,
+    "gradient_checkpointing": False,
+    "seed": 0,
+}
+"""GRPOConfig values both GRPO stages (preference and policy) use unless the recipe's ``trl`` section
+sets them."""
 
 
 class TrainerStage(Protocol):

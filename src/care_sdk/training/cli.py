@@ -37,7 +37,7 @@ def _sft(args: argparse.Namespace) -> int:
 def _pref_grpo(args: argparse.Namespace) -> int:
     from care_sdk.training._common import read_records
     from care_sdk.training.config import PrefGRPOConfig, load_config
-    from care_sdk.training.grpo import GRPO_DEFAULTS, run_pref_grpo
+    from care_sdk.training.pref_grpo import GRPO_DEFAULTS, run_pref_grpo
 
     config = load_config(PrefGRPOConfig, args.config, config_overrides(args))
     rows = len(read_records(config.data, "pairs", "train", config.max_examples))

@@ -15,8 +15,8 @@ __all__ = ["add_policy_commands"]
 
 
 def _policy_grpo(args: argparse.Namespace) -> int:
+    from care_sdk.training._common import GRPO_DEFAULTS
     from care_sdk.training.config import load_config
-    from care_sdk.training.grpo import GRPO_DEFAULTS
     from care_sdk.training.policy.components import load_profiles, prompt_rows
     from care_sdk.training.policy.config import PolicyGRPOConfig
     from care_sdk.training.policy.runner import run_policy_grpo

@@ -23,7 +23,7 @@ from typing import Any
 
 from care_sdk._calls import report_to_trainer, trl_items
 from care_sdk.reward import AdaptiveReward
-from care_sdk.scoring import turn_record
+from care_sdk.score_files import turn_record
 from care_sdk.training.policy.rollout import Episode
 from care_sdk.trajectory import Aggregation, TrajectoryResult, TrajectoryReward
 from care_sdk.types import Message, RewardResult, as_messages

@@ -144,7 +144,7 @@ def run_policy_grpo(
         ConfigError: an invalid ``trl`` key or value (named).
         InputError: the prompt or profile data is missing or malformed.
     """
-    from care_sdk.training.grpo import GRPO_DEFAULTS
+    from care_sdk.training._common import GRPO_DEFAULTS
 
     out, args = stage_setup("grpo", config, GRPO_DEFAULTS, source)
     pool = pool if pool is not None else BackendPool()

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from care_sdk.training._common import (
+    GRPO_DEFAULTS,
     GRPORunResult,
     load_model,
     make_trainer,
@@ -38,22 +39,6 @@ __all__ = ["GRPO_DEFAULTS", "REWARD_TERMS", "PrefGRPOResult", "grpo_rows", "run_
 
 REWARD_TERMS = ("format", "r_pref", "r_align")
 """The reward terms, in the order they are passed to TRL."""
-
-GRPO_DEFAULTS: dict[str, Any] = {
-    "report_to": "none",
-    "save_strategy": "no",
-    "logging_steps": 1,
-    "num_generations": 4,
-    "per_device_train_batch_size": 4,
-    "max_completion_length": 256,
-    "learning_rate": 1e-5,
-    "temperature": 1.0,
-    "beta": 0.0,
-    "dataloader_num_workers": 0,
-    "gradient_checkpointing": False,
-    "seed": 0,
-}
-"""GRPOConfig values used unless the recipe's ``trl`` section sets them."""
 
 
 @dataclass

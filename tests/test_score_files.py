@@ -9,7 +9,7 @@ import pytest
 
 from care_sdk import AdaptiveReward, Rubric, RubricEvaluator, RubricGenerator
 from care_sdk.dialogues import read_dialogues
-from care_sdk.scoring import score_file
+from care_sdk.score_files import score_file
 from care_sdk.testing import ScriptedBackend, candidate_reply, evaluation_json, rubric_json
 
 

@@ -1,0 +1,239 @@
+"""Scoring logged dialogue files: one output record per assistant turn, resumable.
+
+Output records are JSON lines ``{"id", "turn", "reward", "error", "rubric", "evaluation",
+"dimension_scores", "scored_by", "flags", "raw_reward", "note"}`` in input order (``flags``: what
+the guards found in the reply; a reply they settled without a model call has no rubric). Records
+are appended as they finish, so an interrupted run loses nothing; re-running with the same output
+file keeps every scored record, recomputes only missing or failed ones, and rewrites the file in
+input order, identical to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from care_sdk.dialogues import read_dialogues
+from care_sdk.errors import InputError
+from care_sdk.jsonl import BadLine, append_jsonl, iter_jsonl, write_jsonl
+from care_sdk.reward import AdaptiveReward
+from care_sdk.types import DIMENSIONS, Dialogue, RewardResult, Turn
+
+logger = logging.getLogger("care_sdk")
+
+__all__ = ["ScoreSummary", "load_records", "score_file", "scored_by", "turn_record"]
+
+Key = tuple[str, int]
+
+
+@dataclass
+class ScoreSummary:
+    """Counts and means of one :func:`score_file` run.
+
+    Examples:
+        >>> ScoreSummary().ok
+        True
+    """
+
+    dialogues: int = 0
+    turns: int = 0
+    scored: int = 0
+    reused: int = 0
+    failed: int = 0
+    input_errors: list[InputError] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    weights: dict[str, list[float]] = field(default_factory=lambda: {d.value: [] for d in DIMENSIONS})
+
+    @property
+    def ok(self) -> bool:
+        """Whether every line was readable and every turn got a reward."""
+        return not self.failed and not self.input_errors
+
+    @property
+    def mean_reward(self) -> float | None:
+        """Mean reward over scored turns."""
+        return sum(self.rewards) / len(self.rewards) if self.rewards else None
+
+    def table(self) -> str:
+        """A plain-text summary table."""
+        rows: list[tuple[str, str]] = [
+            ("dialogues", str(self.dialogues)),
+            ("assistant turns", str(self.turns)),
+            ("scored (reused from output)", f"{self.scored} ({self.reused})"),
+            ("failed", str(self.failed)),
+            ("malformed lines", str(len(self.input_errors))),
+            ("mean reward", "-" if self.mean_reward is None else f"{self.mean_reward:.3f}"),
+        ]
+        for dim, values in self.weights.items():
+            rows.append((f"mean weight {dim}", f"{sum(values) / len(values):.3f}" if values else "-"))
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def turn_record(dialogue_id: str, turn: int, result: RewardResult) -> dict[str, Any]:
+    """The output record of one scored turn.
+
+    Examples:
+        >>> turn_record("d1", 3, RewardResult.failed("boom"))["error"]
+        'boom'
+    """
+    return {"id": dialogue_id, "turn": turn, **result.model_dump(mode="json")}
+
+
+def scored_by(reward: AdaptiveReward) -> dict[str, str | None]:
+    """What produced a record: backend identities and settings, prompt version, package version, ablations.
+
+    ``generator`` is the generator's identity (its backend, prompt version and sampling settings), or
+    ``None`` when every turn is judged against one fixed rubric; ``evaluator`` is the evaluator's
+    backend identity and settings (its prompt version included); ``prompt_version`` is
+    :data:`care_sdk.PROMPT_VERSION`; ``guards`` is the reward's guards settings (``"off"`` without).
+
+    Examples:
+        >>> from care_sdk import RubricEvaluator, Rubric
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> evaluator = RubricEvaluator(ScriptedBackend([]))
+        >>> by = scored_by(AdaptiveReward(evaluator=evaluator, rubric=Rubric.uniform_fixed()))
+        >>> by["generator"], by["evaluator"].split("|")[0], by["criteria"]
+        (None, 'scripted:scripted', 'fixed rubric')
+    """
+    from care_sdk import __version__
+    from care_sdk.prompts import PROMPT_VERSION
+
+    ev = reward.evaluator
+    return {
+        "generator": reward.generator.identity if reward.generator and reward.rubric is None else None,
+        "evaluator": f"{ev.backend.identity}|t={ev.temperature}|seed={ev.seed}|max_tokens={ev.max_tokens}"
+        f"|logprobs={ev.use_logprobs}|prompt={ev.prompt_version}",
+        "prompt_version": PROMPT_VERSION,
+        "guards": repr(reward.guards) if reward.guards is not None else "off",
+        "care_sdk": __version__,
+        "weights": "fixed rubric" if reward.rubric is not None else reward.weights,
+        "criteria": "fixed rubric" if reward.rubric is not None else reward.criteria,
+    }
+
+
+def load_records(path: Path) -> dict[Key, dict[str, Any]]:
+    """Read an output file to resume from; a bad line (e.g. one cut off by an interrupt) is logged and
+    its turn scored again."""
+    records: dict[Key, dict[str, Any]] = {}
+    if not path.exists():
+        return records
+    for _, record in iter_jsonl(path, on_bad=_rescore, check=_turn_key):
+        records[(str(record["id"]), int(record["turn"]))] = record
+    return records
+
+
+def _turn_key(record: dict[str, Any]) -> tuple[str | None, str] | None:
+    if "id" not in record:
+        return "id", "missing"
+    if isinstance(record.get("turn"), bool) or not isinstance(record.get("turn"), int):
+        return "turn", "expected an integer"
+    return None
+
+
+def _rescore(bad: BadLine) -> None:
+    logger.warning("%s; that turn is scored again", bad)
+
+
+def _chunks(items: list[tuple[Dialogue, Turn]], size: int) -> Iterator[list[tuple[Dialogue, Turn]]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def score_file(
+    input_path: str | Path,
+    reward: AdaptiveReward,
+    *,
+    out: str | Path | None = None,
+    batch_size: int = 8,
+    on_input_error: Callable[[InputError], None] | None = None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ScoreSummary:
+    """Score every assistant turn of a JSONL dialogue file.
+
+    Args:
+        input_path: dialogues, one ``{"id": ..., "messages": [...]}`` per line.
+        reward: the reward to apply.
+        out: output JSONL; when it exists, its scored records are reused (resume).
+        batch_size: turns scored per backend batch.
+        on_input_error: called for each malformed line.
+        on_record: called with each newly scored record.
+        progress: called with the number of turns finished after each batch.
+
+    Examples:
+        >>> from care_sdk import RubricEvaluator, Rubric
+        >>> from care_sdk.testing import ScriptedBackend, evaluation_json
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "d.jsonl")
+        >>> _ = open(p, "w").write('{"id": "a", "messages": [{"role": "user", "content": "hi"},'
+        ...                        ' {"role": "assistant", "content": "hello"}]}\\n')
+        >>> reward = AdaptiveReward(evaluator=RubricEvaluator(ScriptedBackend(lambda r: evaluation_json([3] * 6))),
+        ...                         rubric=Rubric.uniform_fixed())
+        >>> score_file(p, reward).mean_reward
+        0.5
+    """
+    summary = ScoreSummary()
+    turns: list[tuple[Dialogue, Turn]] = []
+    for line in read_dialogues(input_path):
+        if line.error is not None:
+            summary.input_errors.append(line.error)
+            if on_input_error:
+                on_input_error(line.error)
+            continue
+        assert line.dialogue is not None
+        summary.dialogues += 1
+        turns.extend((line.dialogue, t) for t in line.dialogue.turns())
+    summary.turns = len(turns)
+
+    out_path = Path(out) if out is not None else None
+    previous = load_records(out_path) if out_path else {}
+    done: dict[Key, dict[str, Any]] = {}
+    for dialogue, turn in turns:
+        key = (str(dialogue.id), turn.index)
+        record = previous.get(key)
+        if record is not None and record.get("reward") is not None:
+            done[key] = record
+    summary.reused = len(done)
+    todo = [(d, t) for d, t in turns if (str(d.id), t.index) not in done]
+
+    producer = scored_by(reward)
+    handle = out_path.open("a", encoding="utf-8") if out_path else None
+    try:
+        if progress and done:
+            progress(len(done))
+        for chunk in _chunks(todo, max(1, batch_size)):
+            results = reward.score_batch([(list(t.context), t.reply) for _, t in chunk])
+            for (dialogue, turn), result in zip(chunk, results, strict=True):
+                record = {**turn_record(str(dialogue.id), turn.index, result), "scored_by": producer}
+                done[(str(dialogue.id), turn.index)] = record
+                if handle:
+                    append_jsonl(handle, record)
+                if on_record:
+                    on_record(record)
+            if handle:
+                handle.flush()
+            if progress:
+                progress(len(chunk))
+    finally:
+        if handle:
+            handle.close()
+
+    ordered = [done[(str(d.id), t.index)] for d, t in turns]
+    for record in ordered:
+        if record["reward"] is None:
+            summary.failed += 1
+            continue
+        summary.scored += 1
+        summary.rewards.append(record["reward"])
+        for dim, weight in (record.get("rubric") or {}).get("weights", {}).items():
+            summary.weights[dim].append(weight)
+    if out_path:
+        tmp = out_path.with_name(out_path.name + ".tmp")
+        write_jsonl(tmp, ordered)
+        os.replace(tmp, out_path)
+    return summary

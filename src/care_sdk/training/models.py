@@ -1,0 +1,177 @@
+"""The models a recipe names: :func:`resolve_model` turns a ``model`` setting (``tiny``, ``bundled``
+or a directory) into a transformers directory; :func:`tiny_model_dir` builds a tiny random
+SmolLM2-shaped model for tests and smoke runs; :func:`bundled_model_dir` the bundled SmolLM2 as a
+plain transformers directory.
+
+The two built models are made from the bundled SmolLM2-135M-Instruct GGUF (no hub, no network)
+and cached on disk, so every recipe test can share them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from care_sdk.errors import MissingDependencyError
+
+__all__ = ["bundled_model_dir", "require_train", "resolve_model", "tiny_model_dir"]
+
+_COMPLETE = "care-sdk-complete"
+
+
+def require_train() -> None:
+    """Import the ``train`` extra's modules, or raise :class:`MissingDependencyError` naming the extra.
+
+    Examples:
+        >>> require_train()  # without the extra: MissingDependencyError('trl', extra='train')
+    """
+    for module in ("torch", "transformers", "trl", "peft", "datasets"):
+        try:
+            __import__(module)
+        except ImportError as exc:
+            raise MissingDependencyError(module, extra="train") from exc
+
+
+def _cache_root(cache_dir: str | os.PathLike[str] | None) -> Path:
+    if cache_dir is not None:
+        return Path(cache_dir)
+    from care_sdk.backends._hf_load import default_cache_dir
+
+    return default_cache_dir().parent / "tiny"
+
+
+def bundled_model_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """SmolLM2-135M-Instruct (the bundled GGUF, dequantised) as a transformers directory.
+
+    The first call converts the GGUF (about a minute on a CPU) and caches it beside the
+    transformers backend's copies; later calls return the cached directory at once.
+
+    Examples:
+        >>> path = bundled_model_dir()  # doctest: +SKIP
+        >>> (path / "config.json").exists()  # doctest: +SKIP
+        True
+    """
+    require_train()
+    from care_sdk.backends._hf_load import gguf_cache_path, load_gguf
+    from care_sdk.backends.llamacpp import default_model_path
+
+    gguf = default_model_path()
+    target = gguf_cache_path(gguf, cache_dir)
+    if not (target / _COMPLETE).exists():
+        load_gguf(gguf, dtype=None, cache_dir=cache_dir)
+    return target
+
+
+def tiny_model_dir(
+    *,
+    layers: int = 2,
+    hidden: int = 64,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate: int = 128,
+    seed: int = 0,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> Path:
+    """A tiny randomly initialised model with SmolLM2's architecture, tokenizer and chat template.
+
+    SmolLM2-135M's config (from the bundled GGUF) shrunk to ``layers`` x ``hidden``, initialised
+    from ``seed``, saved with SmolLM2's tokenizer. Built once per setting and cached (a few
+    seconds); safe to call from several processes.
+
+    Args:
+        layers: decoder layers.
+        hidden: hidden size.
+        heads: attention heads (must divide ``hidden``).
+        kv_heads: key/value heads (must divide ``heads``).
+        intermediate: MLP size.
+        seed: initialisation seed.
+        cache_dir: where to keep it (default ``~/.cache/care-sdk/tiny`` or ``$CARE_SDK_CACHE/tiny``).
+
+    Returns:
+        A directory ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained`` load.
+
+    Examples:
+        >>> from transformers import AutoModelForCausalLM  # doctest: +SKIP
+        >>> model = AutoModelForCausalLM.from_pretrained(tiny_model_dir())  # doctest: +SKIP
+        >>> model.config.num_hidden_layers  # doctest: +SKIP
+        2
+    """
+    require_train()
+    from care_sdk.backends.llamacpp import default_model_path
+
+    gguf = default_model_path()
+    settings = {
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "intermediate": intermediate,
+        "seed": seed,
+        "gguf": gguf.name,
+    }
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    target = _cache_root(cache_dir) / f"smollm2-tiny-{layers}x{hidden}-{key}"
+    if (target / _COMPLETE).exists():
+        return target
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+    config.num_hidden_layers = layers
+    config.hidden_size = hidden
+    config.num_attention_heads = heads
+    config.num_key_value_heads = kv_heads
+    config.intermediate_size = intermediate
+    config.head_dim = hidden // heads
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / _COMPLETE).write_text(json.dumps(settings) + "\n", encoding="utf-8")
+        try:
+            os.replace(staging, target)
+        except OSError:
+            if not (target / _COMPLETE).exists():
+                shutil.rmtree(target, ignore_errors=True)
+                os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def resolve_model(name: str) -> Path:
+    """Resolve a recipe's ``model`` setting: ``tiny``, ``bundled``, or a directory.
+
+    A training output directory resolves to its ``merged/`` model when it has one.
+
+    Raises:
+        ConfigError: the directory does not exist.
+
+    Examples:
+        >>> resolve_model("/nonexistent")
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.ConfigError: model: no such directory: /nonexistent
+    """
+    from care_sdk.errors import ConfigError
+
+    if name == "tiny":
+        return tiny_model_dir()
+    if name == "bundled":
+        return bundled_model_dir()
+    path = Path(name)
+    if not path.is_dir():
+        raise ConfigError(f"model: no such directory: {name}")
+    if (path / "merged" / "config.json").exists():
+        return path / "merged"
+    return path
