@@ -3,7 +3,7 @@
 Items (never trained on; the same items for every row):
 
 - **Lend-an-Ear pairs**: the judged replies of the held-out conversations (``valid`` and ``test``
-  of :func:`care_sdk.training.evaluator_targets.lend_an_ear_split`), six systems per turn (the
+  of :func:`care_sdk.data.lend_an_ear_split`), six systems per turn (the
   human reply and five Qwen3-4B systems); a pair is two replies to the same turn whose MINT judge
   scores (aggregated empathy) differ by at least 1. Metric: the share of pairs the reward orders as
   the judge does (ties count 1/2), 95 % bootstrap interval over turns.
@@ -47,10 +47,17 @@ from care_sdk import RubricEvaluator, RubricGenerator
 from care_sdk.backends import resolve_backend
 from care_sdk.bench.dialogue_tasks import expert_aggregate
 from care_sdk.bench.metrics import Estimate, bootstrap, pairwise_accuracy, preference_pairs, score_pairs, spearman
-from care_sdk.data import data_dir, default_strategy_map, load_esconv, load_judged_turns, load_lend_an_ear
+from care_sdk.data import (
+    data_dir,
+    default_strategy_map,
+    lend_an_ear_split,
+    load_esconv,
+    load_judged_turns,
+    load_lend_an_ear,
+)
 from care_sdk.evaluator import expected_scores
 from care_sdk.prompts import parse_evaluation
-from care_sdk.training.evaluator_targets import EVASIVE_REPLIES, PLATITUDES, lend_an_ear_split
+from care_sdk.training.evaluator_targets import EVASIVE_REPLIES, PLATITUDES
 from care_sdk.types import DIMENSIONS, RewardResult, Rubric, fixed_criteria
 
 SYSTEMS = (

@@ -80,22 +80,22 @@ FAILED = [
     [("speaker", "hi", None), ("listener", "<MID> hm", "Questions")],
 ]
 CONVERSATIONS = {  # id: (seeker line, supporter reply, expert positives, expert negatives)
-    "c1": ("[AFF] I was passed over for a promotion.", "<GOOD> That must sting.", 5, 1),
-    "c2": ("[AFF] My manager ignores me.", "<MID> Hm, okay.", 3, 3),
+    "a1": ("[AFF] I was passed over for a promotion.", "<GOOD> That must sting.", 5, 1),
+    "a4": ("[AFF] My manager ignores me.", "<MID> Hm, okay.", 3, 3),
     "c3": ("[AFF] My colleague took credit.", "<BAD> Happens to everyone.", 2, 4),
     "c4": ("[COG] I can't tell if my work matters.", "<COG> What would mattering look like?", 4, 2),
 }
 POSITIVE = ("validating_emotions", "encouraging_elaboration", "demonstrating_understanding")
 NEGATIVE = ("advice_giving", "self_oriented", "dismissing_emotions")
 JUDGED = [  # (conversation, turn_index, system, reply, aggregated judge score)
-    ("c1", 1, "gold", "<GOOD> gold one", 4.5),
-    ("c1", 1, "s1", "<BAD> s1 one", 3.0),
-    ("c1", 1, "s2", "<MID> s2 one", 4.0),
-    ("c2", 1, "gold", "<BAD> gold two", 5.0),
-    ("c2", 1, "s1", "<GOOD> s1 two", 3.0),
-    ("c2", 1, "s2", "<GOOD> s2 two!", 3.0),
-    ("c2", 1, "s3", "<BAD> s3 two", 1.0),
-    ("c1", 2, "gold", "<GOOD> no such turn", 3.0),
+    ("a1", 1, "gold", "<GOOD> gold one", 4.5),
+    ("a1", 1, "s1", "<BAD> s1 one", 3.0),
+    ("a1", 1, "s2", "<MID> s2 one", 4.0),
+    ("a4", 1, "gold", "<BAD> gold two", 5.0),
+    ("a4", 1, "s1", "<GOOD> s1 two", 3.0),
+    ("a4", 1, "s2", "<GOOD> s2 two!", 3.0),
+    ("a4", 1, "s3", "<BAD> s3 two", 1.0),
+    ("a1", 2, "gold", "<GOOD> no such turn", 3.0),
     ("zz", 1, "gold", "<GOOD> no such conversation", 3.0),
 ]
 SAGE = [  # (role, text, emotion point, change caused by the previous reply)
@@ -140,7 +140,7 @@ def write_data(root: Path) -> Path:
             writer = csv.writer(handle)
             writer.writerow(["conversation_id", *POSITIVE, *NEGATIVE])
             for cid, (_, _, pos, neg) in CONVERSATIONS.items():
-                if expert == 3 and cid == "c1":
+                if expert == 3 and cid == "a1":
                     pos, neg = 1, 5  # an outlier the median ignores
                 writer.writerow([cid, *([pos] * 3), *([neg] * 3)])
     judged = root / "mint_lend_an_ear" / "judged_turns"
@@ -218,15 +218,15 @@ def test_alignment_by_hand(toy_data: DataPaths, tmp_path: Path) -> None:
 
 def test_pairwise_by_hand(toy_data: DataPaths, tmp_path: Path) -> None:
     report = runner(tmp_path / "out").run(["pairwise"], toy_data, SETTINGS)
-    # Turn c1: (gold 1.0 > s1 0.0) agrees, (s2 0.5 > s1 0.0) agrees; gold vs s2 differ by 0.5 < margin.
-    # Turn c2: gold 0.0 vs s1 1.0 and vs s2 1.0 disagree, gold vs s3 tie (both 0.0), s1 and s2 beat s3.
+    # Turn a1: (gold 1.0 > s1 0.0) agrees, (s2 0.5 > s1 0.0) agrees; gold vs s2 differ by 0.5 < margin.
+    # Turn a4: gold 0.0 vs s1 1.0 and vs s2 1.0 disagree, gold vs s3 tie (both 0.0), s1 and s2 beat s3.
     for variant in ("care", "uniform_weights", "fixed_criteria", "fixed_rubric"):
         assert metric(report, "pairwise", "accuracy (ties = 1/2)", variant) == pytest.approx(4.5 / 7)
         assert metric(report, "pairwise", "accuracy, untied pairs", variant) == pytest.approx(4 / 6)
         assert metric(report, "pairwise", "share of tied pairs", variant) == pytest.approx(1 / 7)
-    # Length: c1 gold (15 chars) > s1 (12) agrees, s2 (12) = s1 ties. c2: gold (14) > s1 (13) agrees,
+    # Length: a1 gold (15 chars) > s1 (12) agrees, s2 (12) = s1 ties. a4: gold (14) > s1 (13) agrees,
     # gold = s2 (14) ties, gold > s3 (12), s1 > s3 and s2 > s3 agree: (1 + 0.5 + 1 + 0.5 + 1 + 1 + 1) / 7.
-    lengths = {s: len(r) for c, i, s, r, _ in JUDGED if c == "c2" and i == 1}
+    lengths = {s: len(r) for c, i, s, r, _ in JUDGED if c == "a4" and i == 1}
     assert lengths == {"gold": 14, "s1": 13, "s2": 14, "s3": 12}
     assert metric(report, "pairwise", "accuracy (ties = 1/2)", "length") == pytest.approx(6 / 7)
     # The two judged rows that point nowhere are reported, not silently dropped.
@@ -237,10 +237,10 @@ def test_pairwise_by_hand(toy_data: DataPaths, tmp_path: Path) -> None:
 
 def test_experts_by_hand(toy_data: DataPaths, tmp_path: Path) -> None:
     report = runner(tmp_path / "out").run(["experts"], toy_data, SETTINGS)
-    # Expert aggregates (median of 3; c1's outlier ignored): c1 5, c4 4, c2 3, c3 2.
-    # CARE rewards: c1 1.0, c4 0.6 (cognitive criteria met, cognitive weight 0.6), c2 0.5, c3 0.0 -> same order.
+    # Expert aggregates (median of 3; a1's outlier ignored): a1 5, c4 4, a4 3, c3 2.
+    # CARE rewards: a1 1.0, c4 0.6 (cognitive criteria met, cognitive weight 0.6), a4 0.5, c3 0.0 -> same order.
     assert metric(report, "experts", "Spearman vs expert aggregate", "care") == pytest.approx(1.0)
-    # Uniform weights give c4 1/3 < c2 0.5: one swapped neighbour pair -> 1 - 6 * 2 / (4 * 15) = 0.8.
+    # Uniform weights give c4 1/3 < a4 0.5: one swapped neighbour pair -> 1 - 6 * 2 / (4 * 15) = 0.8.
     assert metric(report, "experts", "Spearman vs expert aggregate", "uniform_weights") == pytest.approx(0.8)
     detail = report.results[0].details[0]
     assert "| validating_emotions | 1.00" in detail

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from care_sdk import RubricEvaluator
+from care_sdk.data import lend_an_ear_split
 from care_sdk.errors import ConfigError
 from care_sdk.prompts import evaluator_messages, parse_evaluation
 from care_sdk.testing import ScriptedBackend, evaluation_json
@@ -18,7 +19,6 @@ from care_sdk.training.evaluator_targets import (
     EVASIVE_REPLIES,
     PLATITUDES,
     judged_scores,
-    lend_an_ear_split,
 )
 from care_sdk.training.sft import sft_rows
 from care_sdk.types import Dimension, Message, Rubric

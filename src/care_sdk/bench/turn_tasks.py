@@ -32,9 +32,11 @@ from care_sdk.bench.metrics import (
 )
 from care_sdk.bench.variants import MODEL_VARIANTS, VARIANTS, Item, record_done
 from care_sdk.data import (
+    LEND_AN_EAR_HELD_OUT,
     JudgedResponse,
     SupportDialogue,
     SupportTurn,
+    lend_an_ear_split,
     load_esconv,
     load_judged_turns,
     load_lend_an_ear,
@@ -120,7 +122,11 @@ class AlignmentTask(
 class PairwiseTask(
     QualityTask, name="pairwise", title="Pairwise preference vs the MINT judge (Lend-an-Ear turns)", unit="judged turns"
 ):
-    """Pairwise preference accuracy on MINT's judged replies from different systems to the same turn."""
+    """Pairwise preference accuracy on MINT's judged replies from different systems to the same turn.
+
+    Only the held-out conversations (:data:`~care_sdk.data.LEND_AN_EAR_HELD_OUT`) are read: the
+    others feed the preference pairs and the evaluator's training data.
+    """
 
     def load(self, paths: DataPaths, settings: Settings) -> TaskData:
         judged = load_judged_turns(paths.judged_file)
@@ -147,6 +153,8 @@ class PairwiseTask(
                 return Unusable(
                     f"no supporter message at {index} in Lend-an-Ear conversation {response.conversation_id}"
                 )
+            if lend_an_ear_split(response.conversation_id) not in LEND_AN_EAR_HELD_OUT:
+                return None  # trained on: its pairs are training data
             return response, dialogue
 
         groups: dict[tuple[str, int], dict[str, Any]] = {}
@@ -202,7 +210,8 @@ class PairwiseTask(
             rows["share of tied pairs"][variant] = result["ties"]
         notes = [
             f"{len(pairs)} pairs of replies to the same turn whose judge scores (aggregated empathy, 1-5) differ by "
-            f">= {settings.margin:g}; intervals resample turns, keeping each turn's pairs together.",
+            f">= {settings.margin:g}, from the held-out Lend-an-Ear conversations only (split "
+            f"{'/'.join(LEND_AN_EAR_HELD_OUT)}); intervals resample turns, keeping each turn's pairs together.",
         ]
         if any(missing.values()):
             notes.append("Pairs left out for a missing reward: " + ", ".join(f"{v} {n}" for v, n in missing.items()))

@@ -23,6 +23,8 @@ API summary (stable):
 - :class:`StrategyMap`: ``StrategyMap.default()`` (ESConv strategies + MINT tactics, package
   data ``strategy_map.json``), ``from_mapping`` / ``from_file`` for your own;
   ``.dimension(name)``, ``.canonical(name)``, ``.counts(strategies)``.
+- :func:`~care_sdk.data.splits.lend_an_ear_split`: the one split by conversation of Lend-an-Ear
+  (train on ``train`` only; ``valid`` and ``test`` are held out everywhere).
 - :func:`data_dir` locates the data directory (an explicit path, else ``$CARE_DATA_DIR``; an
   error that says where to get the data otherwise); :func:`require_data` checks one file.
 
@@ -47,12 +49,14 @@ from care_sdk.data.mint import (
 )
 from care_sdk.data.records import SupportDialogue, SupportTurn
 from care_sdk.data.sage import SageProfile, SageRollout, load_sage_profiles, load_sage_rollouts
+from care_sdk.data.splits import LEND_AN_EAR_HELD_OUT, lend_an_ear_split, split_of
 from care_sdk.data.strategies import StrategyMap, UnknownStrategyError, default_strategy_map
 
 __all__ = [
     "DATASETS",
     "DATA_DIR_ENV",
     "ESCONV_SPLITS",
+    "LEND_AN_EAR_HELD_OUT",
     "MINT_JUDGE_DIMENSIONS",
     "MINT_TACTICS",
     "JudgedResponse",
@@ -66,6 +70,7 @@ __all__ = [
     "UnknownStrategyError",
     "data_dir",
     "default_strategy_map",
+    "lend_an_ear_split",
     "load_esconv",
     "load_judged_turns",
     "load_lend_an_ear",
@@ -73,4 +78,5 @@ __all__ = [
     "load_sage_profiles",
     "load_sage_rollouts",
     "require_data",
+    "split_of",
 ]

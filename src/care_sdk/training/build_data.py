@@ -3,7 +3,7 @@
 Pipeline:
 
 1. Load ESConv (its own train/valid/test splits) and, optionally, Lend-an-Ear (50 tactic-tagged
-   conversations, split by a seeded hash of the conversation id).
+   conversations, split once for every use by :func:`care_sdk.data.splits.lend_an_ear_split`).
 2. SFT targets (:mod:`care_sdk.training.targets`): a **teacher** writes a good rubric for every
    selected supporter turn, given the context, the reference reply and its strategies; **target
    judges** keep the ones that are specific and consistent with the reference. Alignment with the
@@ -37,6 +37,7 @@ from care_sdk.data import (
     load_judged_turns,
     load_lend_an_ear,
 )
+from care_sdk.data.splits import lend_an_ear_split
 from care_sdk.training.config import BuildDataConfig
 from care_sdk.training.pairs import HUMAN_SYSTEMS, annotate, candidate_pairs, mint_pairs, offcontext_pairs
 from care_sdk.training.policy.components import BackendPool
@@ -45,26 +46,10 @@ from care_sdk.training.roles import Role, write_roles
 from care_sdk.training.targets import BuildContext, build_targets, count_weights
 from care_sdk.types import Message
 
-__all__ = ["SPLITS", "BuildReport", "build_data", "count_weights", "input_key", "split_of"]
+__all__ = ["SPLITS", "BuildReport", "build_data", "count_weights", "input_key"]
 
 SPLITS: tuple[Role, ...] = ("train", "valid", "test")
 """Output splits, in order (each output file's data role)."""
-
-
-def split_of(dialogue_id: str, *, seed: int, valid_fraction: float, test_fraction: float) -> str:
-    """A deterministic split for a dialogue, from a seeded hash of its id.
-
-    Examples:
-        >>> split_of("conv-1", seed=0, valid_fraction=0.1, test_fraction=0.1) in SPLITS
-        True
-    """
-    digest = hashlib.sha256(f"{seed}:{dialogue_id}".encode()).digest()
-    u = int.from_bytes(digest[:8], "big") / 2**64
-    if u < test_fraction:
-        return "test"
-    if u < test_fraction + valid_fraction:
-        return "valid"
-    return "train"
 
 
 def input_key(context: Sequence[Message]) -> str:
@@ -138,9 +123,7 @@ def _load(cfg: BuildDataConfig, mapping: StrategyMap, report: BuildReport) -> li
         report.load_issues += [str(i) for i in loaded_lae.issues]
         dialogues = loaded_lae.records[: cfg.max_dialogues] if cfg.max_dialogues else loaded_lae.records
         for d in dialogues:
-            out.append(
-                (d, split_of(d.id, seed=cfg.seed, valid_fraction=cfg.valid_fraction, test_fraction=cfg.test_fraction))
-            )
+            out.append((d, lend_an_ear_split(d.id)))
     return out
 
 

@@ -113,10 +113,6 @@ class BuildDataConfig(_Config):
     offcontext_pairs: bool = False
     """Also build off-context ESConv pairs: the reference reply vs a supporter reply from another
     dialogue. Not the method's pairs: the rejected reply is off-topic, so any rubric separates the two."""
-    valid_fraction: float = Field(default=0.1, ge=0, lt=1)
-    """Share of non-ESConv dialogues assigned to ``valid`` (by a seeded hash of the dialogue id)."""
-    test_fraction: float = Field(default=0.1, ge=0, lt=1)
-    """Share of non-ESConv dialogues assigned to ``test``."""
     seed: int = 0
     """Seed of every random choice (splits, candidate order, backend sampling)."""
 

@@ -13,7 +13,7 @@ trains on the score JSON. Two sources, both split by conversation:
   demonstrating understanding, encouraging elaboration; affective = validating emotions, not
   dismissing them; proactive = giving advice (the judge's ``advice_giving`` measures how much
   advice a reply gives), keeping the focus on the user (not self-oriented). Only conversations of
-  the ``train`` split (:func:`lend_an_ear_split`) are used; ``valid`` and ``test`` are held out.
+  the ``train`` split (:func:`care_sdk.data.splits.lend_an_ear_split`) are used; ``valid`` and ``test`` are held out.
 - **ESConv** (train split only): the rubric is the template target of the turn
   (:mod:`care_sdk.training.rubric_targets`, what the bundled generator is trained to write).
   Candidates and their targets (:data:`ESCONV_SCORES`): the reference reply scores 4 on the
@@ -43,8 +43,9 @@ from care_sdk.data import (
     load_judged_turns,
     load_lend_an_ear,
 )
+from care_sdk.data.splits import lend_an_ear_split
 from care_sdk.errors import ConfigError
-from care_sdk.training.build_data import BuildReport, split_of
+from care_sdk.training.build_data import BuildReport
 from care_sdk.training.roles import write_roles
 from care_sdk.training.rubric_targets import TemplateTargets
 from care_sdk.types import DIMENSIONS, Criterion, Dimension, Rubric
@@ -60,7 +61,6 @@ __all__ = [
     "build_evaluator_sft",
     "esconv_scores",
     "judged_scores",
-    "lend_an_ear_split",
 ]
 
 EVALUATOR_TARGETS_VERSION = "evaluator-targets-v1"
@@ -154,19 +154,6 @@ EVASIVE_REPLIES = (
     "Whatever you think.",
 )
 """Replies that avoid the user altogether."""
-
-
-def lend_an_ear_split(conversation_id: str) -> str:
-    """The split of a Lend-an-Ear conversation: ``train``, ``valid`` or ``test`` (about 80/10/10).
-
-    The same seeded hash as ``care train build-data`` with its default seed and fractions, so
-    the conversations held out here are held out from the preference pairs too.
-
-    Examples:
-        >>> lend_an_ear_split("20241031145103738386") in ("train", "valid", "test")
-        True
-    """
-    return split_of(conversation_id, seed=0, valid_fraction=0.1, test_fraction=0.1)
 
 
 def judged_scores(scores: dict[str, int]) -> list[tuple[str, int]]:
@@ -269,8 +256,8 @@ def _lend_an_ear_records(
     report.load_issues += [str(i) for i in dialogues.issues + judged.issues]
     turns: dict[tuple[str, int], SupportTurn] = {}
     for dialogue in dialogues.records:
-        for turn in dialogue.supporter_turns(mapping):
-            turns[(dialogue.id, turn.index)] = turn
+        for supporter_turn in dialogue.supporter_turns(mapping):
+            turns[(dialogue.id, supporter_turn.index)] = supporter_turn
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for item in judged.records:
         split = lend_an_ear_split(item.conversation_id)

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from care_sdk.training._common import (
+    evaluator_prompt_messages,
     load_model,
     make_trainer,
-    evaluator_prompt_messages,
     prompt_messages,
     read_records,
     save_outputs,
@@ -88,7 +88,8 @@ def sft_rows(
         >>> from care_sdk.types import Rubric
         >>> record = {"context": [{"role": "user", "content": "hi"}], "reply": "Hello!", "target": "{}",
         ...           "rubric": Rubric.uniform_fixed().model_dump(mode="json")}
-        >>> "Hello!" in sft_rows([record], keep=4, criteria_per_dimension=2, role="evaluator")[0]["prompt"][1]["content"]
+        >>> row = sft_rows([record], keep=4, criteria_per_dimension=2, role="evaluator")[0]
+        >>> "Hello!" in row["prompt"][1]["content"]
         True
     """
     from care_sdk.errors import InputError
