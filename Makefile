@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # The package never guesses where data lies; this checkout's tests and benchmarks use ../shared/data.
 export CARE_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: demo test lint typecheck docs docs-serve clean generator-adapter bench-generator
+.PHONY: demo test lint typecheck docs docs-serve clean generator-adapter bench-generator evaluator-adapter bench-evaluator
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,18 @@ generator-adapter: $(VENV)/.test-installed
 	CARE_DATA_DIR=$(DATA) $(VENV)/bin/care train sft --config training/configs/generator_sft_cpu.yaml
 	$(VENV)/bin/care train export-adapter --config training/configs/generator_sft_cpu.yaml \
 		--out src/care_sdk/adapters/generator.gguf
+
+# The bundled evaluator adapter, rebuilt from Lend-an-Ear train conversations and ESConv train with the
+# project's own recipe (about 80 minutes on one CPU core; run it again after an interruption to resume).
+evaluator-adapter: $(VENV)/.test-installed
+	CARE_DATA_DIR=$(DATA) $(VENV)/bin/care train build-data --config training/configs/evaluator_data.yaml
+	OMP_NUM_THREADS=1 CARE_DATA_DIR=$(DATA) $(VENV)/bin/care train sft --config training/configs/evaluator_sft_cpu.yaml
+	$(VENV)/bin/care train export-adapter --config training/configs/evaluator_sft_cpu.yaml \
+		--out src/care_sdk/adapters/evaluator.gguf
+
+# The shipped evaluator against its baselines on held-out Lend-an-Ear and ESConv test items.
+bench-evaluator: $(VENV)/.test-installed
+	CARE_DATA_DIR=$(DATA) $(PY) benchmarks/bench_evaluator.py --out runs/bench_evaluator
 
 # The shipped generator against its baselines on 500 held-out ESConv test turns (about 40 minutes).
 bench-generator: $(VENV)/.test-installed

@@ -116,7 +116,8 @@ class AdapterInfo:
             ConfigError: the adapter was trained for another role or prompt version.
         """
         if self.role != role:
-            raise ConfigError(f"{self.path.name}: a {self.role} adapter cannot serve as the {role}")
+            article = "an" if self.role[:1] in "aeiou" else "a"
+            raise ConfigError(f"{self.path.name}: {article} {self.role} adapter cannot serve as the {role}")
         if self.prompt_version != prompt_version:
             raise ConfigError(
                 f"{self.path.name}: adapter trained with {role} prompt {self.prompt_version}, but this version "

@@ -4,7 +4,7 @@ Spec strings:
 
 - ``default``: the bundled SmolLM2-135M-Instruct GGUF on llama.cpp (no network, no GPU), with the
   bundled LoRA adapter of the component that uses it (the rubric generator's adapter for a
-  :class:`~care_sdk.RubricGenerator`; the evaluator has none yet and uses the base model)
+  :class:`~care_sdk.RubricGenerator`, the evaluator's adapter for a :class:`~care_sdk.RubricEvaluator`)
 - ``base``: the bundled SmolLM2-135M-Instruct without any adapter (the untrained base)
 - ``llamacpp:PATH.gguf``: any GGUF file on llama.cpp
 - ``openai:MODEL`` or ``openai:MODEL@BASE_URL``: hosted APIs and OpenAI-compatible servers
