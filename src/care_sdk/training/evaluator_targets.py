@@ -219,7 +219,8 @@ def _esconv_records(
         for t in d.supporter_turns(mapping)
         if t.labelled and t.context and any(t.counts.values())
     ]
-    kinds = ["offcontext", "offcontext", "offcontext", "platitude", "evasive"]
+    several = len({t.dialogue_id for t, _ in turns}) > 1  # another conversation's reply needs another conversation
+    kinds = ["offcontext", "offcontext", "offcontext", "platitude", "evasive"] if several else ["platitude", "evasive"]
     records = []
     for i, (turn, dialogue) in enumerate(turns):
         rubric, problems = targets.build(turn, dialogue)
