@@ -3,10 +3,10 @@
 Items (never trained on; the same items for every row):
 
 - **Lend-an-Ear pairs**: the judged replies of the held-out conversations (``valid`` and ``test``
-  of :func:`care_sdk.data.lend_an_ear_split`), six systems per turn (the
-  human reply and five Qwen3-4B systems); a pair is two replies to the same turn whose MINT judge
-  scores (aggregated empathy) differ by at least 1. Metric: the share of pairs the reward orders as
-  the judge does (ties count 1/2), 95 % bootstrap interval over turns.
+  of :func:`care_sdk.data.lend_an_ear_split`), four systems per turn (the human reply and three
+  Qwen3-4B systems); a pair is two replies to the same turn whose MINT judge scores (aggregated
+  empathy) differ by at least 1. Metric: the share of pairs the reward orders as the judge does
+  (ties count 1/2), 95 % bootstrap interval over turns.
 - **ESConv test groups**: for a seeded sample of test contexts (one per dialogue), a group of 8
   replies: the reference, five supporter replies from other test dialogues, a platitude and an
   evasive reply (both from lists the evaluator's training data does not contain). Metrics: the
@@ -19,11 +19,12 @@ Items (never trained on; the same items for every row):
 
 Rows: the shipped reward (bundled generator + bundled evaluator) and the paper's ablations with the
 shipped models (uniform weights, fixed criteria, fixed rubric); the untrained evaluator under the
-shipped rubrics (isolates what the evaluator's training adds); the untrained base model as both
-generator and evaluator (on a subsample: it writes rubrics about 9x slower); reply length. Each
-model row is read two ways from the same calls: the sampled (greedy) scores and the
-logprob-expected scores. Rewards here are the reward formula on the evaluation, without the
-pre-checks of :class:`~care_sdk.guards.Guards`, so that the model itself is measured.
+shipped rubrics (what the evaluator's training adds); reply length. On a seeded subsample of
+groups: the untrained base model as both generator and evaluator (it writes rubrics about 9x
+slower), and the shipped reward read two ways from the same calls, the greedy scores and the
+logprob-expected scores (keeping logits for every position makes llama.cpp about 3x slower).
+Rewards here are the reward formula on the evaluation, without the pre-checks of
+:class:`~care_sdk.guards.Guards`, so that the model itself is measured.
 
 Usage:
     python benchmarks/bench_evaluator.py --out runs/bench_evaluator [--stage rubrics|base|shipped|report]
@@ -60,14 +61,7 @@ from care_sdk.prompts import parse_evaluation
 from care_sdk.training.evaluator_targets import EVASIVE_REPLIES, PLATITUDES
 from care_sdk.types import DIMENSIONS, RewardResult, Rubric, fixed_criteria
 
-SYSTEMS = (
-    "gold",
-    "baseline1_vanilla_Qwen3-4B",
-    "baseline2_tactic_prompt_Qwen3-4B",
-    "baseline7_psychocounsel_Qwen3-4B",
-    "baseline8_r1zerodiv_Qwen3-4B",
-    "ours3_q_dkl_h_Qwen3-4B",
-)
+SYSTEMS = ("gold", "baseline1_vanilla_Qwen3-4B", "baseline7_psychocounsel_Qwen3-4B", "ours3_q_dkl_h_Qwen3-4B")
 HELD_OUT_PLATITUDES = (
     "Things always get better eventually.",
     "Just think happy thoughts.",
@@ -177,14 +171,22 @@ def rubrics(spec: str, items: list[dict[str, Any]], out: Path) -> dict[str, Any]
 
 
 def evaluations(
-    spec: str, rubric_spec: str, criteria: str, items: list[dict[str, Any]], out: Path, rubric_of: dict[str, Any]
+    spec: str,
+    rubric_spec: str,
+    criteria: str,
+    items: list[dict[str, Any]],
+    out: Path,
+    rubric_of: dict[str, Any],
+    logprobs: bool = False,
 ) -> dict[str, Any]:
     """Scores of every item by evaluator ``spec`` under ``rubric_spec``'s rubrics (``criteria``:
-    ``generated`` or ``fixed``), greedy, with the logprobs of the score tokens (cached)."""
-    path = out / f"evals_{spec}_{rubric_spec}_{criteria}.jsonl"
+    ``generated`` or ``fixed``), greedy; with ``logprobs`` also the logprob-expected scores of the
+    same call (llama.cpp then keeps logits for every position, about three times slower). Cached."""
+    path = out / f"evals_{spec}_{rubric_spec}_{criteria}{'_logprobs' if logprobs else ''}.jsonl"
     done = _cache(path)
     evaluator = RubricEvaluator(
-        resolve_backend(spec, role="evaluator", n_threads=THREADS, n_ctx=4096, logprobs=True), use_logprobs=True
+        resolve_backend(spec, role="evaluator", n_threads=THREADS, n_ctx=4096, logprobs=logprobs),
+        use_logprobs=logprobs,
     )
     for item in items:
         if item["key"] in done:
@@ -205,8 +207,9 @@ def evaluations(
             except ValueError as exc:
                 value = {"error": str(exc), "text": completion.text}
                 continue
-            expected = expected_scores(sampled, completion)
-            value = {"sampled": [s.score for s in sampled.scores], "expected": [s.score for s in expected.scores]}
+            value = {"sampled": [s.score for s in sampled.scores]}
+            if logprobs:
+                value["expected"] = [s.score for s in expected_scores(sampled, completion).scores]
             break
         value["seconds"] = time.perf_counter() - start
         _append(path, item["key"], value)
@@ -312,33 +315,32 @@ def report(items: list[dict[str, Any]], out: Path, base_subsample: set[str], res
     """Every row's metrics, written as ``results.json`` and ``results.md``."""
     shipped_rubrics = _cache(out / "rubrics_default.jsonl")
     base_rubrics = _cache(out / "rubrics_base.jsonl")
+    sub = [it for it in items if it["group"] in base_subsample]
     rows: dict[str, dict[str, float | None]] = {}
     timing: dict[str, float | None] = {}
     generated = _cache(out / "evals_default_default_generated.jsonl")
     fixed = _cache(out / "evals_default_default_fixed.jsonl")
     timing["shipped evaluator"] = _seconds(generated)
-    for how in ("sampled", "expected"):
-        for variant in VARIANTS:
-            weights = "uniform" if variant in ("uniform_weights", "fixed_rubric") else "generated"
-            criteria = "fixed" if variant in ("fixed_criteria", "fixed_rubric") else "generated"
-            evals = fixed if criteria == "fixed" else generated
-            rows[f"shipped {variant} ({how})"] = row_rewards(items, shipped_rubrics, evals, how, weights, criteria)
+    for variant in VARIANTS:
+        weights = "uniform" if variant in ("uniform_weights", "fixed_rubric") else "generated"
+        criteria = "fixed" if variant in ("fixed_criteria", "fixed_rubric") else "generated"
+        evals = fixed if criteria == "fixed" else generated
+        rows[f"shipped: {variant}"] = row_rewards(items, shipped_rubrics, evals, "sampled", weights, criteria)
     base_eval = _cache(out / "evals_base_default_generated.jsonl")
-    timing["untrained evaluator"] = _seconds(base_eval)
-    full_base = _cache(out / "evals_base_base_generated.jsonl")
-    for how in ("sampled", "expected"):
-        rows[f"untrained evaluator, shipped rubrics ({how})"] = row_rewards(
-            items, shipped_rubrics, base_eval, how, "generated", "generated"
-        )
-        rows[f"untrained base, subsample ({how})"] = row_rewards(
-            [it for it in items if it["group"] in base_subsample],
-            base_rubrics,
-            full_base,
-            how,
-            "generated",
-            "generated",
-        )
+    timing["untrained evaluator (whole context)"] = _seconds(base_eval)
+    rows["untrained evaluator, shipped rubrics"] = row_rewards(
+        items, shipped_rubrics, base_eval, "sampled", "generated", "generated"
+    )
     rows["reply length (words)"] = {it["key"]: float(len(it["reply"].split())) for it in items}
+    full_base = _cache(out / "evals_base_base_generated.jsonl")
+    rows["subsample: untrained base"] = row_rewards(sub, base_rubrics, full_base, "sampled", "generated", "generated")
+    logprobs = _cache(out / "evals_default_default_generated_logprobs.jsonl")
+    timing["shipped evaluator with logprobs"] = _seconds(logprobs)
+    for how in ("sampled", "expected"):
+        rows[f"subsample: shipped, {how} scores"] = row_rewards(
+            sub, shipped_rubrics, logprobs, how, "generated", "generated"
+        )
+    rows["subsample: reply length"] = {it["key"]: float(len(it["reply"].split())) for it in sub}
     results = {
         name: {metric: est.to_json() for metric, est in metrics(items, rewards, resamples).items()}
         for name, rewards in rows.items()
@@ -365,11 +367,10 @@ def report(items: list[dict[str, Any]], out: Path, base_subsample: set[str], res
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/bench_evaluator")
-    parser.add_argument("--esconv-contexts", type=int, default=40)
+    parser.add_argument("--esconv-contexts", type=int, default=24)
     parser.add_argument("--base-groups", type=int, default=16, help="groups (turns) the untrained base row scores")
-    parser.add_argument(
-        "--stage", choices=["rubrics", "base", "shipped", "shipped-fixed", "report", "all"], default="all"
-    )
+    stages = ["rubrics", "base", "shipped", "shipped-fixed", "shipped-logprobs"]
+    parser.add_argument("--stage", choices=[*stages, "report", "all"], default="all")
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -387,8 +388,11 @@ def main() -> None:
         ),
         "shipped": lambda: evaluations("default", "default", "generated", items, out, rubrics("default", items, out)),
         "shipped-fixed": lambda: evaluations("default", "default", "fixed", items, out, rubrics("default", items, out)),
+        "shipped-logprobs": lambda: evaluations(
+            "default", "default", "generated", base_items, out, rubrics("default", items, out), logprobs=True
+        ),
     }
-    for stage in ("rubrics", "base", "shipped", "shipped-fixed"):
+    for stage in stages:
         if args.stage in (stage, "all"):
             print(f"{stage}: {len(items)} items", flush=True)
             run[stage]()
