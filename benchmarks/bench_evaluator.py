@@ -19,7 +19,8 @@ Items (never trained on; the same items for every row):
 
 Rows: the shipped reward (bundled generator + bundled evaluator) and the paper's ablations with the
 shipped models (uniform weights, fixed criteria, fixed rubric); the untrained evaluator under the
-shipped rubrics (what the evaluator's training adds); reply length. On a seeded subsample of
+shipped rubrics (what the evaluator's training adds; on every Lend-an-Ear item and the subsample's
+ESConv groups, since with the whole context it takes about 8 s an evaluation); reply length. On a seeded subsample of
 groups: the untrained base model as both generator and evaluator (it writes rubrics about 9x
 slower), and the shipped reward read two ways from the same calls, the greedy scores and the
 logprob-expected scores (keeping logits for every position makes llama.cpp about 3x slower).
@@ -380,10 +381,11 @@ def main() -> None:
     groups = sorted({it["group"] for it in items})
     subsample = set(random.Random(args.seed).sample(groups, min(args.base_groups, len(groups))))
     base_items = [it for it in items if it["group"] in subsample]
+    lae_and_sub = [it for it in items if it["task"] == "lend-an-ear" or it["group"] in subsample]
     run: dict[str, Callable[[], Any]] = {
         "rubrics": lambda: rubrics("default", items, out),
         "base": lambda: (
-            evaluations("base", "default", "generated", items, out, rubrics("default", items, out)),
+            evaluations("base", "default", "generated", lae_and_sub, out, rubrics("default", items, out)),
             evaluations("base", "base", "generated", base_items, out, rubrics("base", base_items, out)),
         ),
         "shipped": lambda: evaluations("default", "default", "generated", items, out, rubrics("default", items, out)),
