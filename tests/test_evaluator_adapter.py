@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
@@ -10,10 +9,9 @@ import pytest
 from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
 from care_sdk.adapters import bundled_adapter
 from care_sdk.backends.llamacpp import LlamaCppBackend
-from care_sdk.data import default_strategy_map, load_esconv
+from care_sdk.data import LEND_AN_EAR_HELD_OUT, lend_an_ear_split, load_judged_turns, load_lend_an_ear
 from care_sdk.errors import ConfigError
 from care_sdk.prompts import EVALUATOR_PROMPT_VERSION
-from care_sdk.training.rubric_targets import TemplateTargets
 
 pytestmark = pytest.mark.slow
 
@@ -49,30 +47,32 @@ def test_the_evaluator_adapter_cannot_serve_as_the_generator(model_path: Path) -
     backend.close()
 
 
-def test_held_out_references_score_above_replies_from_other_conversations(
-    shipped: RubricEvaluator, data_dir: Path
-) -> None:
-    """ESConv test contexts (never trained on) under their template rubric: the reference reply against
-    a supporter reply from another test dialogue, over several fixed examples."""
-    mapping = default_strategy_map()
-    train = load_esconv(data_dir / "esconv" / "train.jsonl", strategy_map=mapping).records[:200]
-    test = load_esconv(data_dir / "esconv" / "test.jsonl", strategy_map=mapping).records
-    targets = TemplateTargets(train, mapping, max_context_messages=4)
-    rng = random.Random(7)
+SYSTEMS = ("gold", "baseline1_vanilla_Qwen3-4B", "baseline7_psychocounsel_Qwen3-4B", "ours3_q_dkl_h_Qwen3-4B")
+
+
+def test_the_shipped_reward_orders_held_out_judged_replies_as_the_judge(data_dir: Path) -> None:
+    """Held-out Lend-an-Ear turns (never trained on): the judge's best against its worst reply of four
+    systems, under the shipped generator's rubric, over several turns (greedy, so stable)."""
+    root = data_dir / "mint_lend_an_ear"
+    dialogues = {d.id: d for d in load_lend_an_ear(root).records}
+    judged = load_judged_turns(root / "judged_turns" / "judged_turn_responses_gold_and_qwen3-4b_systems.jsonl")
+    turns: dict[tuple[str, int], list] = {}
+    for r in judged.records:
+        if r.system in SYSTEMS and lend_an_ear_split(r.conversation_id) in LEND_AN_EAR_HELD_OUT:
+            turns.setdefault((r.conversation_id, r.turn_index), []).append(r)
     cases = []
-    for dialogue in test[:40]:
-        turns = [t for t in dialogue.supporter_turns(mapping) if t.labelled and len(t.context) >= 3]
-        if turns and any(turns[0].counts.values()):
-            cases.append((dialogue, rng.choice(turns)))
-    cases = cases[:8]
+    for (cid, index), replies in sorted(turns.items()):
+        best, worst = max(replies, key=lambda r: r.aggregated_empathy), min(replies, key=lambda r: r.aggregated_empathy)
+        if best.aggregated_empathy - worst.aggregated_empathy >= 1:
+            cases.append((list(dialogues[cid].messages[:index]), best.response, worst.response))
+    cases = cases[:6]
+    reward = AdaptiveReward.from_backend("default", guards=None)
+    results = reward.score_batch([(c, r) for c, best, worst in cases for r in (best, worst)])
     wins = 0.0
-    for i, (dialogue, turn) in enumerate(cases):
-        rubric = targets.rubric(turn, dialogue)
-        other = cases[(i + 3) % len(cases)][1].reply
-        good, bad = shipped.evaluate_batch(
-            [(turn.context_messages(), rubric, turn.reply), (turn.context_messages(), rubric, other)]
-        )
-        assert not isinstance(good, Exception) and not isinstance(bad, Exception)
-        a, b = good.dimension_scores(), bad.dimension_scores()
-        wins += 1.0 if sum(a.values()) > sum(b.values()) else 0.5 if sum(a.values()) == sum(b.values()) else 0.0
-    assert wins >= 0.75 * len(cases), (wins, len(cases))
+    for k in range(len(cases)):
+        good, bad = results[2 * k].reward, results[2 * k + 1].reward
+        assert good is not None and bad is not None, (results[2 * k].error, results[2 * k + 1].error)
+        wins += 1.0 if good > bad else 0.5 if good == bad else 0.0
+    # measured on all 55 such held-out turns: 0.95 (but the judge's worst is nearly always the short
+    # human reply: see docs/training/bundled_evaluator.md for the length baseline)
+    assert wins >= 4.5, wins
