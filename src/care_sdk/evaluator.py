@@ -17,16 +17,22 @@ from care_sdk.prompts import (
     EVALUATOR_PROMPT_VERSIONS,
     evaluation_schema,
     evaluator_messages,
+    forced_evaluation,
     parse_evaluation,
 )
 from care_sdk.types import Context, CriterionScore, Evaluation, Rubric
 
-__all__ = ["RubricEvaluator", "expected_scores"]
+__all__ = ["EVALUATOR_MODES", "RubricEvaluator", "expected_scores"]
 
 EvalItem = tuple[Context, Rubric, str]
 """One evaluation: the context, the rubric, the candidate reply."""
 
 TOP_LOGPROBS = 5
+EVALUATOR_MODES = ("auto", "forced", "decoded")
+"""How an evaluator gets its scores: ``forced`` builds the reply itself and reads each score from
+the model's distribution over ``1``-``5`` at its position (backends that
+:attr:`~care_sdk.backends.Backend.supports_forced_replies`); ``decoded`` decodes the whole reply
+under the JSON schema; ``auto`` is ``forced`` where the backend supports it, else ``decoded``."""
 
 
 class RubricEvaluator:
@@ -43,6 +49,11 @@ class RubricEvaluator:
             which gives continuous rewards.
         prompt_version: the evaluator prompt (``"v2"``, the default, fences the dialogue and the reply
             as quoted data; ``"v1"`` pastes the reply in as plain text).
+        mode: one of :data:`EVALUATOR_MODES`. ``"forced"`` (what ``"auto"`` picks on llama.cpp and
+            transformers) scores only the free positions of the reply: the prompt and the fixed
+            JSON are prefilled, each score is the most likely of ``1``-``5`` at its position (its
+            expectation with ``use_logprobs``, which then needs no logits for every position),
+            several times faster than decoding. ``"decoded"`` decodes the reply under the schema.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json
@@ -50,6 +61,10 @@ class RubricEvaluator:
         >>> ev = evaluator.evaluate("I lost my job.", Rubric.uniform_fixed(), "That must be a shock.")
         >>> [s.score for s in ev.scores]
         [5.0, 5.0, 3.0, 3.0, 1.0, 1.0]
+        >>> evaluator.forced  # a scripted backend decodes; llama.cpp and transformers score in place
+        False
+        >>> RubricEvaluator("default", mode="forced").forced  # doctest: +SKIP
+        True
     """
 
     def __init__(
@@ -62,7 +77,10 @@ class RubricEvaluator:
         max_attempts: int = 3,
         use_logprobs: bool = False,
         prompt_version: str = EVALUATOR_PROMPT_VERSION,
+        mode: str = "auto",
     ) -> None:
+        if mode not in EVALUATOR_MODES:
+            raise ConfigError(f"mode must be one of {EVALUATOR_MODES}, got {mode!r}")
         if max_attempts < 1:
             raise ConfigError("max_attempts must be at least 1")
         if prompt_version not in EVALUATOR_PROMPT_VERSIONS:
@@ -77,6 +95,12 @@ class RubricEvaluator:
         self.max_tokens = max_tokens
         self.max_attempts = max_attempts
         self.use_logprobs = use_logprobs
+        supported = bool(getattr(self.backend, "supports_forced_replies", False))
+        if mode == "forced" and not supported:
+            raise ConfigError(f"mode='forced' needs a backend that supports forced replies; {self.backend!r} does not")
+        self.mode = mode
+        self.forced = supported and mode != "decoded"
+        """Whether scores are read at their positions (``True``) or decoded (``False``)."""
 
     def request(self, context: Context, rubric: Rubric, reply: str) -> GenerationRequest:
         """The backend request that scores ``reply`` (useful to inspect the exact prompt)."""
@@ -87,6 +111,7 @@ class RubricEvaluator:
             temperature=self.temperature,
             seed=self.seed,
             top_logprobs=TOP_LOGPROBS if self.use_logprobs else None,
+            forced=forced_evaluation(len(rubric.criteria)) if self.forced else None,
             purpose=EVALUATION,
         )
 
@@ -124,7 +149,7 @@ class RubricEvaluator:
         return await adrive(self._plan(items), self.backend)
 
     def __repr__(self) -> str:
-        options = f"use_logprobs={self.use_logprobs}, prompt_version={self.prompt_version!r}"
+        options = f"use_logprobs={self.use_logprobs}, prompt_version={self.prompt_version!r}, mode={self.mode!r}"
         return f"RubricEvaluator({self.backend!r}, {options})"
 
 
