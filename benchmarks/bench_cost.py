@@ -37,7 +37,8 @@ from care_sdk import (
 )
 from care_sdk.backends import RUBRIC, ForwardingBackend
 from care_sdk.backends.llamacpp import LlamaCppBackend, default_model_path
-from care_sdk.prompts import evaluation_schema, forced_evaluation
+from care_sdk.evaluator import forced_evaluation
+from care_sdk.prompts import evaluation_schema
 from care_sdk.types import Dimension, Message, Rubric
 
 

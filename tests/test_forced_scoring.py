@@ -15,8 +15,8 @@ from care_sdk._core import SCORES
 from care_sdk.backends.base import Backend, ForcedReply, GenerationRequest, GenerationResult
 from care_sdk.backends.forced import build_forced_reply, choice_tokens, common_prefix, forced_completion
 from care_sdk.errors import BackendError, ConfigError
-from care_sdk.evaluator import expected_scores
-from care_sdk.prompts import forced_evaluation, parse_evaluation
+from care_sdk.evaluator import expected_scores, forced_evaluation
+from care_sdk.prompts import parse_evaluation
 from care_sdk.testing import ScriptedBackend, evaluation_json
 from care_sdk.types import Evaluation, Rubric
 

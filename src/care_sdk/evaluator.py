@@ -10,19 +10,18 @@ from typing import Any
 from care_sdk._core import SCORES
 from care_sdk._engine import Plan, adrive, drive, parse_plan, unwrap
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
-from care_sdk.backends.base import EVALUATION, Completion
+from care_sdk.backends.base import EVALUATION, Completion, ForcedReply
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.prompts import (
     EVALUATOR_PROMPT_VERSION,
     EVALUATOR_PROMPT_VERSIONS,
     evaluation_schema,
     evaluator_messages,
-    forced_evaluation,
     parse_evaluation,
 )
 from care_sdk.types import Context, CriterionScore, Evaluation, Rubric
 
-__all__ = ["EVALUATOR_MODES", "RubricEvaluator", "expected_scores"]
+__all__ = ["EVALUATOR_MODES", "RubricEvaluator", "expected_scores", "forced_evaluation"]
 
 EvalItem = tuple[Context, Rubric, str]
 """One evaluation: the context, the rubric, the candidate reply."""
@@ -151,6 +150,24 @@ class RubricEvaluator:
     def __repr__(self) -> str:
         options = f"use_logprobs={self.use_logprobs}, prompt_version={self.prompt_version!r}, mode={self.mode!r}"
         return f"RubricEvaluator({self.backend!r}, {options})"
+
+
+def forced_evaluation(n_criteria: int) -> ForcedReply:
+    """The evaluator reply for ``n_criteria`` criteria as a template whose only free positions are the scores.
+
+    The fixed text is the reply :func:`evaluation_schema` asks for, laid out as ``json.dumps``
+    writes it; a backend that supports forced replies fills each slot with one of ``"1"``-``"5"``.
+
+    Examples:
+        >>> forced = forced_evaluation(2)
+        >>> forced.text(["4", "3"]), forced.choices
+        ('{"scores": {"c1": 4, "c2": 3}}', ('1', '2', '3', '4', '5'))
+    """
+    if n_criteria < 1:
+        raise ValueError("n_criteria must be at least 1")
+    keys = [f'"c{i + 1}": ' for i in range(n_criteria)]
+    segments = ['{"scores": {' + keys[0], *(", " + key for key in keys[1:]), "}}"]
+    return ForcedReply(segments=tuple(segments), choices=tuple(str(s) for s in SCORES))
 
 
 _SCORE_RE = re.compile(r'"c(\d+)"\s*:\s*([1-5])')

@@ -23,7 +23,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from care_sdk._core import CRITERION_MAX_CHARS, CRITERION_MIN_CHARS, SCORES
-from care_sdk.backends.base import ForcedReply
 from care_sdk.prompts.fence import fenced_fields, template
 from care_sdk.types import (
     DIMENSIONS,
@@ -47,7 +46,6 @@ __all__ = [
     "evaluation_schema",
     "evaluator_messages",
     "fixed_criteria",
-    "forced_evaluation",
     "generator_messages",
     "generator_position",
     "integer_weights",
@@ -329,24 +327,6 @@ def evaluation_schema(n_criteria: int) -> dict[str, Any]:
         "required": ["scores"],
         "additionalProperties": False,
     }
-
-
-def forced_evaluation(n_criteria: int) -> ForcedReply:
-    """The evaluator reply for ``n_criteria`` criteria as a template whose only free positions are the scores.
-
-    The fixed text is the reply :func:`evaluation_schema` asks for, laid out as ``json.dumps``
-    writes it; a backend that supports forced replies fills each slot with one of ``"1"``-``"5"``.
-
-    Examples:
-        >>> forced = forced_evaluation(2)
-        >>> forced.text(["4", "3"]), forced.choices
-        ('{"scores": {"c1": 4, "c2": 3}}', ('1', '2', '3', '4', '5'))
-    """
-    if n_criteria < 1:
-        raise ValueError("n_criteria must be at least 1")
-    keys = [f'"c{i + 1}": ' for i in range(n_criteria)]
-    segments = ['{"scores": {' + keys[0], *(", " + key for key in keys[1:]), "}}"]
-    return ForcedReply(segments=tuple(segments), choices=tuple(str(s) for s in SCORES))
 
 
 def parse_evaluation(text: str, rubric: Rubric) -> Evaluation:
