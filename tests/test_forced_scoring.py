@@ -410,3 +410,15 @@ def test_hf_smollm2_greedy_forced_scores_equal_decoded_up_to_digit_ties() -> Non
         forced = RubricEvaluator(smol, mode="forced", use_logprobs=True).evaluate_batch(items)
         decoded = RubricEvaluator(smol, mode="decoded").evaluate_batch(items)
     assert_equal_up_to_ties(forced, decoded)
+
+
+def test_compact_grammar_keeps_control_characters_out_of_strings() -> None:
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    from care_sdk.backends.llamacpp import compact_grammar, grammar_schema
+    from care_sdk.prompts import rubric_schema
+
+    grammar = compact_grammar(json_schema_to_gbnf(json.dumps(grammar_schema(rubric_schema()))))
+    (char,) = [line for line in grammar.splitlines() if line.startswith("char ::=")]
+    assert char.startswith('char ::= [^"\\\\\\x00-\\x1F\\x7F]')
+    assert " space" not in grammar.replace("space ::=", "")

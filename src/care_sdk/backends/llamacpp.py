@@ -76,7 +76,8 @@ it; ``free`` is llama.cpp's own grammar, which lets the model put a space after 
 
 
 def compact_grammar(gbnf: str) -> str:
-    """Rewrite a grammar from llama.cpp's JSON-schema converter to ``json.dumps``' layout.
+    """Rewrite a grammar from llama.cpp's JSON-schema converter to ``json.dumps``' layout, with no raw
+    control characters inside strings.
 
     Examples:
         >>> print(compact_grammar('root ::= "{" space kv ("," space kv)* "}" space\\nspace ::= " "?'))
@@ -90,6 +91,8 @@ def compact_grammar(gbnf: str) -> str:
         if line.startswith("space ::="):
             lines.append('space ::= ""')
             continue
+        if line.startswith("char ::="):  # JSON strings hold no raw control characters (json.dumps escapes them)
+            line = line.replace('[^"\\\\]', '[^"\\\\\\x00-\\x1F\\x7F]', 1)
         line = line.replace('space ":" space', '": "').replace('"," space', '", "')
         lines.append(re.sub(r"\s+space\b(?!\s*::=)", "", line))
     return "\n".join(lines)
