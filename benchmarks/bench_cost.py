@@ -7,7 +7,9 @@ bundled SmolLM2 on llama.cpp):
 - care:  AdaptiveReward: one rubric per context (cached), all criteria scored in one call.
 
 Prints wall time, backend calls and prompt tokens per reward for both, with the ratios, and
-writes JSON.
+writes JSON. ``--evaluator-mode`` picks how both pipelines' evaluators score (``auto``: forced
+positions where the backend supports it, see docs/backends/forced.md; ``decoded``: the reply
+decoded under its schema).
 
     python benchmarks/bench_cost.py --contexts 8 --group 8 --out benchmarks/results/cost.json
 """
@@ -35,6 +37,7 @@ from care_sdk import (
 )
 from care_sdk.backends import RUBRIC, ForwardingBackend
 from care_sdk.backends.llamacpp import LlamaCppBackend, default_model_path
+from care_sdk.evaluator import forced_evaluation
 from care_sdk.prompts import evaluation_schema
 from care_sdk.types import Dimension, Message, Rubric
 
@@ -54,10 +57,10 @@ class Meter(ForwardingBackend):
             self.prompt_tokens[kind] += result.usage.get("prompt_tokens", 0)
 
 
-def naive_rewards(meter: Meter, groups: list[Group]) -> list[float | None]:
+def naive_rewards(meter: Meter, groups: list[Group], mode: str) -> list[float | None]:
     """A new rubric per reply, then one single-criterion evaluator request per criterion."""
     generator = RubricGenerator(meter, cache=False)
-    evaluator = RubricEvaluator(meter)
+    evaluator = RubricEvaluator(meter, mode=mode)
     rewards: list[float | None] = []
     for group in groups:
         context = list(group.context)
@@ -81,7 +84,11 @@ def _naive_score(
         messages = list(full.messages)
         messages[-1] = Message(role="user", content=messages[-1].content.replace(lines, single))
         request = GenerationRequest(
-            messages=tuple(messages), json_schema=evaluation_schema(1), max_tokens=full.max_tokens, seed=0
+            messages=tuple(messages),
+            json_schema=evaluation_schema(1),
+            max_tokens=full.max_tokens,
+            seed=0,
+            forced=forced_evaluation(1) if evaluator.forced else None,
         )
         result = meter.generate([request])[0]
         try:
@@ -92,9 +99,9 @@ def _naive_score(
     return sum(rubric.weights[d] * sum(v) / len(v) for d, v in per_dim.items())
 
 
-def care_rewards(meter: Meter, groups: list[Group]) -> list[float | None]:
+def care_rewards(meter: Meter, groups: list[Group], mode: str) -> list[float | None]:
     """AdaptiveReward over the whole batch, as TRL would call it."""
-    reward = AdaptiveReward(RubricGenerator(meter), RubricEvaluator(meter))
+    reward = AdaptiveReward(RubricGenerator(meter), RubricEvaluator(meter, mode=mode))
     prompts = [list(g.context) for g in groups for _ in g.replies]
     completions = [r for g in groups for r in g.replies]
     return reward(prompts, completions)
@@ -106,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--contexts", type=int, default=8, help="B: contexts in the batch")
     parser.add_argument("--group", type=int, default=8, help="G: replies per context")
     parser.add_argument("--threads", type=int, default=None, help="llama.cpp threads for --backend default")
+    parser.add_argument("--evaluator-mode", default="auto", choices=("auto", "forced", "decoded"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/cost.json"))
     args = parser.parse_args(argv)
 
@@ -119,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, run in (("naive", naive_rewards), ("care", care_rewards)):
         meter = Meter(backend)
         start = time.perf_counter()
-        rewards = run(meter, groups)
+        rewards = run(meter, groups, args.evaluator_mode)
         wall = time.perf_counter() - start
         rows[name] = {
             "wall_s": wall,
@@ -151,6 +159,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "contexts": args.contexts,
         "group": args.group,
         "rewards": n,
+        "evaluator_mode": args.evaluator_mode,
+        "evaluator_forced": RubricEvaluator(backend, mode=args.evaluator_mode).forced,
         "rows": rows,
         "ratios": {k: (rows["care"][k] / rows["naive"][k] if rows["naive"][k] else None) for k in keys},
     }

@@ -299,7 +299,8 @@ def test_smollm2_scores_replies_with_logprob_distributions(smol: HFBackend) -> N
         "Panicking at the same spot three times sounds so frustrating. What happens right before the roundabout?",
         "Just practise more.",
     ]
-    evaluator = RubricEvaluator(smol, use_logprobs=True)  # its exact requests: schema, max_tokens, top_logprobs
+    # Its exact decoded requests: schema, max_tokens, top_logprobs (forced replies: test_forced_scoring).
+    evaluator = RubricEvaluator(smol, use_logprobs=True, mode="decoded")
     requests = [evaluator.request(CONTEXT, rubric, reply) for reply in replies]
     batched = smol.generate(requests)
     for result in batched:

@@ -67,8 +67,9 @@ def logprob_backend(model_path: Path) -> Iterator[Backend]:
 def test_real_model_gives_distributions_consistent_with_its_samples(logprob_backend: Backend) -> None:
     rubric = Rubric.uniform_fixed()
     # One attempt each: a retry samples at a raised temperature, and this compares greedy replies.
-    sampled = RubricEvaluator(logprob_backend, max_attempts=1)
-    expected = RubricEvaluator(logprob_backend, use_logprobs=True, max_attempts=1)
+    # Decoded: the logprobs come with the decoded tokens (forced scoring is tested in test_forced_scoring).
+    sampled = RubricEvaluator(logprob_backend, max_attempts=1, mode="decoded")
+    expected = RubricEvaluator(logprob_backend, use_logprobs=True, max_attempts=1, mode="decoded")
     for reply in REPLIES:
         plain = sampled.evaluate(CONTEXT, rubric, reply)
         cont = expected.evaluate(CONTEXT, rubric, reply)
@@ -92,7 +93,15 @@ def test_real_model_gives_distributions_consistent_with_its_samples(logprob_back
 
 @pytest.mark.slow
 def test_a_backend_without_logits_reports_instead_of_guessing(llama_backend: Any) -> None:
-    reward = AdaptiveReward(evaluator=RubricEvaluator(llama_backend, use_logprobs=True), rubric=Rubric.uniform_fixed())
-    result = reward.score_batch([(CONTEXT, REPLIES[0])])[0]
+    evaluator = RubricEvaluator(llama_backend, use_logprobs=True, mode="decoded")
+    result = AdaptiveReward(evaluator=evaluator, rubric=Rubric.uniform_fixed()).score_batch([(CONTEXT, REPLIES[0])])[0]
     assert result.reward is None
     assert result.error is not None and "logprobs were requested" in result.error
+
+
+@pytest.mark.slow
+def test_forced_scoring_needs_no_kept_logits_for_expected_scores(llama_backend: Any) -> None:
+    evaluator = RubricEvaluator(llama_backend, use_logprobs=True)  # forced: the last position's logits suffice
+    result = AdaptiveReward(evaluator=evaluator, rubric=Rubric.uniform_fixed()).score_batch([(CONTEXT, REPLIES[0])])[0]
+    assert result.error is None and result.evaluation is not None
+    assert all(s.distribution is not None for s in result.evaluation.scores)

@@ -10,7 +10,7 @@ from typing import Any
 from care_sdk._core import SCORES
 from care_sdk._engine import Plan, adrive, drive, parse_plan, unwrap
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
-from care_sdk.backends.base import EVALUATION, Completion
+from care_sdk.backends.base import EVALUATION, Completion, ForcedReply
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.prompts import (
     EVALUATOR_PROMPT_VERSION,
@@ -21,12 +21,17 @@ from care_sdk.prompts import (
 )
 from care_sdk.types import Context, CriterionScore, Evaluation, Rubric
 
-__all__ = ["RubricEvaluator", "expected_scores"]
+__all__ = ["EVALUATOR_MODES", "RubricEvaluator", "expected_scores", "forced_evaluation"]
 
 EvalItem = tuple[Context, Rubric, str]
 """One evaluation: the context, the rubric, the candidate reply."""
 
 TOP_LOGPROBS = 5
+EVALUATOR_MODES = ("auto", "forced", "decoded")
+"""How an evaluator gets its scores: ``forced`` builds the reply itself and reads each score from
+the model's distribution over ``1``-``5`` at its position (backends that
+:attr:`~care_sdk.backends.Backend.supports_forced_replies`); ``decoded`` decodes the whole reply
+under the JSON schema; ``auto`` is ``forced`` where the backend supports it, else ``decoded``."""
 
 
 class RubricEvaluator:
@@ -45,6 +50,11 @@ class RubricEvaluator:
             as quoted data; ``"v1"`` pastes the reply in as plain text).
         max_context_messages: show the model only the last this many context messages (``None``:
             all; with a bundled or exported adapter, the cut it was trained with).
+        mode: one of :data:`EVALUATOR_MODES`. ``"forced"`` (what ``"auto"`` picks on llama.cpp and
+            transformers) scores only the free positions of the reply: the prompt and the fixed
+            JSON are prefilled, each score is the most likely of ``1``-``5`` at its position (its
+            expectation with ``use_logprobs``, which then needs no logits for every position),
+            several times faster than decoding. ``"decoded"`` decodes the reply under the schema.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json
@@ -52,6 +62,10 @@ class RubricEvaluator:
         >>> ev = evaluator.evaluate("I lost my job.", Rubric.uniform_fixed(), "That must be a shock.")
         >>> [s.score for s in ev.scores]
         [5.0, 5.0, 3.0, 3.0, 1.0, 1.0]
+        >>> evaluator.forced  # a scripted backend decodes; llama.cpp and transformers score in place
+        False
+        >>> RubricEvaluator("default", mode="forced").forced  # doctest: +SKIP
+        True
     """
 
     def __init__(
@@ -65,7 +79,10 @@ class RubricEvaluator:
         use_logprobs: bool = False,
         prompt_version: str = EVALUATOR_PROMPT_VERSION,
         max_context_messages: int | None = None,
+        mode: str = "auto",
     ) -> None:
+        if mode not in EVALUATOR_MODES:
+            raise ConfigError(f"mode must be one of {EVALUATOR_MODES}, got {mode!r}")
         if max_attempts < 1:
             raise ConfigError("max_attempts must be at least 1")
         if prompt_version not in EVALUATOR_PROMPT_VERSIONS:
@@ -85,6 +102,12 @@ class RubricEvaluator:
         self.max_tokens = max_tokens
         self.max_attempts = max_attempts
         self.use_logprobs = use_logprobs
+        supported = bool(getattr(self.backend, "supports_forced_replies", False))
+        if mode == "forced" and not supported:
+            raise ConfigError(f"mode='forced' needs a backend that supports forced replies; {self.backend!r} does not")
+        self.mode = mode
+        self.forced = supported and mode != "decoded"
+        """Whether scores are read at their positions (``True``) or decoded (``False``)."""
 
     def request(self, context: Context, rubric: Rubric, reply: str) -> GenerationRequest:
         """The backend request that scores ``reply`` (useful to inspect the exact prompt)."""
@@ -99,6 +122,7 @@ class RubricEvaluator:
             temperature=self.temperature,
             seed=self.seed,
             top_logprobs=TOP_LOGPROBS if self.use_logprobs else None,
+            forced=forced_evaluation(len(rubric.criteria)) if self.forced else None,
             purpose=EVALUATION,
         )
 
@@ -136,10 +160,28 @@ class RubricEvaluator:
         return await adrive(self._plan(items), self.backend)
 
     def __repr__(self) -> str:
-        options = f"use_logprobs={self.use_logprobs}, prompt_version={self.prompt_version!r}"
+        options = f"use_logprobs={self.use_logprobs}, prompt_version={self.prompt_version!r}, mode={self.mode!r}"
         if self.max_context_messages is not None:
             options += f", max_context_messages={self.max_context_messages}"
         return f"RubricEvaluator({self.backend!r}, {options})"
+
+
+def forced_evaluation(n_criteria: int) -> ForcedReply:
+    """The evaluator reply for ``n_criteria`` criteria as a template whose only free positions are the scores.
+
+    The fixed text is the reply :func:`evaluation_schema` asks for, laid out as ``json.dumps``
+    writes it; a backend that supports forced replies fills each slot with one of ``"1"``-``"5"``.
+
+    Examples:
+        >>> forced = forced_evaluation(2)
+        >>> forced.text(["4", "3"]), forced.choices
+        ('{"scores": {"c1": 4, "c2": 3}}', ('1', '2', '3', '4', '5'))
+    """
+    if n_criteria < 1:
+        raise ValueError("n_criteria must be at least 1")
+    keys = [f'"c{i + 1}": ' for i in range(n_criteria)]
+    segments = ['{"scores": {' + keys[0], *(", " + key for key in keys[1:]), "}}"]
+    return ForcedReply(segments=tuple(segments), choices=tuple(str(s) for s in SCORES))
 
 
 _SCORE_RE = re.compile(r'"c(\d+)"\s*:\s*([1-5])')

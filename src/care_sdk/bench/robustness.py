@@ -137,6 +137,7 @@ class Meter(Backend):
         self.provider = inner.provider
         self.supports_seed = inner.supports_seed
         self.supports_logprobs = inner.supports_logprobs
+        self.supports_forced_replies = inner.supports_forced_replies
         self.totals = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0}
 
     @property
