@@ -23,7 +23,12 @@ CLASSES = {
 }
 
 
-OTHER = {"generator_data": BuildDataConfig, "generator_sft": SFTStageConfig}  # configs of the bundled adapter
+OTHER = {  # configs of the bundled adapters
+    "generator_data": BuildDataConfig,
+    "generator_sft": SFTStageConfig,
+    "evaluator_data": BuildDataConfig,
+    "evaluator_sft": SFTStageConfig,
+}
 
 
 def _class_for(path: Path) -> type:
