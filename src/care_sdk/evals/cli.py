@@ -1,0 +1,167 @@
+"""``care eval``: the method's evaluation protocol (held-out generator win rate, ...).
+
+Importing this module is light; models and data loaders are imported when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from care_sdk.bench._cli_args import ProgressBar, csv_list, slug
+from care_sdk.errors import ConfigError
+from care_sdk.variants import VARIANTS
+
+__all__ = ["add_eval_commands", "parse_generator"]
+
+
+def parse_generator(value: str) -> tuple[str, str]:
+    """A ``--generator`` value, ``LABEL=SPEC`` or a bare ``SPEC`` (labelled by itself), as ``(label, spec)``.
+
+    Examples:
+        >>> parse_generator("sft=hf:runs/sft/merged"), parse_generator("default")
+        (('sft', 'hf:runs/sft/merged'), ('default', 'default'))
+    """
+    label, sep, spec = value.partition("=")
+    if not sep:
+        return value.strip(), value.strip()
+    if not label.strip() or not spec.strip():
+        raise argparse.ArgumentTypeError(f"expected LABEL=SPEC or SPEC, got {value!r}")
+    return label.strip(), spec.strip()
+
+
+def _cmd_generator(args: argparse.Namespace) -> int:
+    from care_sdk import RubricEvaluator, RubricGenerator
+    from care_sdk.evals.pairs import lend_an_ear_held_out_pairs, read_pairs_file
+    from care_sdk.evals.winrate import WinRateRunner
+    from care_sdk.training.policy.components import BackendPool
+
+    bad = [v for v in args.variants if v not in VARIANTS]
+    if bad:
+        raise ConfigError(f"unknown variant {', '.join(bad)}; choose from {', '.join(VARIANTS)}")
+    generators = args.generator or [("default", "default")]
+    labels = [label for label, _ in generators]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"--generator labels must be unique, got {', '.join(labels)}")
+    if args.pairs:
+        held = read_pairs_file(args.pairs, limit=args.limit)
+    else:
+        from care_sdk.data import data_dir
+
+        root = Path(args.lend_an_ear) if args.lend_an_ear else data_dir(args.data_dir) / "mint_lend_an_ear"
+        held = lend_an_ear_held_out_pairs(
+            root,
+            margin=args.margin,
+            max_pairs_per_turn=args.max_pairs_per_turn,
+            reject_human=args.reject_human,
+            limit=args.limit,
+        )
+    if not held.pairs:
+        raise ConfigError(f"no pairs to evaluate ({held.description})")
+    print(
+        f"care eval generator: {len(held.pairs)} pairs over {held.contexts} contexts "
+        f"(of {held.available} available): {held.description}",
+        file=sys.stderr,
+    )
+    pool = BackendPool()
+    try:
+        evaluator = RubricEvaluator(
+            pool.get(args.evaluator), seed=args.seed, max_tokens=args.evaluator_max_tokens or 160
+        )
+        built = {
+            label: RubricGenerator(pool.get(spec), seed=args.seed, max_tokens=args.generator_max_tokens or 512)
+            for label, spec in generators
+        }
+        out = Path(args.out) if args.out else Path("care-eval-generator") / slug(args.evaluator)
+        runner = WinRateRunner(
+            built,
+            evaluator,
+            out_dir=out,
+            variants=args.variants,
+            batch_size=args.batch_size,
+            resamples=args.resamples,
+            seed=args.seed,
+        )
+        with ProgressBar("scoring pairs", "pair", quiet=args.quiet) as bar:
+            report = runner.run(held, on_start=bar.start, progress=bar.update)
+    finally:
+        pool.close()
+    print(report.markdown())
+    print(
+        f"\ncare eval generator: {report.scored} pairs scored, {report.reused} reused; reports in {out}",
+        file=sys.stderr,
+    )
+    missing = sum(r.missing for r in report.results)
+    if missing:
+        print(
+            f"care eval generator: {missing} row results missing (errors are in {out / 'records.jsonl'})",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _add_generator_command(sub: Any) -> None:
+    cmd = sub.add_parser(
+        "generator",
+        help="held-out preference win rate of rubric generators, with the ablations side by side",
+        description=(
+            "For each held-out pair (context, chosen, rejected), each generator writes a rubric for the context "
+            "and the evaluator scores both replies under it; a win is the chosen reply scoring higher (a tie "
+            "counts 1/2). Rows: each generator as written, with uniform weights and with fixed criteria, and "
+            "the fixed rubric. Without --pairs, the pairs are Lend-an-Ear's held-out conversations (never "
+            "trained on by build-data). Writes records.jsonl, winrate.json and winrate.md to --out; a re-run "
+            "with the same --out reuses finished pairs."
+        ),
+    )
+    cmd.add_argument(
+        "--generator",
+        action="append",
+        type=parse_generator,
+        metavar="LABEL=SPEC",
+        help="a generator to compare (repeatable, in table order; e.g. base=base, shipped=default, "
+        "sft=hf:runs/sft/merged); default: default",
+    )
+    cmd.add_argument("--evaluator", default="default", help="the evaluator's backend spec (default: %(default)s)")
+    cmd.add_argument(
+        "--pairs",
+        help="a held-out pairs JSONL (e.g. build-data's pairs/test.jsonl; its roles.json must not say train); "
+        "default: Lend-an-Ear's held-out pairs",
+    )
+    cmd.add_argument(
+        "--variants",
+        type=csv_list,
+        default=VARIANTS,
+        help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)",
+    )
+    cmd.add_argument("--limit", type=int, help="evaluate the pairs of the first N contexts only")
+    cmd.add_argument("--margin", type=float, default=1.0, help="Lend-an-Ear: judge-score gap of a pair (default: 1.0)")
+    cmd.add_argument("--max-pairs-per-turn", type=int, default=2, help="Lend-an-Ear: pairs per turn (default: 2)")
+    cmd.add_argument("--reject-human", action="store_true", help="Lend-an-Ear: the human reply may be the rejected one")
+    cmd.add_argument("--lend-an-ear", help="the mint_lend_an_ear directory (default: under --data-dir)")
+    cmd.add_argument("--generator-max-tokens", type=int, help="token budget of one rubric (default: 512)")
+    cmd.add_argument("--evaluator-max-tokens", type=int, help="token budget of one evaluation (default: 160)")
+    cmd.add_argument("--out", help="output directory (default: care-eval-generator/<evaluator>); resumed if present")
+    cmd.add_argument("--data-dir", help="the data directory (default: $CARE_DATA_DIR)")
+    cmd.add_argument("--batch-size", type=int, default=4, help="pairs per backend batch (default: %(default)s)")
+    cmd.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed (default: %(default)s)")
+    cmd.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
+    cmd.add_argument("--quiet", action="store_true", help="no progress bar")
+    cmd.set_defaults(func=_cmd_generator)
+
+
+def add_eval_commands(subparsers: Any) -> None:
+    """Register ``care eval`` and its commands on the ``care`` command's subparsers.
+
+    Examples:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_eval_commands(parser.add_subparsers(dest="command"))
+        >>> args = parser.parse_args(["eval", "generator", "--generator", "base=base", "--generator", "default"])
+        >>> args.generator, args.evaluator
+        ([('base', 'base'), ('default', 'default')], 'default')
+    """
+    group = subparsers.add_parser("eval", help="the method's evaluation protocol, judged apart from the reward")
+    sub = group.add_subparsers(dest="eval_command", required=True, metavar="EVAL")
+    _add_generator_command(sub)
