@@ -231,6 +231,7 @@ def test_cli_generator_win_rate_on_the_bundled_model(
     report = json.loads((out / "winrate.json").read_text())
     assert [r["title"] for r in report["rows"]] == ["shipped", "fixed rubric"]
     assert set(report["generators"]) == {"shipped"} and report["data"]
+    assert "+" in report["generators"]["shipped"].split("|")[0]  # `default` carries the generator adapter
     assert report["pairs"]["pairs"] == 1 and report["seconds_per_pair"] > 0
     missing = sum(r["missing"] for r in report["rows"])
     assert code == (1 if missing else 0)

@@ -80,7 +80,9 @@ def test_the_training_reward_is_an_explicit_labelled_option(tmp_path: Path, data
     from care_sdk.testing import evaluation_json, rubric_json
 
     def care(req: GenerationRequest) -> str:
-        return evaluation_json([5] * 6) if req.purpose == "evaluation" else rubric_json({"cognitive": 1, "affective": 1, "proactive": 1})
+        if req.purpose == "evaluation":
+            return evaluation_json([5] * 6)
+        return rubric_json({"cognitive": 1, "affective": 1, "proactive": 1})
 
     backends = pool(never)
     backends._built["gen"] = backends._built["ev"] = ScriptedBackend(care)

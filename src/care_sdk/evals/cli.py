@@ -34,9 +34,9 @@ def parse_generator(value: str) -> tuple[str, str]:
 
 def _cmd_generator(args: argparse.Namespace) -> int:
     from care_sdk import RubricEvaluator, RubricGenerator
+    from care_sdk.backends import Backend, resolve_backend
     from care_sdk.evals.pairs import lend_an_ear_held_out_pairs, read_pairs_file
     from care_sdk.evals.winrate import WinRateRunner
-    from care_sdk.training.policy.components import BackendPool
 
     bad = [v for v in args.variants if v not in VARIANTS]
     if bad:
@@ -65,18 +65,28 @@ def _cmd_generator(args: argparse.Namespace) -> int:
         f"(of {held.available} available): {held.description}",
         file=sys.stderr,
     )
-    pool = BackendPool()
+    built: dict[tuple[str, str | None], Backend] = {}
+
+    def backend(spec: str, role: str) -> Backend:
+        # ``default`` means the bundled adapter of the role; every other spec is one backend for all roles.
+        key = (spec, role if spec.strip().lower() == "default" else None)
+        if key not in built:
+            built[key] = resolve_backend(spec, role=role)
+        return built[key]
+
     try:
         evaluator = RubricEvaluator(
-            pool.get(args.evaluator), seed=args.seed, max_tokens=args.evaluator_max_tokens or 160
+            backend(args.evaluator, "evaluator"), seed=args.seed, max_tokens=args.evaluator_max_tokens or 160
         )
-        built = {
-            label: RubricGenerator(pool.get(spec), seed=args.seed, max_tokens=args.generator_max_tokens or 512)
+        rubric_generators = {
+            label: RubricGenerator(
+                backend(spec, "generator"), seed=args.seed, max_tokens=args.generator_max_tokens or 512
+            )
             for label, spec in generators
         }
         out = Path(args.out) if args.out else Path("care-eval-generator") / slug(args.evaluator)
         runner = WinRateRunner(
-            built,
+            rubric_generators,
             evaluator,
             out_dir=out,
             variants=args.variants,
@@ -87,7 +97,8 @@ def _cmd_generator(args: argparse.Namespace) -> int:
         with ProgressBar("scoring pairs", "pair", quiet=args.quiet) as bar:
             report = runner.run(held, on_start=bar.start, progress=bar.update)
     finally:
-        pool.close()
+        for opened in built.values():
+            opened.close()
     print(report.markdown())
     print(
         f"\ncare eval generator: {report.scored} pairs scored, {report.reused} reused; reports in {out}",
