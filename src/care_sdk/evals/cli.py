@@ -1,4 +1,4 @@
-"""``care eval``: the method's evaluation protocol (held-out generator win rate, ...).
+"""``care eval``: the method's evaluation protocol (held-out generator win rate, simulated users).
 
 Importing this module is light; models and data loaders are imported when a command runs.
 """
@@ -163,6 +163,93 @@ def _add_generator_command(sub: Any) -> None:
     cmd.set_defaults(func=_cmd_generator)
 
 
+def _cmd_sim_user(args: argparse.Namespace) -> int:
+    from care_sdk.backends import Backend, resolve_backend
+    from care_sdk.data import data_dir
+    from care_sdk.evals.judge import DialogueJudge
+    from care_sdk.evals.simuser import EmotionSimulator
+    from care_sdk.evals.simuser_run import SimUserRunner
+    from care_sdk.training.policy.components import load_profiles
+    from care_sdk.training.policy.config import DEFAULT_SYSTEM_PROMPT, UserSettings
+    from care_sdk.training.policy.rollout import BackendPolicy
+
+    specs = {"policy": args.policy, "simulator": args.simulator, "judge": args.judge}
+    if args.simulator == args.policy:
+        raise ConfigError("--simulator must be another model than --policy (the policy would play its own user)")
+    users = UserSettings(source=args.source, held_out_path=args.profiles, max_profiles=args.limit)
+    profiles = load_profiles(users, "held_out", args.data_dir)  # refuses a file declared train
+    default = data_dir(args.data_dir) / "sage_rlver" / "profiles" / "simulator_profile_withfirsttalk.jsonl"
+    source = Path(args.profiles) if args.profiles else default if args.source == "sage" else None
+    built: dict[str, Backend] = {}
+    try:
+        for spec in specs.values():
+            if spec and spec not in built:
+                built[spec] = resolve_backend(spec)
+        policy = BackendPolicy(built[args.policy], max_tokens=args.policy_max_tokens, seed=args.seed)
+        simulator = EmotionSimulator(built[args.simulator], max_tokens=args.simulator_max_tokens, seed=args.seed)
+        judge = DialogueJudge(built[args.judge], max_tokens=args.judge_max_tokens) if args.judge else None
+        out = Path(args.out) if args.out else Path("care-eval-sim-user") / slug(args.policy)
+        runner = SimUserRunner(
+            policy,
+            simulator,
+            judge=judge,
+            out_dir=out,
+            max_turns=args.max_turns,
+            initial_emotion=args.initial_emotion,
+            success=args.success,
+            failure=args.failure,
+            system_prompt=DEFAULT_SYSTEM_PROMPT,
+            batch_size=args.batch_size,
+            resamples=args.resamples,
+            seed=args.seed,
+            sources=[source] if source else [],
+        )
+        with ProgressBar("episodes", "episode", quiet=args.quiet) as bar:
+            report = runner.run(profiles, on_start=bar.start, progress=bar.update)
+    finally:
+        for backend in built.values():
+            backend.close()
+    print(report.markdown())
+    print(
+        f"\ncare eval sim-user: {report.scored} episodes run, {report.reused} reused; reports in {out}", file=sys.stderr
+    )
+    return 1 if report.counts.get("error") or report.counts.get("unjudged") else 0
+
+
+def _add_sim_user_command(sub: Any) -> None:
+    cmd = sub.add_parser(
+        "sim-user",
+        help="a policy against SAGE-style simulated users whose emotion (0-100) moves each turn",
+        description=(
+            "Each held-out profile (default: the SAGE/RLVER profiles, eval-only) plays a user who, after every "
+            "policy reply, says why its feelings changed, gives its emotion (0-100) and answers. Reports the "
+            "success rate (final emotion >= --success), failure rate (<= --failure) and mean final emotion with "
+            "bootstrap intervals, and an optional independent judge's mean score. Writes records.jsonl, "
+            "simuser.json and simuser.md to --out; a re-run with the same --out reuses finished episodes."
+        ),
+    )
+    cmd.add_argument("--policy", required=True, help="the policy's backend spec")
+    cmd.add_argument("--simulator", default="base", help="the simulated user's backend spec (default: %(default)s)")
+    cmd.add_argument("--judge", help="an independent judge's backend spec (default: no judge)")
+    cmd.add_argument("--source", choices=["sage", "esconv"], default="sage", help="profile source (default: sage)")
+    cmd.add_argument("--profiles", help="a held-out profiles file (default: the SAGE profiles under --data-dir)")
+    cmd.add_argument("--limit", type=int, help="the first N profiles only")
+    cmd.add_argument("--max-turns", type=int, default=5, help="policy turns per episode (default: %(default)s)")
+    cmd.add_argument("--initial-emotion", type=int, default=30, help="the users' starting emotion (default: 30)")
+    cmd.add_argument("--success", type=int, default=80, help="success: final emotion >= this (default: 80)")
+    cmd.add_argument("--failure", type=int, default=10, help="failure: final emotion <= this (default: 10)")
+    cmd.add_argument("--policy-max-tokens", type=int, default=128, help="token budget of a policy turn")
+    cmd.add_argument("--simulator-max-tokens", type=int, default=192, help="token budget of a simulated turn")
+    cmd.add_argument("--judge-max-tokens", type=int, default=160, help="token budget of a verdict")
+    cmd.add_argument("--out", help="output directory (default: care-eval-sim-user/<policy>); resumed if present")
+    cmd.add_argument("--data-dir", help="the data directory (default: $CARE_DATA_DIR)")
+    cmd.add_argument("--batch-size", type=int, default=8, help="episodes rolled out together (default: 8)")
+    cmd.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed (default: %(default)s)")
+    cmd.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
+    cmd.add_argument("--quiet", action="store_true", help="no progress bar")
+    cmd.set_defaults(func=_cmd_sim_user)
+
+
 def add_eval_commands(subparsers: Any) -> None:
     """Register ``care eval`` and its commands on the ``care`` command's subparsers.
 
@@ -176,3 +263,4 @@ def add_eval_commands(subparsers: Any) -> None:
     group = subparsers.add_parser("eval", help="the method's evaluation protocol, judged apart from the reward")
     sub = group.add_subparsers(dest="eval_command", required=True, metavar="EVAL")
     _add_generator_command(sub)
+    _add_sim_user_command(sub)
