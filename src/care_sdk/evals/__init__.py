@@ -5,6 +5,9 @@
   :mod:`care_sdk.data.splits`);
 - :mod:`care_sdk.evals.winrate`: the generator's held-out preference win rate (``care eval
   generator``), several generators and the ablations side by side, with bootstrap intervals;
+- :mod:`care_sdk.evals.judge`: an independent dialogue judge (also ``care train eval-policy``'s default);
+- :mod:`care_sdk.evals.simuser` and :mod:`care_sdk.evals.simuser_run`: SAGE-style simulated users
+  whose emotion moves each turn (``care eval sim-user``);
 - :mod:`care_sdk.evals.cli`: the ``care eval`` commands.
 
 Importing this package is light; the runners import their models when they run.
