@@ -204,6 +204,7 @@ def test_eval_policy_on_held_out_profiles(tmp_path: Path, data_dir: Path, real_p
         simulator={"max_tokens": 48, "max_reply_chars": 80, "max_profile_chars": 120, "max_attempts": 2},
         episode={"max_turns": 2, "trajectory": "discounted", "gamma": 0.5},
         reward={"variant": "fixed_rubric", "evaluator_max_tokens": 64, "max_attempts": 2},
+        judge={"kind": "training_reward"},
     )
     summary = evaluate_policy(config, pool=real_pool, log=lambda s: None)
     assert summary.dialogues == 2 and sum(summary.end_reasons.values()) == 2
@@ -216,4 +217,5 @@ def test_eval_policy_on_held_out_profiles(tmp_path: Path, data_dir: Path, real_p
     assert sum(len(d["turn_rewards"]) for d in dialogues) == len(turns.records)
     saved = json.loads((out / "summary.json").read_text())
     assert saved["dialogues"] == 2 and saved["trajectory"] == "discounted"
-    assert "mean episode reward" in summary.table()
+    assert "mean training reward" in summary.table() and "blind to reward hacking" in summary.table()
+    assert saved["judge_kind"] == "training_reward"

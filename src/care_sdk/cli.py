@@ -25,6 +25,7 @@ _EXTENSIONS = (
     ("care_sdk.bench.cli", "add_bench_commands"),
     ("care_sdk.plots.cli", "add_plot_commands"),
     ("care_sdk.report.cli", "add_report_commands"),
+    ("care_sdk.evals.cli", "add_eval_commands"),
 )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from care_sdk.training.config import LoraSettings
 from care_sdk.variants import VariantField
@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "EpisodeSettings",
     "EvalPolicyConfig",
+    "JudgeSettings",
     "PolicyGRPOConfig",
     "PromptSettings",
     "RewardSettings",
@@ -157,6 +158,34 @@ class RewardSettings(_Config):
     """Sampling seed of generator and evaluator."""
 
 
+class JudgeSettings(_Config):
+    """Who judges ``eval-policy``'s episodes: an independent judge (the default), or the training reward.
+
+    ``independent``: :class:`~care_sdk.evals.judge.DialogueJudge` on ``backend``, one holistic
+    verdict per episode with its own prompt and no CARE rubric, so a policy that learned to please
+    the training reward gains nothing from it. ``training_reward``: the CARE reward of the
+    ``reward`` section scores every turn, as during training; reports label it "training reward",
+    because it cannot see reward hacking.
+
+    Examples:
+        >>> JudgeSettings().kind, JudgeSettings().backend
+        ('independent', 'base')
+    """
+
+    kind: Literal["independent", "training_reward"] = "independent"
+    """``independent`` (a separate judge model) or ``training_reward`` (the CARE reward, labelled as such)."""
+    backend: str = "base"
+    """The independent judge's backend spec; it must differ from ``reward.generator`` and ``reward.evaluator``."""
+    options: dict[str, Any] = {}
+    """Judge backend constructor options."""
+    max_tokens: int = Field(default=160, ge=16)
+    """Token budget of one verdict."""
+    max_attempts: int = Field(default=2, ge=1)
+    """Replies tried per episode before its verdict is missing (never a silent 0)."""
+    seed: int = 0
+    """Sampling seed of the judge."""
+
+
 class PolicyGRPOConfig(_Config):
     """Settings of ``care train policy-grpo``.
 
@@ -233,9 +262,21 @@ class EvalPolicyConfig(_Config):
     """The simulated user."""
     episode: EpisodeSettings = EpisodeSettings()
     """Episode settings (``turn_max_tokens`` is unused: see ``policy_max_tokens``)."""
+    judge: JudgeSettings = JudgeSettings()
+    """Who judges the episodes: an independent judge by default; ``kind: training_reward`` scores
+    them with ``reward`` instead (labelled as the training reward)."""
     reward: RewardSettings = RewardSettings()
-    """The CARE reward that judges every turn."""
+    """The CARE reward the policy was trained with; used only with ``judge.kind: training_reward``."""
     data_dir: str | None = None
     """The shared data directory; ``$CARE_DATA_DIR`` or ``../shared/data`` when omitted."""
     seed: int = 0
     """Sampling seed of the policy."""
+
+    @model_validator(mode="after")
+    def _judge_is_independent(self) -> EvalPolicyConfig:
+        if self.judge.kind == "independent" and self.judge.backend in (self.reward.generator, self.reward.evaluator):
+            raise ValueError(
+                f"judge.backend {self.judge.backend!r} is the training reward's generator or evaluator, so it "
+                "is not an independent judge; choose another model, or set judge.kind: training_reward"
+            )
+        return self
