@@ -37,17 +37,13 @@ from care_sdk.data import (
     StrategyMap,
     SupportDialogue,
     SupportTurn,
-    data_dir,
-    default_strategy_map,
-    load_esconv,
     load_judged_turns,
     load_lend_an_ear,
 )
 from care_sdk.data.splits import lend_an_ear_split
-from care_sdk.errors import ConfigError
 from care_sdk.training.build_data import BuildReport
 from care_sdk.training.roles import write_roles
-from care_sdk.training.rubric_targets import TemplateTargets
+from care_sdk.training.rubric_targets import TemplateTargets, esconv_setup
 from care_sdk.types import DIMENSIONS, Criterion, Dimension, Rubric
 
 if TYPE_CHECKING:
@@ -295,18 +291,8 @@ def build_evaluator_sft(config: BuildDataConfig, *, log: Callable[[str], None] =
     Raises:
         ConfigError: the config lists the ESConv test split.
     """
-    if "test" in config.esconv_splits:
-        raise ConfigError("esconv_splits: evaluator targets are built from train and valid only; remove 'test'")
-    mapping = StrategyMap.from_file(config.strategy_map) if config.strategy_map else default_strategy_map()
-    root = Path(config.data_dir) if config.data_dir else data_dir()
-    report = BuildReport()
-    loaded = {s: load_esconv(root / "esconv" / f"{s}.jsonl", strategy_map=mapping) for s in config.esconv_splits}
-    for result in loaded.values():
-        report.load_issues += [str(i) for i in result.issues]
-    train_dialogues = loaded["train"].records if "train" in loaded else []
-    targets = TemplateTargets(
-        train_dialogues, mapping, config.criteria_per_dimension, max_context_messages=config.max_context_messages
-    )
+    setup = esconv_setup(config, "evaluator targets")
+    mapping, root, report, loaded, targets = setup.mapping, setup.root, setup.report, setup.loaded, setup.targets
     by_split: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for split, result in loaded.items():
         dialogues = result.records[: config.max_dialogues] if config.max_dialogues else result.records

@@ -30,7 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from care_sdk.data import StrategyMap, SupportDialogue, SupportTurn, data_dir, default_strategy_map, load_esconv
+from care_sdk.data import (
+    Loaded,
+    StrategyMap,
+    SupportDialogue,
+    SupportTurn,
+    data_dir,
+    default_strategy_map,
+    load_esconv,
+)
 from care_sdk.errors import ConfigError
 from care_sdk.prompts import generator_position, rubric_reply_json
 from care_sdk.rubric_checks import STOPWORDS, check_rubric, content_words
@@ -41,7 +49,14 @@ from care_sdk.types import DIMENSIONS, Criterion, Dimension, Message, Rubric
 if TYPE_CHECKING:
     from care_sdk.training.config import BuildDataConfig
 
-__all__ = ["CRITERION_TEMPLATES", "TEMPLATES_VERSION", "TemplateTargets", "build_template_sft"]
+__all__ = [
+    "CRITERION_TEMPLATES",
+    "TEMPLATES_VERSION",
+    "EsconvSetup",
+    "TemplateTargets",
+    "build_template_sft",
+    "esconv_setup",
+]
 
 TEMPLATES_VERSION = "templates-v1"
 """Version of the template bank; recorded in every record built from it."""
@@ -258,6 +273,50 @@ class TemplateTargets:
         return rubric, problems
 
 
+@dataclass
+class EsconvSetup:
+    """What a teacher-free build-data mode starts from: ESConv train/valid loaded, the template targets."""
+
+    mapping: StrategyMap
+    """The strategy map."""
+    root: Path
+    """The data directory."""
+    report: BuildReport
+    """The report, with the load issues."""
+    loaded: dict[str, Loaded[SupportDialogue]]
+    """ESConv by split."""
+    targets: TemplateTargets
+    """Template targets with the train split's word statistics."""
+
+
+def esconv_setup(config: BuildDataConfig, what: str) -> EsconvSetup:
+    """Load ESConv train/valid for a teacher-free build (``what`` names the mode in the error).
+
+    Raises:
+        ConfigError: the config lists the ESConv test split.
+
+    Examples:
+        >>> from care_sdk.training.config import BuildDataConfig
+        >>> esconv_setup(BuildDataConfig(output_dir="o", esconv_splits=("test",)), "template targets")
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.ConfigError: esconv_splits: template targets are built from train and valid only; remove 'test'
+    """
+    if "test" in config.esconv_splits:
+        raise ConfigError(f"esconv_splits: {what} are built from train and valid only; remove 'test'")
+    mapping = StrategyMap.from_file(config.strategy_map) if config.strategy_map else default_strategy_map()
+    root = Path(config.data_dir) if config.data_dir else data_dir()
+    report = BuildReport()
+    loaded = {s: load_esconv(root / "esconv" / f"{s}.jsonl", strategy_map=mapping) for s in config.esconv_splits}
+    for result in loaded.values():
+        report.load_issues += [str(i) for i in result.issues]
+    train_dialogues = loaded["train"].records if "train" in loaded else []
+    targets = TemplateTargets(
+        train_dialogues, mapping, config.criteria_per_dimension, max_context_messages=config.max_context_messages
+    )
+    return EsconvSetup(mapping, root, report, loaded, targets)
+
+
 def build_template_sft(config: BuildDataConfig, *, log: Callable[[str], None] = print) -> BuildReport:
     """``care train build-data`` with ``targets: templates``: SFT records from ESConv without a teacher.
 
@@ -270,18 +329,8 @@ def build_template_sft(config: BuildDataConfig, *, log: Callable[[str], None] = 
     Raises:
         ConfigError: the config lists the ESConv test split.
     """
-    if "test" in config.esconv_splits:
-        raise ConfigError("esconv_splits: template targets are built from train and valid only; remove 'test'")
-    mapping = StrategyMap.from_file(config.strategy_map) if config.strategy_map else default_strategy_map()
-    root = Path(config.data_dir) if config.data_dir else data_dir()
-    report = BuildReport()
-    loaded = {s: load_esconv(root / "esconv" / f"{s}.jsonl", strategy_map=mapping) for s in config.esconv_splits}
-    for result in loaded.values():
-        report.load_issues += [str(i) for i in result.issues]
-    train_dialogues = loaded["train"].records if "train" in loaded else []
-    targets = TemplateTargets(
-        train_dialogues, mapping, config.criteria_per_dimension, max_context_messages=config.max_context_messages
-    )
+    setup = esconv_setup(config, "template targets")
+    mapping, report, loaded, targets = setup.mapping, setup.report, setup.loaded, setup.targets
     out_dir = Path(config.output_dir)
     for split, result in loaded.items():
         dialogues = result.records[: config.max_dialogues] if config.max_dialogues else result.records
