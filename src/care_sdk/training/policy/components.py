@@ -47,11 +47,22 @@ class BackendPool:
     def __init__(self, given: dict[str, Backend] | None = None) -> None:
         self._built: dict[str, Backend] = dict(given or {})
 
-    def get(self, spec: str, options: dict[str, Any] | None = None) -> Backend:
-        """The backend of ``spec`` (built on first use)."""
+    def get(self, spec: str, options: dict[str, Any] | None = None, *, role: str | None = None) -> Backend:
+        """The backend of ``spec`` (built on first use). ``role`` (``generator`` or ``evaluator``)
+        gives the ``default`` spec the bundled adapter of that role, as ``resolve_backend`` does;
+        a backend given for the spec itself serves every role.
+
+        Examples:
+            >>> from care_sdk.testing import ScriptedBackend
+            >>> given = ScriptedBackend([])
+            >>> BackendPool({"default": given}).get("default", role="evaluator") is given
+            True
+        """
         key = spec if not options else f"{spec}|{json.dumps(options, sort_keys=True, default=str)}"
+        if role is not None and key not in self._built and spec.strip().lower() == "default":
+            key = f"{key}|role={role}"
         if key not in self._built:
-            self._built[key] = resolve_backend(spec, **(options or {}))
+            self._built[key] = resolve_backend(spec, role=role, **(options or {}))
         return self._built[key]
 
     def close(self) -> None:
@@ -63,7 +74,7 @@ class BackendPool:
 def build_reward(settings: RewardSettings, pool: BackendPool) -> AdaptiveReward:
     """The CARE reward of a config's ``reward`` section (no generator for ``fixed_rubric``)."""
     evaluator = RubricEvaluator(
-        pool.get(settings.evaluator, settings.evaluator_options),
+        pool.get(settings.evaluator, settings.evaluator_options, role="evaluator"),
         seed=settings.seed,
         max_tokens=settings.evaluator_max_tokens,
         max_attempts=settings.max_attempts,
@@ -72,7 +83,7 @@ def build_reward(settings: RewardSettings, pool: BackendPool) -> AdaptiveReward:
     generator = None
     if settings.variant != "fixed_rubric":
         generator = RubricGenerator(
-            pool.get(settings.generator, settings.generator_options),
+            pool.get(settings.generator, settings.generator_options, role="generator"),
             criteria_per_dimension=settings.criteria_per_dimension,
             seed=settings.seed,
             max_tokens=settings.generator_max_tokens,
