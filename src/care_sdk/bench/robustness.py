@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from care_sdk.backends import Backend, GenerationRequest, GenerationResult
+from care_sdk.backends import Backend, ForwardingBackend, GenerationRequest, GenerationResult
 from care_sdk.bench.attacks import ATTACKS_BY_NAME, FLAGGED_CATEGORIES
 from care_sdk.bench.metrics import Estimate, bootstrap, mean
 from care_sdk.bench.tasks import select
@@ -121,7 +121,7 @@ def _mean(values: Sequence[float]) -> float | None:
     return mean(values)
 
 
-class Meter(Backend):
+class Meter(ForwardingBackend):
     """A backend wrapper that counts calls, tokens and seconds.
 
     Examples:
@@ -133,16 +133,8 @@ class Meter(Backend):
     """
 
     def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.provider = inner.provider
-        self.supports_seed = inner.supports_seed
-        self.supports_logprobs = inner.supports_logprobs
-        self.supports_forced_replies = inner.supports_forced_replies
+        super().__init__(inner)
         self.totals = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0}
-
-    @property
-    def identity(self) -> str:
-        return self.inner.identity
 
     def _count(self, results: list[GenerationResult], seconds: float) -> list[GenerationResult]:
         self.totals["calls"] += len(results)
