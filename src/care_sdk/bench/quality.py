@@ -27,8 +27,6 @@ import hashlib
 import json
 import logging
 import os
-import platform
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -322,18 +320,12 @@ class QualityRunner:
         os.replace(tmp, path)
 
     def _meta(self, loaded: dict[str, TaskData], settings: Settings, seconds: float) -> dict[str, Any]:
-        from care_sdk import __version__
+        from care_sdk.evals._run import run_meta
 
         sources = sorted({p for data in loaded.values() for p in data.sources if p.is_file()})
         identity = self.identity()
         return {
-            "benchmark": "care-quality",
-            "care_sdk": __version__,
-            "prompt_version": PROMPT_VERSION,
-            "python": sys.version.split()[0],
-            "platform": platform.platform(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "seconds": round(seconds, 1),
+            **run_meta("care-quality", seconds),
             "backend": {"generator": identity["generator"], "evaluator": identity["evaluator"]},
             "model": self.model or self.generator.backend.identity,
             "variants": list(self.variants),
