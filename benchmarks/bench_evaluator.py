@@ -60,7 +60,7 @@ from care_sdk.data import (
 from care_sdk.evaluator import expected_scores
 from care_sdk.prompts import parse_evaluation
 from care_sdk.training.evaluator_targets import EVASIVE_REPLIES, PLATITUDES
-from care_sdk.types import DIMENSIONS, RewardResult, Rubric, fixed_criteria
+from care_sdk.types import DIMENSIONS, CriterionScore, Evaluation, RewardResult, Rubric, fixed_criteria
 
 SYSTEMS = ("gold", "baseline1_vanilla_Qwen3-4B", "baseline7_psychocounsel_Qwen3-4B", "ours3_q_dkl_h_Qwen3-4B")
 HELD_OUT_PLATITUDES = (
@@ -224,8 +224,6 @@ def _reward(rubric_record: dict[str, Any], scores: list[float], weights: str, cr
         rubric = Rubric(weights=rubric.weights, criteria=fixed_criteria())
     if weights == "uniform":
         rubric = rubric.with_weights({d: 1.0 for d in DIMENSIONS})
-    from care_sdk.types import CriterionScore, Evaluation
-
     evaluation = Evaluation(
         scores=tuple(
             CriterionScore(dimension=c.dimension, criterion=c.text, score=s)
@@ -357,7 +355,7 @@ def report(items: list[dict[str, Any]], out: Path, base_subsample: set[str], res
     names = list(next(iter(results.values())))
     lines = ["| row | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for row, values in results.items():
-        cells = [Estimate(**{k: v for k, v in values[m].items()}).format() if m in values else "n/a" for m in names]
+        cells = [Estimate(**values[m]).format() if m in values else "n/a" for m in names]
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
     lines += ["", json.dumps(counts), json.dumps(timing)]
     (out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
