@@ -8,6 +8,8 @@
 - :mod:`care_sdk.evals.judge`: an independent dialogue judge (also ``care train eval-policy``'s default);
 - :mod:`care_sdk.evals.simuser` and :mod:`care_sdk.evals.simuser_run`: SAGE-style simulated users
   whose emotion moves each turn (``care eval sim-user``);
+- :mod:`care_sdk.evals.eqbench3` and :mod:`care_sdk.evals.eqbench3_run`: EQ-Bench 3's scenarios,
+  judged with the benchmark's rubric and pairwise prompts (``care eval eqbench3``);
 - :mod:`care_sdk.evals.cli`: the ``care eval`` commands.
 
 Importing this package is light; the runners import their models when they run.

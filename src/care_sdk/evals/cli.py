@@ -1,4 +1,4 @@
-"""``care eval``: the method's evaluation protocol (held-out generator win rate, simulated users).
+"""``care eval``: the method's evaluation protocol (held-out generator win rate, simulated users, EQ-Bench 3).
 
 Importing this module is light; models and data loaders are imported when a command runs.
 """
@@ -32,9 +32,37 @@ def parse_generator(value: str) -> tuple[str, str]:
     return label.strip(), spec.strip()
 
 
+class _Backends:
+    """The backends of one command, opened once per spec (and role, for ``default``), closed on exit.
+
+    ``n_ctx`` is passed to llama.cpp specs only (EQ-Bench 3's prompts are long).
+    """
+
+    def __init__(self, n_ctx: int | None = None) -> None:
+        self.n_ctx = n_ctx
+        self.opened: dict[tuple[str, str | None], Any] = {}
+
+    def get(self, spec: str, role: str | None = None) -> Any:
+        """The backend for ``spec``: ``default`` with a role is that role's bundled adapter."""
+        from care_sdk.backends import resolve_backend
+
+        kind = spec.partition(":")[0].strip().lower()
+        key = (spec, role if kind == "default" else None)
+        if key not in self.opened:
+            options = {"n_ctx": self.n_ctx} if self.n_ctx and kind in ("default", "base", "llamacpp") else {}
+            self.opened[key] = resolve_backend(spec, role=key[1], **options)
+        return self.opened[key]
+
+    def __enter__(self) -> _Backends:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for backend in self.opened.values():
+            backend.close()
+
+
 def _cmd_generator(args: argparse.Namespace) -> int:
     from care_sdk import RubricEvaluator, RubricGenerator
-    from care_sdk.backends import Backend, resolve_backend
     from care_sdk.evals.pairs import lend_an_ear_held_out_pairs, read_pairs_file
     from care_sdk.evals.winrate import WinRateRunner
 
@@ -65,22 +93,13 @@ def _cmd_generator(args: argparse.Namespace) -> int:
         f"(of {held.available} available): {held.description}",
         file=sys.stderr,
     )
-    built: dict[tuple[str, str | None], Backend] = {}
-
-    def backend(spec: str, role: str) -> Backend:
-        # ``default`` means the bundled adapter of the role; every other spec is one backend for all roles.
-        key = (spec, role if spec.strip().lower() == "default" else None)
-        if key not in built:
-            built[key] = resolve_backend(spec, role=role)
-        return built[key]
-
-    try:
+    with _Backends() as backends:
         evaluator = RubricEvaluator(
-            backend(args.evaluator, "evaluator"), seed=args.seed, max_tokens=args.evaluator_max_tokens or 160
+            backends.get(args.evaluator, "evaluator"), seed=args.seed, max_tokens=args.evaluator_max_tokens or 160
         )
         rubric_generators = {
             label: RubricGenerator(
-                backend(spec, "generator"), seed=args.seed, max_tokens=args.generator_max_tokens or 512
+                backends.get(spec, "generator"), seed=args.seed, max_tokens=args.generator_max_tokens or 512
             )
             for label, spec in generators
         }
@@ -96,9 +115,6 @@ def _cmd_generator(args: argparse.Namespace) -> int:
         )
         with ProgressBar("scoring pairs", "pair", quiet=args.quiet) as bar:
             report = runner.run(held, on_start=bar.start, progress=bar.update)
-    finally:
-        for opened in built.values():
-            opened.close()
     print(report.markdown())
     print(
         f"\ncare eval generator: {report.scored} pairs scored, {report.reused} reused; reports in {out}",
@@ -164,7 +180,6 @@ def _add_generator_command(sub: Any) -> None:
 
 
 def _cmd_sim_user(args: argparse.Namespace) -> int:
-    from care_sdk.backends import Backend, resolve_backend
     from care_sdk.data import data_dir
     from care_sdk.evals.judge import DialogueJudge
     from care_sdk.evals.simuser import EmotionSimulator
@@ -173,21 +188,16 @@ def _cmd_sim_user(args: argparse.Namespace) -> int:
     from care_sdk.training.policy.config import DEFAULT_SYSTEM_PROMPT, UserSettings
     from care_sdk.training.policy.rollout import BackendPolicy
 
-    specs = {"policy": args.policy, "simulator": args.simulator, "judge": args.judge}
     if args.simulator == args.policy:
         raise ConfigError("--simulator must be another model than --policy (the policy would play its own user)")
     users = UserSettings(source=args.source, held_out_path=args.profiles, max_profiles=args.limit)
     profiles = load_profiles(users, "held_out", args.data_dir)  # refuses a file declared train
     default = data_dir(args.data_dir) / "sage_rlver" / "profiles" / "simulator_profile_withfirsttalk.jsonl"
     source = Path(args.profiles) if args.profiles else default if args.source == "sage" else None
-    built: dict[str, Backend] = {}
-    try:
-        for spec in specs.values():
-            if spec and spec not in built:
-                built[spec] = resolve_backend(spec)
-        policy = BackendPolicy(built[args.policy], max_tokens=args.policy_max_tokens, seed=args.seed)
-        simulator = EmotionSimulator(built[args.simulator], max_tokens=args.simulator_max_tokens, seed=args.seed)
-        judge = DialogueJudge(built[args.judge], max_tokens=args.judge_max_tokens) if args.judge else None
+    with _Backends() as backends:
+        policy = BackendPolicy(backends.get(args.policy), max_tokens=args.policy_max_tokens, seed=args.seed)
+        simulator = EmotionSimulator(backends.get(args.simulator), max_tokens=args.simulator_max_tokens, seed=args.seed)
+        judge = DialogueJudge(backends.get(args.judge), max_tokens=args.judge_max_tokens) if args.judge else None
         out = Path(args.out) if args.out else Path("care-eval-sim-user") / slug(args.policy)
         runner = SimUserRunner(
             policy,
@@ -206,9 +216,6 @@ def _cmd_sim_user(args: argparse.Namespace) -> int:
         )
         with ProgressBar("episodes", "episode", quiet=args.quiet) as bar:
             report = runner.run(profiles, on_start=bar.start, progress=bar.update)
-    finally:
-        for backend in built.values():
-            backend.close()
     print(report.markdown())
     print(
         f"\ncare eval sim-user: {report.scored} episodes run, {report.reused} reused; reports in {out}", file=sys.stderr
@@ -250,6 +257,88 @@ def _add_sim_user_command(sub: Any) -> None:
     cmd.set_defaults(func=_cmd_sim_user)
 
 
+def _cmd_eqbench3(args: argparse.Namespace) -> int:
+    from care_sdk.data import data_dir
+    from care_sdk.evals.eqbench3 import load_eqbench3
+    from care_sdk.evals.eqbench3_run import EqBench3Runner
+
+    policies = args.policy
+    labels = [label for label, _ in policies]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"--policy labels must be unique, got {', '.join(labels)}")
+    root = Path(args.eqbench3) if args.eqbench3 else data_dir(args.data_dir) / "eqbench3"
+    data = load_eqbench3(root)
+    scenarios = data.select(args.scenarios, args.limit)
+    if any(spec == args.judge for _, spec in policies):
+        print("care eval eqbench3: warning: the judge is also one of the policies", file=sys.stderr)
+    with _Backends(args.n_ctx) as backends:
+        out = Path(args.out) if args.out else Path("care-eval-eqbench3") / slug(args.judge)
+        runner = EqBench3Runner(
+            {label: backends.get(spec) for label, spec in policies},
+            backends.get(args.judge),
+            data,
+            out_dir=out,
+            iterations=args.iterations,
+            max_tokens=args.max_tokens,
+            judge_max_tokens=args.judge_max_tokens,
+            max_reasoning_chars=args.max_reasoning_chars,
+            pairwise=not args.no_pairwise,
+            batch_size=args.batch_size,
+            resamples=args.resamples,
+            seed=args.seed,
+        )
+        with ProgressBar("eqbench3", "step", quiet=args.quiet) as bar:
+            report = runner.run(scenarios, on_start=bar.start, progress=bar.update)
+    print(report.markdown())
+    print(f"\ncare eval eqbench3: reports in {out}", file=sys.stderr)
+    failed = sum(c["error"] + c["rubric_error"] for c in report.counts.values())
+    if failed:
+        print(f"care eval eqbench3: {failed} transcripts or verdicts failed (see {out})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _add_eqbench3_command(sub: Any) -> None:
+    cmd = sub.add_parser(
+        "eqbench3",
+        help="policies through the EQ-Bench 3 scenarios, judged with the benchmark's rubric and pairwise prompts",
+        description=(
+            "Runs each policy through the EQ-Bench 3 role-play, message-drafting and analysis scenarios (the "
+            "benchmark's respondent templates and debrief), then a judge scores each transcript with the "
+            "benchmark's rubric (0-20 per criterion; the rubric score is the mean of the 'higher is better' "
+            "criteria x 5) and, with two or more policies, compares every two on every scenario in both orders "
+            "with the benchmark's pairwise prompt. Writes transcripts.jsonl, pairwise.jsonl, eqbench3.json and "
+            "eqbench3.md to --out; a re-run with the same --out does only what is missing or failed."
+        ),
+    )
+    cmd.add_argument(
+        "--policy",
+        action="append",
+        required=True,
+        type=parse_generator,
+        metavar="LABEL=SPEC",
+        help="a policy to run (repeatable; e.g. base=base, trained=hf:runs/policy/merged)",
+    )
+    cmd.add_argument("--judge", default="base", help="the judge's backend spec (default: %(default)s)")
+    cmd.add_argument("--scenarios", type=csv_list, help="comma-separated scenario ids (default: all)")
+    cmd.add_argument("--limit", type=int, help="the first N scenarios (of --scenarios, or of all)")
+    cmd.add_argument("--iterations", type=int, default=1, help="runs of each scenario (default: %(default)s)")
+    cmd.add_argument("--max-tokens", type=int, default=2048, help="a respondent turn's token budget (default: 2048)")
+    cmd.add_argument("--judge-max-tokens", type=int, default=1024, help="a verdict's token budget (default: 1024)")
+    cmd.add_argument(
+        "--max-reasoning-chars", type=int, default=2000, help="the judge's reasoning bound (default: 2000)"
+    )
+    cmd.add_argument("--no-pairwise", action="store_true", help="rubric scores only")
+    cmd.add_argument("--n-ctx", type=int, default=8192, help="llama.cpp context window (default: %(default)s)")
+    cmd.add_argument("--eqbench3", help="the eqbench3 data directory (default: under --data-dir)")
+    cmd.add_argument("--out", help="output directory (default: care-eval-eqbench3/<judge>); resumed if present")
+    cmd.add_argument("--data-dir", help="the data directory (default: $CARE_DATA_DIR)")
+    cmd.add_argument("--batch-size", type=int, default=4, help="scenarios or verdicts per batch (default: 4)")
+    cmd.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed (default: %(default)s)")
+    cmd.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
+    cmd.add_argument("--quiet", action="store_true", help="no progress bar")
+    cmd.set_defaults(func=_cmd_eqbench3)
+
+
 def add_eval_commands(subparsers: Any) -> None:
     """Register ``care eval`` and its commands on the ``care`` command's subparsers.
 
@@ -264,3 +353,4 @@ def add_eval_commands(subparsers: Any) -> None:
     sub = group.add_subparsers(dest="eval_command", required=True, metavar="EVAL")
     _add_generator_command(sub)
     _add_sim_user_command(sub)
+    _add_eqbench3_command(sub)

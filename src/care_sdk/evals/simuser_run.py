@@ -101,9 +101,14 @@ class SimUserRunner:
         simulator: the simulated user (its backend set apart from the policy's).
         judge: an optional independent judge of each finished episode.
         out_dir: where records and reports go; an existing run there is resumed.
-        max_turns, initial_emotion, success, failure, system_prompt: as in :func:`run_sim_episodes`.
+        max_turns: policy turns per episode, as in :func:`run_sim_episodes`.
+        initial_emotion: the users' starting emotion, as in :func:`run_sim_episodes`.
+        success: an episode succeeds at or above this emotion.
+        failure: an episode fails at or below this emotion.
+        system_prompt: the policy's system prompt.
         batch_size: episodes rolled out together (and per checkpoint).
-        resamples, seed: bootstrap settings.
+        resamples: bootstrap resamples.
+        seed: bootstrap seed.
         sources: data files to hash into the report.
 
     Examples:
