@@ -16,13 +16,13 @@ Examples:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from care_sdk._engine import drive, parse_plan, unwrap
+from care_sdk._replies import parse_json_reply
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.errors import CareError
@@ -92,16 +92,7 @@ def parse_verdict(text: str) -> JudgeVerdict:
         ...
         ValueError: judge verdict: score: Input should be less than or equal to 10
     """
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"judge verdict is not JSON: {exc.msg}") from None
-    try:
-        return JudgeVerdict.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "verdict"
-        raise ValueError(f"judge verdict: {where}: {first['msg']}") from None
+    return parse_json_reply(text, JudgeVerdict, "judge verdict")
 
 
 class DialogueJudge:

@@ -22,14 +22,14 @@ Examples:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from care_sdk._engine import drive, parse_plan
+from care_sdk._replies import parse_json_reply
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.errors import CareError
@@ -114,20 +114,9 @@ def parse_emotion_turn(text: str) -> EmotionTurn:
         >>> parse_emotion_turn('{"reason": "ok", "emotion": 140, "reply": "hm", "end": false}')
         Traceback (most recent call last):
         ...
-        ValueError: simulated user: emotion: Input should be less than or equal to 100
+        ValueError: simulated user reply: emotion: Input should be less than or equal to 100
     """
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"simulated user reply is not JSON: {exc.msg}") from None
-    if isinstance(data, dict):
-        data = {k: v.strip() if isinstance(v, str) else v for k, v in data.items()}
-    try:
-        return EmotionTurn.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "turn"
-        raise ValueError(f"simulated user: {where}: {first['msg']}") from None
+    return parse_json_reply(text, EmotionTurn, "simulated user reply", strip=True)
 
 
 class EmotionSimulator:

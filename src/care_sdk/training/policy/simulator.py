@@ -9,14 +9,14 @@ that user's turn, so one broken conversation never stops the others.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from string import Template
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from care_sdk._engine import drive, parse_plan, unwrap
+from care_sdk._replies import parse_json_reply
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.errors import CareError
@@ -99,18 +99,7 @@ def parse_user_turn(text: str) -> UserTurn:
         ...
         ValueError: simulated user reply: reply: String should have at least 1 character
     """
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"simulated user reply is not JSON: {exc.msg}") from None
-    if isinstance(data, dict) and isinstance(data.get("reply"), str):
-        data = {**data, "reply": data["reply"].strip()}
-    try:
-        return UserTurn.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "reply"
-        raise ValueError(f"simulated user reply: {where}: {first['msg']}") from None
+    return parse_json_reply(text, UserTurn, "simulated user reply", strip=True)
 
 
 def _clip(text: str, limit: int | None) -> str:
