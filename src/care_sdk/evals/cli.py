@@ -61,6 +61,16 @@ class _Backends:
             backend.close()
 
 
+def _add_run_options(cmd: Any, *, out: str, batch_size: int, batch: str) -> None:
+    """The options every ``care eval`` command shares: output, data, batching, seeds, progress."""
+    cmd.add_argument("--out", help=f"output directory (default: {out}); resumed if present")
+    cmd.add_argument("--data-dir", help="the data directory (default: $CARE_DATA_DIR)")
+    cmd.add_argument("--batch-size", type=int, default=batch_size, help=f"{batch} (default: %(default)s)")
+    cmd.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed (default: %(default)s)")
+    cmd.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
+    cmd.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
 def _cmd_generator(args: argparse.Namespace) -> int:
     from care_sdk import RubricEvaluator, RubricGenerator
     from care_sdk.evals.pairs import lend_an_ear_held_out_pairs, read_pairs_file
@@ -170,12 +180,7 @@ def _add_generator_command(sub: Any) -> None:
     cmd.add_argument("--lend-an-ear", help="the mint_lend_an_ear directory (default: under --data-dir)")
     cmd.add_argument("--generator-max-tokens", type=int, help="token budget of one rubric (default: 512)")
     cmd.add_argument("--evaluator-max-tokens", type=int, help="token budget of one evaluation (default: 160)")
-    cmd.add_argument("--out", help="output directory (default: care-eval-generator/<evaluator>); resumed if present")
-    cmd.add_argument("--data-dir", help="the data directory (default: $CARE_DATA_DIR)")
-    cmd.add_argument("--batch-size", type=int, default=4, help="pairs per backend batch (default: %(default)s)")
-    cmd.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed (default: %(default)s)")
-    cmd.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
-    cmd.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_run_options(cmd, out="care-eval-generator/<evaluator>", batch_size=4, batch="pairs per backend batch")
     cmd.set_defaults(func=_cmd_generator)
 
 
@@ -248,12 +253,7 @@ def _add_sim_user_command(sub: Any) -> None:
     cmd.add_argument("--policy-max-tokens", type=int, default=128, help="token budget of a policy turn")
     cmd.add_argument("--simulator-max-tokens", type=int, default=192, help="token budget of a simulated turn")
     cmd.add_argument("--judge-max-tokens", type=int, default=160, help="token budget of a verdict")
-    cmd.add_argument("--out", help="output directory (default: care-eval-sim-user/<policy>); resumed if present")
-    cmd.add_argument("--data-dir", help="the data directory (default: $CARE_DATA_DIR)")
-    cmd.add_argument("--batch-size", type=int, default=8, help="episodes rolled out together (default: 8)")
-    cmd.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed (default: %(default)s)")
-    cmd.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
-    cmd.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_run_options(cmd, out="care-eval-sim-user/<policy>", batch_size=8, batch="episodes rolled out together")
     cmd.set_defaults(func=_cmd_sim_user)
 
 
@@ -330,12 +330,7 @@ def _add_eqbench3_command(sub: Any) -> None:
     cmd.add_argument("--no-pairwise", action="store_true", help="rubric scores only")
     cmd.add_argument("--n-ctx", type=int, default=8192, help="llama.cpp context window (default: %(default)s)")
     cmd.add_argument("--eqbench3", help="the eqbench3 data directory (default: under --data-dir)")
-    cmd.add_argument("--out", help="output directory (default: care-eval-eqbench3/<judge>); resumed if present")
-    cmd.add_argument("--data-dir", help="the data directory (default: $CARE_DATA_DIR)")
-    cmd.add_argument("--batch-size", type=int, default=4, help="scenarios or verdicts per batch (default: 4)")
-    cmd.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed (default: %(default)s)")
-    cmd.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
-    cmd.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_run_options(cmd, out="care-eval-eqbench3/<judge>", batch_size=4, batch="scenarios or verdicts per batch")
     cmd.set_defaults(func=_cmd_eqbench3)
 
 
