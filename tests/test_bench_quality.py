@@ -438,4 +438,7 @@ def test_cli_quality_on_the_bundled_model(data_dir: Path, tmp_path: Path, capsys
     report = json.loads((out / "quality.json").read_text())
     missing = sum(report["tasks"][0]["failed"].values())
     assert code == (1 if missing else 0)  # status 1 exactly when some item has no result
-    assert report["model"] == "llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert report["model"] == "llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf+generator.gguf"
+    # ``default`` (the command's default backend) gives each component its bundled adapter
+    assert report["backend"]["generator"].startswith("llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf+generator.gguf|")
+    assert report["backend"]["evaluator"].startswith("llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf+evaluator.gguf|")

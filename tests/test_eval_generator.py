@@ -177,9 +177,9 @@ def test_cli_refuses_a_training_pairs_file(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_held_out_pairs_are_disjoint_from_build_data_training_pairs(data_dir: Path, tmp_path: Path) -> None:
+    from care_sdk.backends import BackendPool
     from care_sdk.training.build_data import build_data
     from care_sdk.training.config import BuildDataConfig
-    from care_sdk.training.policy.components import BackendPool
 
     annotator = ScriptedBackend(lambda req: '{"strategies": ["Question"]}')
     config = BuildDataConfig(

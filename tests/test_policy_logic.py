@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from care_sdk import RubricEvaluator, RubricGenerator
-from care_sdk.backends import GenerationRequest
+from care_sdk.backends import BackendPool, GenerationRequest
 from care_sdk.dialogues import read_dialogues
 from care_sdk.errors import BackendError, InputError, OutputError
 from care_sdk.plots.records import read_records
@@ -29,7 +29,7 @@ from care_sdk.training.policy import (
     sage_profiles,
     split_profiles,
 )
-from care_sdk.training.policy.components import BackendPool, prompt_rows
+from care_sdk.training.policy.components import prompt_rows
 from care_sdk.training.policy.config import PromptSettings
 from care_sdk.training.policy.simulator import parse_user_turn
 from care_sdk.training.roles import write_roles

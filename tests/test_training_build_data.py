@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from care_sdk.backends import GenerationRequest
+from care_sdk.backends import BackendPool, GenerationRequest
 from care_sdk.prompts import parse_rubric
 from care_sdk.testing import ScriptedBackend, rubric_json
 from care_sdk.training import r_align
 from care_sdk.training.build_data import SPLITS, build_data, input_key
 from care_sdk.training.config import BuildDataConfig
 from care_sdk.training.pairs import HUMAN_SYSTEMS
-from care_sdk.training.policy.components import BackendPool
 from care_sdk.training.roles import data_role
 from care_sdk.types import Message
 

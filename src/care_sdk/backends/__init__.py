@@ -14,6 +14,7 @@ Spec strings:
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from care_sdk.backends.base import (
@@ -34,6 +35,7 @@ __all__ = [
     "RUBRIC",
     "SPEC_FORMS",
     "Backend",
+    "BackendPool",
     "Completion",
     "ForcedReply",
     "ForwardingBackend",
@@ -122,3 +124,50 @@ def resolve_backend(spec: str | Backend | Any, *, role: str | None = None, **opt
 
         return HFBackend(rest, **options)
     raise ConfigError(f"unknown backend spec {spec!r}; valid forms: {', '.join(SPEC_FORMS)}")
+
+
+class BackendPool:
+    """Resolves backend specs, building each distinct (spec, options, role of ``default``) once.
+
+    ``default`` asked with a role (``generator``, ``evaluator``) is that role's bundled adapter, so
+    a command given ``default`` for both components runs each with its own adapter; every other
+    spec is built once and shared by every role. Use it as a context manager to close what it built.
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> pool = BackendPool({"sim": ScriptedBackend([])})
+        >>> pool.get("sim") is pool.get("sim")
+        True
+    """
+
+    def __init__(self, given: dict[str, Backend] | None = None) -> None:
+        self._built: dict[str, Backend] = dict(given or {})
+
+    def get(self, spec: str, options: dict[str, Any] | None = None, *, role: str | None = None) -> Backend:
+        """The backend of ``spec`` (built on first use). ``role`` (``generator`` or ``evaluator``)
+        gives the ``default`` spec the bundled adapter of that role, as ``resolve_backend`` does;
+        a backend given for the spec itself serves every role.
+
+        Examples:
+            >>> from care_sdk.testing import ScriptedBackend
+            >>> given = ScriptedBackend([])
+            >>> BackendPool({"default": given}).get("default", role="evaluator") is given
+            True
+        """
+        key = spec if not options else f"{spec}|{json.dumps(options, sort_keys=True, default=str)}"
+        if role is not None and key not in self._built and spec.strip().lower() == "default":
+            key = f"{key}|role={role}"
+        if key not in self._built:
+            self._built[key] = resolve_backend(spec, role=role, **(options or {}))
+        return self._built[key]
+
+    def close(self) -> None:
+        """Close every backend this pool built."""
+        for backend in self._built.values():
+            backend.close()
+
+    def __enter__(self) -> BackendPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -88,17 +88,19 @@ def add_run_options(cmd: argparse.ArgumentParser, *, out_dir: str, batch_size: i
 def resolve_backends(args: argparse.Namespace) -> tuple[Backend, Backend]:
     """The generator's and the evaluator's backends: each its own spec when given, else ``--backend``'s.
 
-    Examples:
-        >>> args = argparse.Namespace(backend="mock", generator_backend=None, evaluator_backend=None)
-        >>> generator, evaluator = resolve_backends(args)  # doctest: +SKIP
-        >>> generator is evaluator  # doctest: +SKIP
-        True
-    """
-    from care_sdk import resolve_backend
+    ``default`` gives each component its bundled adapter; any other spec is loaded once and shared.
 
-    shared = resolve_backend(args.backend)
-    generator = resolve_backend(args.generator_backend) if args.generator_backend else shared
-    evaluator = resolve_backend(args.evaluator_backend) if args.evaluator_backend else shared
+    Examples:
+        >>> args = argparse.Namespace(backend="default", generator_backend=None, evaluator_backend=None)
+        >>> generator, evaluator = resolve_backends(args)  # doctest: +SKIP
+        >>> [b.identity.partition("+")[2] for b in (generator, evaluator)]  # doctest: +SKIP
+        ['generator.gguf', 'evaluator.gguf']
+    """
+    from care_sdk.backends import BackendPool
+
+    pool = BackendPool()
+    generator = pool.get(args.generator_backend or args.backend, role="generator")
+    evaluator = pool.get(args.evaluator_backend or args.backend, role="evaluator")
     return generator, evaluator
 
 

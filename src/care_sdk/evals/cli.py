@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from care_sdk.backends import BackendPool
 from care_sdk.bench._cli_args import ProgressBar, csv_list, slug
 from care_sdk.errors import ConfigError
 from care_sdk.variants import VARIANTS
@@ -32,33 +33,15 @@ def parse_generator(value: str) -> tuple[str, str]:
     return label.strip(), spec.strip()
 
 
-class _Backends:
-    """The backends of one command, opened once per spec (and role, for ``default``), closed on exit.
+def _llama_options(spec: str, n_ctx: int | None) -> dict[str, Any] | None:
+    """``n_ctx`` for a llama.cpp spec (EQ-Bench 3's prompts are long); other backends take no such option.
 
-    ``n_ctx`` is passed to llama.cpp specs only (EQ-Bench 3's prompts are long).
+    Examples:
+        >>> _llama_options("base", 8192), _llama_options("openai:m@http://127.0.0.1:8000/v1", 8192)
+        ({'n_ctx': 8192}, None)
     """
-
-    def __init__(self, n_ctx: int | None = None) -> None:
-        self.n_ctx = n_ctx
-        self.opened: dict[tuple[str, str | None], Any] = {}
-
-    def get(self, spec: str, role: str | None = None) -> Any:
-        """The backend for ``spec``: ``default`` with a role is that role's bundled adapter."""
-        from care_sdk.backends import resolve_backend
-
-        kind = spec.partition(":")[0].strip().lower()
-        key = (spec, role if kind == "default" else None)
-        if key not in self.opened:
-            options = {"n_ctx": self.n_ctx} if self.n_ctx and kind in ("default", "base", "llamacpp") else {}
-            self.opened[key] = resolve_backend(spec, role=key[1], **options)
-        return self.opened[key]
-
-    def __enter__(self) -> _Backends:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for backend in self.opened.values():
-            backend.close()
+    llama = spec.partition(":")[0].strip().lower() in ("default", "base", "llamacpp")
+    return {"n_ctx": n_ctx} if n_ctx and llama else None
 
 
 def _add_run_options(cmd: Any, *, out: str, batch_size: int, batch: str) -> None:
@@ -103,13 +86,13 @@ def _cmd_generator(args: argparse.Namespace) -> int:
         f"(of {held.available} available): {held.description}",
         file=sys.stderr,
     )
-    with _Backends() as backends:
+    with BackendPool() as backends:
         evaluator = RubricEvaluator(
-            backends.get(args.evaluator, "evaluator"), seed=args.seed, max_tokens=args.evaluator_max_tokens or 160
+            backends.get(args.evaluator, role="evaluator"), seed=args.seed, max_tokens=args.evaluator_max_tokens or 160
         )
         rubric_generators = {
             label: RubricGenerator(
-                backends.get(spec, "generator"), seed=args.seed, max_tokens=args.generator_max_tokens or 512
+                backends.get(spec, role="generator"), seed=args.seed, max_tokens=args.generator_max_tokens or 512
             )
             for label, spec in generators
         }
@@ -199,7 +182,7 @@ def _cmd_sim_user(args: argparse.Namespace) -> int:
     profiles = load_profiles(users, "held_out", args.data_dir)  # refuses a file declared train
     default = data_dir(args.data_dir) / "sage_rlver" / "profiles" / "simulator_profile_withfirsttalk.jsonl"
     source = Path(args.profiles) if args.profiles else default if args.source == "sage" else None
-    with _Backends() as backends:
+    with BackendPool() as backends:
         policy = BackendPolicy(backends.get(args.policy), max_tokens=args.policy_max_tokens, seed=args.seed)
         simulator = EmotionSimulator(backends.get(args.simulator), max_tokens=args.simulator_max_tokens, seed=args.seed)
         judge = DialogueJudge(backends.get(args.judge), max_tokens=args.judge_max_tokens) if args.judge else None
@@ -271,11 +254,11 @@ def _cmd_eqbench3(args: argparse.Namespace) -> int:
     scenarios = data.select(args.scenarios, args.limit)
     if any(spec == args.judge for _, spec in policies):
         print("care eval eqbench3: warning: the judge is also one of the policies", file=sys.stderr)
-    with _Backends(args.n_ctx) as backends:
+    with BackendPool() as backends:
         out = Path(args.out) if args.out else Path("care-eval-eqbench3") / slug(args.judge)
         runner = EqBench3Runner(
-            {label: backends.get(spec) for label, spec in policies},
-            backends.get(args.judge),
+            {label: backends.get(spec, _llama_options(spec, args.n_ctx)) for label, spec in policies},
+            backends.get(args.judge, _llama_options(args.judge, args.n_ctx)),
             data,
             out_dir=out,
             iterations=args.iterations,

@@ -238,6 +238,7 @@ def lend_an_ear_held_out_pairs(
         ...     held = lend_an_ear_held_out_pairs(root, limit=2)
         ...     assert {p.fields["split"] for p in held.pairs} <= {"valid", "test"}
     """
+    from care_sdk.backends import BackendPool
     from care_sdk.data import (
         LEND_AN_EAR_HELD_OUT,
         default_strategy_map,
@@ -248,7 +249,6 @@ def lend_an_ear_held_out_pairs(
     from care_sdk.training.build_data import BuildReport
     from care_sdk.training.config import BuildDataConfig
     from care_sdk.training.pairs import mint_pairs
-    from care_sdk.training.policy.components import BackendPool
     from care_sdk.training.targets import BuildContext
 
     root = Path(root)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from care_sdk.backends import BackendPool
 from care_sdk.data import (
     StrategyMap,
     SupportDialogue,
@@ -40,7 +41,6 @@ from care_sdk.data import (
 from care_sdk.data.splits import lend_an_ear_split
 from care_sdk.training.config import BuildDataConfig
 from care_sdk.training.pairs import HUMAN_SYSTEMS, annotate, candidate_pairs, mint_pairs, offcontext_pairs
-from care_sdk.training.policy.components import BackendPool
 from care_sdk.training.prompts import DATA_PROMPT_VERSION
 from care_sdk.training.roles import Role, write_roles
 from care_sdk.training.targets import BuildContext, build_targets, count_weights

@@ -16,13 +16,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from care_sdk.backends import Backend
+from care_sdk.backends import Backend, BackendPool
 from care_sdk.data import StrategyMap, SupportTurn
 from care_sdk.errors import CareError, OutputError
 from care_sdk.prompts import fixed_criteria, parse_rubric, rubric_reply_json, rubric_schema
 from care_sdk.training._calls import ask
 from care_sdk.training.config import BuildDataConfig
-from care_sdk.training.policy.components import BackendPool
 from care_sdk.training.prompts import judge_messages, judge_schema, parse_verdict, teacher_messages
 from care_sdk.training.rewards import align_violations, r_align
 from care_sdk.types import DIMENSIONS, Dimension, Message, Rubric

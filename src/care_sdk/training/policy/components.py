@@ -6,11 +6,10 @@ Backends named by the same spec string (and options) are built once and shared, 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
-from care_sdk.backends import Backend, resolve_backend
+from care_sdk.backends import BackendPool
 from care_sdk.errors import InputError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -22,7 +21,7 @@ from care_sdk.training.policy.simulator import SimulatedUser
 from care_sdk.training.roles import require_held_out, require_trainable
 from care_sdk.types import Dialogue, Message
 
-__all__ = ["BackendPool", "build_reward", "build_simulator", "load_profiles", "prompt_rows"]
+__all__ = ["build_reward", "build_simulator", "load_profiles", "prompt_rows"]
 
 
 def _data_root(data_dir: str | None, given: str | None = None) -> Path:
@@ -32,43 +31,6 @@ def _data_root(data_dir: str | None, given: str | None = None) -> Path:
     if data_dir is None and given:
         return Path()  # not used: the settings name the file
     return Path(data_dir) if data_dir is not None else default_data_dir()
-
-
-class BackendPool:
-    """Resolves backend specs, building each distinct (spec, options) once.
-
-    Examples:
-        >>> from care_sdk.testing import ScriptedBackend
-        >>> pool = BackendPool({"sim": ScriptedBackend([])})
-        >>> pool.get("sim") is pool.get("sim")
-        True
-    """
-
-    def __init__(self, given: dict[str, Backend] | None = None) -> None:
-        self._built: dict[str, Backend] = dict(given or {})
-
-    def get(self, spec: str, options: dict[str, Any] | None = None, *, role: str | None = None) -> Backend:
-        """The backend of ``spec`` (built on first use). ``role`` (``generator`` or ``evaluator``)
-        gives the ``default`` spec the bundled adapter of that role, as ``resolve_backend`` does;
-        a backend given for the spec itself serves every role.
-
-        Examples:
-            >>> from care_sdk.testing import ScriptedBackend
-            >>> given = ScriptedBackend([])
-            >>> BackendPool({"default": given}).get("default", role="evaluator") is given
-            True
-        """
-        key = spec if not options else f"{spec}|{json.dumps(options, sort_keys=True, default=str)}"
-        if role is not None and key not in self._built and spec.strip().lower() == "default":
-            key = f"{key}|role={role}"
-        if key not in self._built:
-            self._built[key] = resolve_backend(spec, role=role, **(options or {}))
-        return self._built[key]
-
-    def close(self) -> None:
-        """Close every backend this pool built."""
-        for backend in self._built.values():
-            backend.close()
 
 
 def build_reward(settings: RewardSettings, pool: BackendPool) -> AdaptiveReward:

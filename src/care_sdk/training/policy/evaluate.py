@@ -24,9 +24,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from care_sdk.backends import BackendPool
 from care_sdk.errors import CareError
 from care_sdk.training._common import check_dir
-from care_sdk.training.policy.components import BackendPool, build_reward, build_simulator, load_profiles
+from care_sdk.training.policy.components import build_reward, build_simulator, load_profiles
 from care_sdk.training.policy.config import EvalPolicyConfig
 from care_sdk.training.policy.rewards import EpisodeRecorder
 from care_sdk.training.policy.rollout import BackendPolicy, Episode, run_episodes

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from care_sdk.backends import BackendPool
 from care_sdk.training._common import (
     GRPORunResult,
     load_model,
@@ -27,7 +28,7 @@ from care_sdk.training._common import (
     stage_setup,
     write_run_files,
 )
-from care_sdk.training.policy.components import BackendPool, build_reward, build_simulator, load_profiles, prompt_rows
+from care_sdk.training.policy.components import build_reward, build_simulator, load_profiles, prompt_rows
 from care_sdk.training.policy.config import PolicyGRPOConfig
 from care_sdk.training.policy.profiles import UserProfile
 from care_sdk.training.policy.rewards import EpisodeRecorder, PolicyReward
