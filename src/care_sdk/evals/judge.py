@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from care_sdk._engine import drive, parse_plan, unwrap
 from care_sdk._replies import parse_json_reply
+from care_sdk._text import clip
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.errors import CareError
@@ -136,12 +137,7 @@ class DialogueJudge:
     def request(self, dialogue: Sequence[Message]) -> GenerationRequest:
         """The backend request for one conversation."""
         limit = self.max_message_chars
-
-        def cut(text: str) -> str:
-            text = text.strip()
-            return text if limit is None or len(text) <= limit else text[:limit].rstrip() + " ..."
-
-        transcript = "\n".join(f"{_LABELS[m.role]}: {cut(m.content)}" for m in dialogue if m.role != "system")
+        transcript = "\n".join(f"{_LABELS[m.role]}: {clip(m.content, limit)}" for m in dialogue if m.role != "system")
         return GenerationRequest(
             messages=(
                 Message(role="system", content=_SYSTEM),

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from care_sdk._engine import drive, parse_plan
 from care_sdk._replies import parse_json_reply
+from care_sdk._text import clip
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.errors import CareError
@@ -171,15 +172,11 @@ class EmotionSimulator:
     ) -> GenerationRequest:
         """The backend request for the user's next turn at its current emotion."""
 
-        def clip(text: str) -> str:
-            text = text.strip()
-            limit = self.max_profile_chars
-            return text if limit is None or len(text) <= limit else text[:limit].rstrip() + " ..."
-
+        limit = self.max_profile_chars
         system = _SYSTEM.format(
-            persona=clip(profile.persona),
-            situation=clip(profile.situation),
-            goal=clip(profile.goal),
+            persona=clip(profile.persona, limit),
+            situation=clip(profile.situation, limit),
+            goal=clip(profile.goal, limit),
             emotion=emotion,
             language=_LANGUAGE[profile.language],
         )

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from care_sdk._engine import drive, parse_plan, unwrap
 from care_sdk._replies import parse_json_reply
+from care_sdk._text import clip
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.errors import CareError
@@ -102,13 +103,6 @@ def parse_user_turn(text: str) -> UserTurn:
     return parse_json_reply(text, UserTurn, "simulated user reply", strip=True)
 
 
-def _clip(text: str, limit: int | None) -> str:
-    text = text.strip()
-    if limit is None or len(text) <= limit:
-        return text
-    return text[:limit].rstrip() + " ..."
-
-
 class SimulatedUser:
     """A user simulator on any backend: plays a :class:`UserProfile` against a supporter.
 
@@ -158,9 +152,9 @@ class SimulatedUser:
     def messages(self, profile: UserProfile, dialogue: Sequence[Message]) -> list[Message]:
         """The prompt for the user's next turn (useful to inspect what the simulator sees)."""
         system = _SYSTEM.substitute(
-            persona=_clip(profile.persona, self.max_profile_chars),
-            situation=_clip(profile.situation, self.max_profile_chars),
-            goal=_clip(profile.goal, self.max_profile_chars),
+            persona=clip(profile.persona, self.max_profile_chars),
+            situation=clip(profile.situation, self.max_profile_chars),
+            goal=clip(profile.goal, self.max_profile_chars),
             language=_LANGUAGE[profile.language],
         )
         shown = [m for m in dialogue if m.role != "system"]
