@@ -31,7 +31,7 @@ import os
 import random
 import statistics
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -40,40 +40,29 @@ from typing import Any
 from care_sdk.bench.metrics import Estimate, bootstrap
 from care_sdk.data import SupportTurn, data_dir, load_esconv
 from care_sdk.dialogues import read_dialogues
-from care_sdk.prompts import generator_position
 from care_sdk.rubric_checks import check_rubric, top_match
 from care_sdk.training import r_align
+from care_sdk.training.rubric_targets import POSITION_CAP, position_prior, turn_number
 from care_sdk.types import DIMENSIONS, Dimension, Rubric
 
 MODEL_ROWS = {"shipped": "default", "untrained base": "base"}
-POSITION_CAP = 15
 
 
 def _slug(name: str) -> str:
     return name.replace(" ", "_")
 
 
-def turn_number(turn: SupportTurn) -> int:
-    """The supporter-turn number of the reply (1 for the first), as the generator prompt states it."""
-    return generator_position(list(turn.context))[1]
-
-
-def _tops(counts: dict[Dimension, int]) -> list[Dimension]:
-    best = max(counts.values())
-    return [d for d in DIMENSIONS if counts[d] == best] if best else []
-
-
 def fit_priors(train: list[SupportTurn]) -> tuple[Dimension, dict[int, Dimension]]:
     """The majority top dimension and the top dimension per turn number, from ESConv train (ties split)."""
-    overall: Counter[Dimension] = Counter()
-    by_turn: dict[int, Counter[Dimension]] = defaultdict(Counter)
+    prior = position_prior(train)
+    overall = dict.fromkeys(DIMENSIONS, 0.0)
     for turn in train:
-        tops = _tops(turn.counts)
+        best = max(turn.counts.get(d, 0) for d in DIMENSIONS)
+        tops = [d for d in DIMENSIONS if best and turn.counts.get(d, 0) == best]
         for d in tops:
             overall[d] += 1 / len(tops)
-            by_turn[min(turn_number(turn), POSITION_CAP)][d] += 1 / len(tops)
-    majority = overall.most_common(1)[0][0]
-    return majority, {k: c.most_common(1)[0][0] for k, c in by_turn.items()}
+    majority = max(DIMENSIONS, key=lambda d: overall[d])
+    return majority, {n: max(DIMENSIONS, key=lambda d: shares[d]) for n, shares in prior.items()}
 
 
 def _one_hot(d: Dimension) -> dict[Dimension, float]:

@@ -13,7 +13,7 @@ from care_sdk.prompts import generator_messages, parse_rubric
 from care_sdk.rubric_checks import check_rubric, content_words, top_match
 from care_sdk.training.build_data import build_data
 from care_sdk.training.config import BuildDataConfig
-from care_sdk.training.rubric_targets import TemplateTargets
+from care_sdk.training.rubric_targets import POSITION_CAP, TemplateTargets, position_prior, turn_number
 from care_sdk.types import DIMENSIONS, Criterion, Rubric
 
 C, A, P = DIMENSIONS
@@ -120,3 +120,30 @@ def test_build_data_templates_mode_writes_train_and_valid_and_refuses_test(tmp_p
     assert prompt.startswith("Position: supporter turn ")
     with pytest.raises(ConfigError, match="test"):
         build_data(config.model_copy(update={"esconv_splits": ("train", "test")}), log=lambda s: None)
+
+
+def test_position_prior_moves_the_first_turns_to_the_prior_and_keeps_later_references(data_dir: Path) -> None:
+    train = load_esconv(data_dir / "esconv" / "train.jsonl").records[:300]
+    turns = [t for d in train for t in d.supporter_turns() if t.labelled and any(t.counts.values())]
+    prior = position_prior(turns)
+    assert all(abs(sum(p.values()) - 1) < 1e-9 for p in prior.values())
+    assert max(prior) == POSITION_CAP  # later turn numbers pooled
+    assert max(DIMENSIONS, key=lambda d: prior[1][d]) == C  # ESConv opens with questions
+    mixed = TemplateTargets(train, StrategyMap.default(), max_context_messages=4, position_prior_weight=0.5)
+    plain = TemplateTargets(train, StrategyMap.default(), max_context_messages=4)
+    moved = kept = 0
+    for turn in turns:
+        weights, counts = mixed.weights(turn), plain.weights(turn)
+        assert abs(sum(weights.values()) - 1) < 1e-9
+        expected = {d: 0.5 * counts[d] + 0.5 * prior[min(turn_number(turn), POSITION_CAP)][d] for d in DIMENSIONS}
+        assert weights == pytest.approx(expected)
+        top = max(DIMENSIONS, key=lambda d: weights[d])
+        reference_top = max(DIMENSIONS, key=lambda d: counts[d])
+        shares = prior[min(turn_number(turn), POSITION_CAP)]
+        if max(counts.values()) > 0.5:  # one clear strategy: it stays on top unless the prior favours
+            # another dimension by more than the reference's lead in the counts (0.4 for one strategy)
+            overtaken = any(shares[d] - shares[reference_top] > counts[reference_top] - counts[d] for d in DIMENSIONS)
+            assert (top != reference_top) == overtaken
+            moved += overtaken
+            kept += not overtaken
+    assert moved > 0 and kept > 100

@@ -113,6 +113,13 @@ class BuildDataConfig(_Config):
     offcontext_pairs: bool = False
     """Also build off-context ESConv pairs: the reference reply vs a supporter reply from another
     dialogue. Not the method's pairs: the rejected reply is off-topic, so any rubric separates the two."""
+    position_prior_weight: float = Field(default=0.0, ge=0, lt=1)
+    """``targets: templates`` only: the share ``λ`` of the turn-position prior in the target weights,
+    ``(1 - λ) · count weights + λ · prior``, where the prior is how often each dimension is on top
+    at this supporter-turn number in the train split (ties split; numbers from 15 on pooled). The
+    reference's own strategies stay on top unless the position makes another dimension far more
+    likely (at 0.5 and one strategy: a lead of over 0.4 in the prior, as at ESConv's first two
+    turns). 0: counts only."""
     seed: int = 0
     """Seed of every random choice (splits, candidate order, backend sampling)."""
 

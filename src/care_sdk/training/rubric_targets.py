@@ -4,7 +4,9 @@ from a documented bank of templates whose slots are filled from the dialogue its
 For a supporter turn of a strategy-labelled corpus (ESConv), the target rubric is:
 
 - **weights**: proportional to ``n_d + 0.5`` for the reference reply's strategy counts ``n_d``,
-  written as integers 0-10 (:func:`~care_sdk.prompts.integer_weights`);
+  optionally mixed with the turn-position prior of the train split (:func:`position_prior`,
+  ``position_prior_weight`` in the config), written as integers 0-10
+  (:func:`~care_sdk.prompts.integer_weights`);
 - **criteria**: for each dimension, two templates of :data:`CRITERION_TEMPLATES`. Where the
   reference reply used a strategy of that dimension, the templates are those of the strategy (what
   the reference did, said as a checkable criterion); otherwise the dimension's ``general`` ones.
@@ -51,11 +53,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CRITERION_TEMPLATES",
+    "POSITION_CAP",
     "TEMPLATES_VERSION",
     "EsconvSetup",
     "TemplateTargets",
     "build_template_sft",
     "esconv_setup",
+    "position_prior",
+    "turn_number",
 ]
 
 TEMPLATES_VERSION = "templates-v1"
@@ -148,6 +153,49 @@ close dear younger older older ex previous former whole late
 _ADJECTIVES = frozenset(_ADJECTIVES_TEXT.split())
 
 
+POSITION_CAP = 15
+"""Supporter-turn numbers from this one on share one position prior (few conversations are longer)."""
+
+
+def turn_number(turn: SupportTurn) -> int:
+    """The supporter-turn number of a reply (1 for the first), as the generator prompt states it.
+
+    Examples:
+        >>> d = SupportDialogue(id="d", source="demo", messages=[
+        ...     {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+        ...     {"role": "user", "content": "I failed."}, {"role": "assistant", "content": "Oh no."}])
+        >>> [turn_number(t) for t in d.supporter_turns()]
+        [1, 2]
+    """
+    return generator_position(list(turn.context))[1]
+
+
+def position_prior(turns: Iterable[SupportTurn]) -> dict[int, dict[Dimension, float]]:
+    """How often each dimension is the reference's top dimension, per supporter-turn number.
+
+    Ties in the strategy counts are split evenly; turn numbers from :data:`POSITION_CAP` on are
+    pooled; turns without a mapped strategy are left out. Fit it on a training split only.
+
+    Examples:
+        >>> d = SupportDialogue(id="d", source="demo", messages=[
+        ...     {"role": "user", "content": "hi"}, {"role": "assistant", "content": "What happened?"},
+        ...     {"role": "user", "content": "I failed."}, {"role": "assistant", "content": "That hurts."}],
+        ...     strategies=[None, ("Question",), None, ("Reflection of feelings", "Question")])
+        >>> prior = position_prior(d.supporter_turns())
+        >>> {n: {x.value: v for x, v in p.items() if v} for n, p in prior.items()}
+        {1: {'cognitive': 1.0}, 2: {'cognitive': 0.5, 'affective': 0.5}}
+    """
+    tally: dict[int, dict[Dimension, float]] = defaultdict(lambda: dict.fromkeys(DIMENSIONS, 0.0))
+    for turn in turns:
+        best = max((turn.counts.get(d, 0) for d in DIMENSIONS), default=0)
+        if best == 0:
+            continue
+        tops = [d for d in DIMENSIONS if turn.counts.get(d, 0) == best]
+        for d in tops:
+            tally[min(turn_number(turn), POSITION_CAP)][d] += 1 / len(tops)
+    return {n: {d: c[d] / sum(c.values()) for d in DIMENSIONS} for n, c in sorted(tally.items())}
+
+
 def _pick(key: str, options: Sequence[str], n: int) -> list[str]:
     """``n`` distinct options, in an order fixed by a hash of ``key`` (stable across runs and machines)."""
     ranked = sorted(options, key=lambda o: hashlib.sha256(f"{key}|{o}".encode()).hexdigest())
@@ -164,6 +212,8 @@ class TemplateTargets:
         criteria_per_dimension: criteria per dimension (at most the templates a strategy has).
         max_context_messages: the context cut the generator is trained with: ``{topic}`` only comes
             from messages it will see.
+        position_prior_weight: the share of the turn-position prior (:func:`position_prior` of
+            ``dialogues``) in the target weights; 0 leaves the count weights as they are.
 
     Examples:
         >>> d = SupportDialogue(id="d1", source="demo", messages=[
@@ -186,9 +236,14 @@ class TemplateTargets:
     mapping: StrategyMap
     criteria_per_dimension: int = 2
     max_context_messages: int | None = None
+    position_prior_weight: float = 0.0
     _idf: dict[str, float] = field(init=False, default_factory=dict)
+    _prior: dict[int, dict[Dimension, float]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.dialogues = list(self.dialogues)
+        if self.position_prior_weight:
+            self._prior = position_prior(t for d in self.dialogues for t in d.supporter_turns(self.mapping))
         df: Counter[str] = Counter()
         n = 0
         for dialogue in self.dialogues:
@@ -263,7 +318,17 @@ class TemplateTargets:
                 options += [t for t in bank["general"] if t not in options]
             picked = _pick(f"{key}|{dim.value}", options, self.criteria_per_dimension)
             criteria += [Criterion(dimension=dim, text=t.format(**slots)) for t in picked]
-        return Rubric(weights=count_weights(turn.counts), criteria=criteria)
+        return Rubric(weights=self.weights(turn), criteria=criteria)
+
+    def weights(self, turn: SupportTurn) -> dict[Dimension, float]:
+        """The target weights of ``turn``: its count weights, mixed with the position prior when
+        ``position_prior_weight`` is set (a turn number the prior never saw keeps the count weights)."""
+        counts = count_weights(turn.counts)
+        prior = self._prior.get(min(turn_number(turn), POSITION_CAP))
+        if not self.position_prior_weight or prior is None:
+            return counts
+        lam = self.position_prior_weight
+        return {d: (1 - lam) * counts[d] + lam * prior[d] for d in DIMENSIONS}
 
     def build(self, turn: SupportTurn, dialogue: SupportDialogue) -> tuple[Rubric, list[str]]:
         """The target rubric of ``turn`` and the sanity problems it has (an empty list: keep it)."""
@@ -312,7 +377,11 @@ def esconv_setup(config: BuildDataConfig, what: str) -> EsconvSetup:
         report.load_issues += [str(i) for i in result.issues]
     train_dialogues = loaded["train"].records if "train" in loaded else []
     targets = TemplateTargets(
-        train_dialogues, mapping, config.criteria_per_dimension, max_context_messages=config.max_context_messages
+        train_dialogues,
+        mapping,
+        config.criteria_per_dimension,
+        max_context_messages=config.max_context_messages,
+        position_prior_weight=config.position_prior_weight,
     )
     return EsconvSetup(mapping, root, report, loaded, targets)
 
