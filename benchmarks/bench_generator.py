@@ -57,8 +57,7 @@ def fit_priors(train: list[SupportTurn]) -> tuple[Dimension, dict[int, Dimension
     prior = position_prior(train)
     overall = dict.fromkeys(DIMENSIONS, 0.0)
     for turn in train:
-        best = max(turn.counts.get(d, 0) for d in DIMENSIONS)
-        tops = [d for d in DIMENSIONS if best and turn.counts.get(d, 0) == best]
+        tops = turn.top_dimensions
         for d in tops:
             overall[d] += 1 / len(tops)
     majority = max(DIMENSIONS, key=lambda d: overall[d])

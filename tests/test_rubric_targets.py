@@ -134,12 +134,11 @@ def test_position_prior_moves_the_first_turns_to_the_prior_and_keeps_later_refer
     moved = kept = 0
     for turn in turns:
         weights, counts = mixed.weights(turn), plain.weights(turn)
+        shares = prior[min(turn_number(turn), POSITION_CAP)]
         assert abs(sum(weights.values()) - 1) < 1e-9
-        expected = {d: 0.5 * counts[d] + 0.5 * prior[min(turn_number(turn), POSITION_CAP)][d] for d in DIMENSIONS}
-        assert weights == pytest.approx(expected)
+        assert weights == pytest.approx({d: 0.5 * counts[d] + 0.5 * shares[d] for d in DIMENSIONS})
         top = max(DIMENSIONS, key=lambda d: weights[d])
         reference_top = max(DIMENSIONS, key=lambda d: counts[d])
-        shares = prior[min(turn_number(turn), POSITION_CAP)]
         if max(counts.values()) > 0.5:  # one clear strategy: it stays on top unless the prior favours
             # another dimension by more than the reference's lead in the counts (0.4 for one strategy)
             overtaken = any(shares[d] - shares[reference_top] > counts[reference_top] - counts[d] for d in DIMENSIONS)

@@ -187,10 +187,7 @@ def position_prior(turns: Iterable[SupportTurn]) -> dict[int, dict[Dimension, fl
     """
     tally: dict[int, dict[Dimension, float]] = defaultdict(lambda: dict.fromkeys(DIMENSIONS, 0.0))
     for turn in turns:
-        best = max((turn.counts.get(d, 0) for d in DIMENSIONS), default=0)
-        if best == 0:
-            continue
-        tops = [d for d in DIMENSIONS if turn.counts.get(d, 0) == best]
+        tops = turn.top_dimensions
         for d in tops:
             tally[min(turn_number(turn), POSITION_CAP)][d] += 1 / len(tops)
     return {n: {d: c[d] / sum(c.values()) for d in DIMENSIONS} for n, c in sorted(tally.items())}
@@ -324,8 +321,10 @@ class TemplateTargets:
         """The target weights of ``turn``: its count weights, mixed with the position prior when
         ``position_prior_weight`` is set (a turn number the prior never saw keeps the count weights)."""
         counts = count_weights(turn.counts)
+        if not self.position_prior_weight:
+            return counts
         prior = self._prior.get(min(turn_number(turn), POSITION_CAP))
-        if not self.position_prior_weight or prior is None:
+        if prior is None:
             return counts
         lam = self.position_prior_weight
         return {d: (1 - lam) * counts[d] + lam * prior[d] for d in DIMENSIONS}
