@@ -13,7 +13,8 @@ Metrics: top-dimension match (:func:`care_sdk.rubric_checks.top_match`: ties cou
 the same rule for every row) with a 95 % bootstrap interval over dialogues; mean r_align; the share
 of rubrics with a single largest weight; for the model rows the share of valid rubrics, the sanity
 checks of :func:`care_sdk.rubric_checks.check_rubric`, and the time per rubric (llama.cpp, one
-thread each, two processes: the shipped row's two halves, then the base and the examples). Also
+thread each, two processes: the shipped row's two halves, then the base and the examples); the
+shipped row's paired difference from the turn-position prior, and both rows by supporter turn. Also
 the shipped generator's rubrics for the dialogues of ``examples/`` (sanity only), and a
 weights-by-turn figure.
 
@@ -181,6 +182,47 @@ def score_row(
     }
 
 
+TURN_BUCKETS = ((1, 1), (2, 3), (4, 7), (8, None))
+
+
+def _bucket_label(low: int, high: int | None) -> str:
+    return str(low) if high == low else f"{low}+" if high is None else f"{low}-{high}"
+
+
+def against_prior(
+    items: list[dict[str, Any]],
+    model: Callable[[dict[str, Any]], dict[Dimension, float] | None],
+    prior: Callable[[dict[str, Any]], dict[Dimension, float]],
+) -> dict[str, Any]:
+    """The model row against the turn-position prior on the same turns: the paired difference in top
+    match (95 % bootstrap over dialogues; an invalid rubric counts 0) and both by supporter turn, with
+    the model's top dimensions there."""
+
+    def match(weights: dict[Dimension, float] | None, item: dict[str, Any]) -> float:
+        return 0.0 if weights is None else top_match(weights, item["counts"])
+
+    diffs = {i["key"]: match(model(i), i) - match(prior(i), i) for i in items}
+    buckets = []
+    for low, high in TURN_BUCKETS:
+        on = [i for i in items if i["turn"] >= low and (high is None or i["turn"] <= high)]
+        if not on:
+            continue
+        tops: dict[str, int] = defaultdict(int)
+        for item in on:
+            weights = model(item)
+            tops["invalid" if weights is None else max(DIMENSIONS, key=lambda d: weights[d]).value] += 1
+        buckets.append(
+            {
+                "turns": _bucket_label(low, high),
+                "n": len(on),
+                "model": statistics.fmean(match(model(i), i) for i in on),
+                "prior": statistics.fmean(match(prior(i), i) for i in on),
+                "model_tops": dict(sorted(tops.items(), key=lambda kv: -kv[1])),
+            }
+        )
+    return {"paired_difference": _estimate(items, dict(diffs)).to_json(), "by_turn": buckets}
+
+
 def sanity(rows: dict[str, dict[str, Any]], contexts: dict[str, Any]) -> dict[str, Any]:
     """Validity, the rubric sanity checks and time per rubric over a row's generated rubrics."""
     checks, seconds, valid = [], [], 0
@@ -319,6 +361,9 @@ def main() -> None:
 
         return weights
 
+    def prior_weights(item: dict[str, Any]) -> dict[Dimension, float]:
+        return _one_hot(by_turn.get(min(item["turn"], POSITION_CAP), majority))
+
     def all_rows(on: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         keys = {i["key"] for i in on}
         rows: dict[str, dict[str, Any]] = {}
@@ -328,15 +373,14 @@ def main() -> None:
                 rows[name] = {**score_row(on, model_weights(name)), **sanity(mine, contexts)}
         rows["uniform weights"] = score_row(on, lambda i: {d: 1 / 3 for d in DIMENSIONS})
         rows["majority class"] = score_row(on, lambda i: _one_hot(majority))
-        rows["turn-position prior"] = score_row(
-            on, lambda i: _one_hot(by_turn.get(min(i["turn"], POSITION_CAP), majority))
-        )
+        rows["turn-position prior"] = score_row(on, prior_weights)
         return rows
 
     rows = all_rows(items)
     subset_rows = all_rows(subset) if len(subset) < len(items) else None
     example_sanity = sanity(generated["shipped examples"], contexts)
     plot_weights_by_turn(items, generated["shipped"], out / "weights_by_turn.png")
+    versus = against_prior(items, model_weights("shipped"), prior_weights)
 
     def table_of(rows: dict[str, dict[str, Any]], n: int) -> list[str]:
         lines = [
@@ -361,6 +405,17 @@ def main() -> None:
     lines += ["", "| sanity | shipped (ESConv test) | untrained base | shipped (examples/) |", "|---|---|---|---|"]
     for key in keys:
         lines.append(f"| {key} | {rows['shipped'][key]:.3f} | {base_sanity[key]:.3f} | {example_sanity[key]:.3f} |")
+    paired = Estimate(**{k: versus["paired_difference"][k] for k in ("value", "low", "high", "n", "level")})
+    lines += [
+        "",
+        f"Shipped minus turn-position prior, paired on the {len(items)} turns: {paired.format()}",
+        "",
+        "| supporter turn | n | shipped | turn-position prior | shipped's top dimension |",
+        "|---|---|---|---|---|",
+    ]
+    for b in versus["by_turn"]:
+        tops = ", ".join(f"{d} {n}" for d, n in b["model_tops"].items())
+        lines.append(f"| {b['turns']} | {b['n']} | {b['model']:.3f} | {b['prior']:.3f} | {tops} |")
     if timing:
         lines += [
             "",
@@ -383,6 +438,7 @@ def main() -> None:
         "majority": majority.value,
         "position_prior": {str(k): v.value for k, v in sorted(by_turn.items())},
         "rows": rows,
+        "shipped_vs_prior": versus,
         "subset_rows": subset_rows,
         "subset_turns": len(subset),
         "examples_sanity": example_sanity,

@@ -167,5 +167,5 @@ def test_an_early_and_a_late_turn_get_different_weights(shipped: RubricGenerator
         differ += early.top_dimension != late.top_dimension
         early_cognitive += early.top_dimension is Dimension.COGNITIVE
     # greedy, so stable; measured on these 6 dialogues: the last reply's top dimension differs from
-    # the second reply's in all 6, and the second reply is cognitive in 3 (ESConv's mostly are)
+    # the second reply's in 5, and the second reply is cognitive in 5 (ESConv's mostly are)
     assert differ >= 5 and early_cognitive >= 3, (early_cognitive, differ)
