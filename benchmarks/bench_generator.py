@@ -32,7 +32,7 @@ import os
 import random
 import statistics
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -193,34 +193,34 @@ def against_prior(
     items: list[dict[str, Any]],
     model: Callable[[dict[str, Any]], dict[Dimension, float] | None],
     prior: Callable[[dict[str, Any]], dict[Dimension, float]],
-) -> dict[str, Any]:
+) -> tuple[Estimate, list[dict[str, Any]]]:
     """The model row against the turn-position prior on the same turns: the paired difference in top
     match (95 % bootstrap over dialogues; an invalid rubric counts 0) and both by supporter turn, with
     the model's top dimensions there."""
-
-    def match(weights: dict[Dimension, float] | None, item: dict[str, Any]) -> float:
-        return 0.0 if weights is None else top_match(weights, item["counts"])
-
-    diffs = {i["key"]: match(model(i), i) - match(prior(i), i) for i in items}
+    model_match: dict[str, float] = {}
+    prior_match: dict[str, float] = {}
+    model_top: dict[str, str] = {}
+    for item in items:
+        weights = model(item)
+        model_match[item["key"]] = 0.0 if weights is None else top_match(weights, item["counts"])
+        prior_match[item["key"]] = top_match(prior(item), item["counts"])
+        model_top[item["key"]] = "invalid" if weights is None else max(DIMENSIONS, key=lambda d: weights[d]).value
+    diffs: dict[str, float | None] = {k: model_match[k] - prior_match[k] for k in model_match}
     buckets = []
     for low, high in TURN_BUCKETS:
-        on = [i for i in items if i["turn"] >= low and (high is None or i["turn"] <= high)]
-        if not on:
-            continue
-        tops: dict[str, int] = defaultdict(int)
-        for item in on:
-            weights = model(item)
-            tops["invalid" if weights is None else max(DIMENSIONS, key=lambda d: weights[d]).value] += 1
-        buckets.append(
-            {
-                "turns": _bucket_label(low, high),
-                "n": len(on),
-                "model": statistics.fmean(match(model(i), i) for i in on),
-                "prior": statistics.fmean(match(prior(i), i) for i in on),
-                "model_tops": dict(sorted(tops.items(), key=lambda kv: -kv[1])),
-            }
-        )
-    return {"paired_difference": _estimate(items, dict(diffs)).to_json(), "by_turn": buckets}
+        keys = [i["key"] for i in items if i["turn"] >= low and (high is None or i["turn"] <= high)]
+        if keys:
+            tops = Counter(model_top[k] for k in keys)
+            buckets.append(
+                {
+                    "turns": _bucket_label(low, high),
+                    "n": len(keys),
+                    "model": statistics.fmean(model_match[k] for k in keys),
+                    "prior": statistics.fmean(prior_match[k] for k in keys),
+                    "model_tops": dict(tops.most_common()),
+                }
+            )
+    return _estimate(items, diffs), buckets
 
 
 def sanity(rows: dict[str, dict[str, Any]], contexts: dict[str, Any]) -> dict[str, Any]:
@@ -380,7 +380,7 @@ def main() -> None:
     subset_rows = all_rows(subset) if len(subset) < len(items) else None
     example_sanity = sanity(generated["shipped examples"], contexts)
     plot_weights_by_turn(items, generated["shipped"], out / "weights_by_turn.png")
-    versus = against_prior(items, model_weights("shipped"), prior_weights)
+    paired, by_turn_rows = against_prior(items, model_weights("shipped"), prior_weights)
 
     def table_of(rows: dict[str, dict[str, Any]], n: int) -> list[str]:
         lines = [
@@ -388,7 +388,7 @@ def main() -> None:
             "|---|---|---|---|---|---|",
         ]
         for name, r in rows.items():
-            est = Estimate(**{k: r["top_match"][k] for k in ("value", "low", "high", "n", "level")})
+            est = Estimate(**r["top_match"])
             valid = f"{r['valid_share']:.3f}" if "valid_share" in r else "-"
             secs = f"{r['seconds_per_rubric_median']:.2f}" if r.get("seconds_per_rubric_median") else "-"
             lines.append(
@@ -405,7 +405,6 @@ def main() -> None:
     lines += ["", "| sanity | shipped (ESConv test) | untrained base | shipped (examples/) |", "|---|---|---|---|"]
     for key in keys:
         lines.append(f"| {key} | {rows['shipped'][key]:.3f} | {base_sanity[key]:.3f} | {example_sanity[key]:.3f} |")
-    paired = Estimate(**{k: versus["paired_difference"][k] for k in ("value", "low", "high", "n", "level")})
     lines += [
         "",
         f"Shipped minus turn-position prior, paired on the {len(items)} turns: {paired.format()}",
@@ -413,7 +412,7 @@ def main() -> None:
         "| supporter turn | n | shipped | turn-position prior | shipped's top dimension |",
         "|---|---|---|---|---|",
     ]
-    for b in versus["by_turn"]:
+    for b in by_turn_rows:
         tops = ", ".join(f"{d} {n}" for d, n in b["model_tops"].items())
         lines.append(f"| {b['turns']} | {b['n']} | {b['model']:.3f} | {b['prior']:.3f} | {tops} |")
     if timing:
@@ -438,7 +437,7 @@ def main() -> None:
         "majority": majority.value,
         "position_prior": {str(k): v.value for k, v in sorted(by_turn.items())},
         "rows": rows,
-        "shipped_vs_prior": versus,
+        "shipped_vs_prior": {"paired_difference": paired.to_json(), "by_turn": by_turn_rows},
         "subset_rows": subset_rows,
         "subset_turns": len(subset),
         "examples_sanity": example_sanity,
