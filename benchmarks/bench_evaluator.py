@@ -17,8 +17,13 @@ Items (never trained on; the same items for every row):
   Lend-an-Ear conversation and the experts' mean aggregated rating of it (9 conversations: the
   interval is wide).
 
+Scores come from the evaluator's default mode: forced-position scoring on llama.cpp, which also
+gives every score's distribution over 1-5, so the shipped reward is read two ways from the same
+calls, the greedy scores and the logprob-expected scores.
+
 Rows: the shipped reward (bundled generator + bundled evaluator) and the paper's ablations with the
-shipped models (uniform weights, fixed criteria, fixed rubric); the untrained evaluator under the
+shipped models (uniform weights, fixed criteria, fixed rubric); with ``--compare-evaluator``,
+another evaluator adapter under the same rubrics; the untrained evaluator under the
 shipped rubrics (what the evaluator's training adds; on every Lend-an-Ear item and the subsample's
 ESConv groups, since with the whole context it takes about 8 s an evaluation); reply length. On a seeded subsample of
 groups: the untrained base model as both generator and evaluator (it writes rubrics about 9x
@@ -29,6 +34,7 @@ Rewards here are the reward formula on the evaluation, without the pre-checks of
 
 Usage:
     python benchmarks/bench_evaluator.py --out runs/bench_evaluator [--stage rubrics|base|shipped|report]
+        [--compare-evaluator runs/other_evaluator.gguf]   # with stage compare: another adapter, more rows
 Every model call's result is cached under ``--out`` (JSON lines), so a run resumes where it stopped
 and stages can run in separate processes. Writes ``results.json`` and ``results.md``.
 """
@@ -179,14 +185,19 @@ def evaluations(
     out: Path,
     rubric_of: dict[str, Any],
     logprobs: bool = False,
+    adapter: str | None = None,
 ) -> dict[str, Any]:
     """Scores of every item by evaluator ``spec`` under ``rubric_spec``'s rubrics (``criteria``:
     ``generated`` or ``fixed``), greedy; with ``logprobs`` also the logprob-expected scores of the
-    same call (llama.cpp then keeps logits for every position, about three times slower). Cached."""
-    path = out / f"evals_{spec}_{rubric_spec}_{criteria}{'_logprobs' if logprobs else ''}.jsonl"
+    same call (llama.cpp then keeps logits for every position, about three times slower; a forced
+    reply, the evaluator's default on llama.cpp, carries them without that cost). With
+    ``adapter``, that GGUF adapter file replaces the bundled one (cached under ``compare``). Cached."""
+    name = "compare" if adapter else spec
+    path = out / f"evals_{name}_{rubric_spec}_{criteria}{'_logprobs' if logprobs else ''}.jsonl"
     done = _cache(path)
+    options: dict[str, Any] = {"adapter": adapter} if adapter else {}
     evaluator = RubricEvaluator(
-        resolve_backend(spec, role="evaluator", n_threads=THREADS, n_ctx=4096, logprobs=logprobs),
+        resolve_backend(spec, role="evaluator", n_threads=THREADS, n_ctx=4096, logprobs=logprobs, **options),
         use_logprobs=logprobs,
     )
     for item in items:
@@ -209,7 +220,7 @@ def evaluations(
                 value = {"error": str(exc), "text": completion.text}
                 continue
             value = {"sampled": [s.score for s in sampled.scores]}
-            if logprobs:
+            if logprobs or completion.logprobs:  # a forced reply carries each slot's distribution
                 value["expected"] = [s.score for s in expected_scores(sampled, completion).scores]
             break
         value["seconds"] = time.perf_counter() - start
@@ -325,6 +336,17 @@ def report(items: list[dict[str, Any]], out: Path, base_subsample: set[str], res
         criteria = "fixed" if variant in ("fixed_criteria", "fixed_rubric") else "generated"
         evals = fixed if criteria == "fixed" else generated
         rows[f"shipped: {variant}"] = row_rewards(items, shipped_rubrics, evals, "sampled", weights, criteria)
+    if any("expected" in v for v in generated.values()):  # forced-position scoring reads them in the same call
+        rows["shipped: care, expected scores"] = row_rewards(
+            items, shipped_rubrics, generated, "expected", "generated", "generated"
+        )
+    compared = _cache(out / "evals_compare_default_generated.jsonl")
+    if compared:
+        timing["compared evaluator adapter"] = _seconds(compared)
+        for how in ("sampled", "expected"):
+            rows[f"compared evaluator adapter, shipped rubrics, {how} scores"] = row_rewards(
+                items, shipped_rubrics, compared, how, "generated", "generated"
+            )
     base_eval = _cache(out / "evals_base_default_generated.jsonl")
     timing["untrained evaluator (whole context)"] = _seconds(base_eval)
     rows["untrained evaluator, shipped rubrics"] = row_rewards(
@@ -343,6 +365,7 @@ def report(items: list[dict[str, Any]], out: Path, base_subsample: set[str], res
     results = {
         name: {metric: est.to_json() for metric, est in metrics(items, rewards, resamples).items()}
         for name, rewards in rows.items()
+        if any(v is not None for v in rewards.values())  # a stage this run did not make has no row
     }
     counts = {
         "lend-an-ear items": sum(it["task"] == "lend-an-ear" for it in items),
@@ -368,7 +391,12 @@ def main() -> None:
     parser.add_argument("--out", default="runs/bench_evaluator")
     parser.add_argument("--esconv-contexts", type=int, default=24)
     parser.add_argument("--base-groups", type=int, default=16, help="groups (turns) the untrained base row scores")
-    stages = ["rubrics", "base", "shipped", "shipped-fixed", "shipped-logprobs"]
+    parser.add_argument(
+        "--compare-evaluator",
+        metavar="GGUF",
+        help="another evaluator adapter file: stage 'compare' scores every item with it, as more rows",
+    )
+    stages = ["rubrics", "base", "shipped", "shipped-fixed", "shipped-logprobs", "compare"]
     parser.add_argument("--stage", choices=[*stages, "report", "all"], default="all")
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
@@ -390,6 +418,19 @@ def main() -> None:
         "shipped-fixed": lambda: evaluations("default", "default", "fixed", items, out, rubrics("default", items, out)),
         "shipped-logprobs": lambda: evaluations(
             "default", "default", "generated", base_items, out, rubrics("default", items, out), logprobs=True
+        ),
+        "compare": lambda: (
+            evaluations(
+                "default",
+                "default",
+                "generated",
+                items,
+                out,
+                rubrics("default", items, out),
+                adapter=args.compare_evaluator,
+            )
+            if args.compare_evaluator
+            else None
         ),
     }
     for stage in stages:

@@ -106,3 +106,35 @@ def test_the_context_cut_keeps_the_last_messages_only() -> None:
     assert "message 4" in text and "message 6" in text and "message 3" not in text
     with pytest.raises(ConfigError):
         RubricEvaluator(ScriptedBackend([]), max_context_messages=0)
+
+
+def test_negatives_per_reference_and_the_esconv_share_are_settings(tmp_path: Path, data_dir: Path) -> None:
+    settings = {"targets": "evaluator", "esconv_splits": ("train",), "max_dialogues": 20, "max_context_messages": 4}
+    config = BuildDataConfig(
+        output_dir=str(tmp_path / "esconv"),
+        data_dir=str(data_dir),
+        use_mint=False,
+        negatives=("offcontext", "platitude"),
+        negatives_per_reference=2,
+        **settings,
+    )
+    build_data(config, log=lambda s: None)
+    by_context: dict[tuple[str, int], list[dict]] = {}
+    for r in _records(tmp_path / "esconv" / "sft" / "train.jsonl"):
+        by_context.setdefault((r["dialogue_id"], r["turn_index"]), []).append(r)
+    assert len(by_context) > 20
+    for group in by_context.values():
+        assert sorted(r["kind"] for r in group) == ["offcontext", "platitude", "reference"]
+        reference = next(r for r in group if r["kind"] == "reference")
+        assert all(r["rubric"] == reference["rubric"] and r["context"] == reference["context"] for r in group)
+        assert all(sum(r["scores"]) < sum(reference["scores"]) for r in group if r is not reference)
+        offcontext = next(r for r in group if r["kind"] == "offcontext")
+        assert offcontext["reply"] != reference["reply"]
+
+    config = BuildDataConfig(
+        output_dir=str(tmp_path / "both"), data_dir=str(data_dir), esconv_per_judged=0.1, **settings
+    )
+    build_data(config, log=lambda s: None)
+    records = _records(tmp_path / "both" / "sft" / "train.jsonl")
+    judged = sum(r["source"] == "lend-an-ear" for r in records)
+    assert sum(r["source"] == "esconv" for r in records) == round(0.1 * judged)

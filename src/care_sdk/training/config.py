@@ -120,6 +120,22 @@ class BuildDataConfig(_Config):
     reference's own strategies stay on top unless the position makes another dimension far more
     likely (at 0.5 and one strategy: a lead of over 0.4 in the prior, as at ESConv's first two
     turns). 0: counts only."""
+    negatives: tuple[Literal["offcontext", "platitude", "evasive"], ...] = (
+        "offcontext",
+        "offcontext",
+        "offcontext",
+        "platitude",
+        "evasive",
+    )
+    """``targets: evaluator`` only: the kinds of the ESConv replies that are scored against each
+    reference reply, taken in turn (``offcontext``: a supporter reply from another conversation;
+    ``platitude``; ``evasive``); see :mod:`care_sdk.training.evaluator_targets`."""
+    negatives_per_reference: int = Field(default=1, ge=1, le=8)
+    """``targets: evaluator`` only: how many of :attr:`negatives` each ESConv reference reply gets,
+    each under the same context and rubric as the reference."""
+    esconv_per_judged: float = Field(default=1.0, gt=0)
+    """``targets: evaluator`` with ``use_mint`` only: ESConv records kept per Lend-an-Ear judged
+    record (a seeded sample); 1: both sources weigh the same."""
     seed: int = 0
     """Seed of every random choice (splits, candidate order, backend sampling)."""
 

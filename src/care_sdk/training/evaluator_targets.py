@@ -205,10 +205,16 @@ def _record(
     }
 
 
-def _esconv_records(
-    dialogues: list[SupportDialogue], split: str, targets: TemplateTargets, mapping: StrategyMap, seed: int
-) -> list[dict[str, Any]]:
-    rng = random.Random(f"{seed}:esconv:{split}")
+def _esconv_groups(
+    dialogues: list[SupportDialogue],
+    split: str,
+    targets: TemplateTargets,
+    mapping: StrategyMap,
+    config: BuildDataConfig,
+) -> list[list[dict[str, Any]]]:
+    """Per usable turn: its reference record, then ``negatives_per_reference`` negatives under the
+    same context and rubric, their kinds taken in turn from ``config.negatives``."""
+    rng = random.Random(f"{config.seed}:esconv:{split}")
     turns = [
         (t, d)
         for d in dialogues
@@ -216,13 +222,13 @@ def _esconv_records(
         if t.labelled and t.context and any(t.counts.values())
     ]
     several = len({t.dialogue_id for t, _ in turns}) > 1  # another conversation's reply needs another conversation
-    kinds = ["offcontext", "offcontext", "offcontext", "platitude", "evasive"] if several else ["platitude", "evasive"]
-    records = []
+    kinds = [k for k in config.negatives if several or k != "offcontext"] or ["platitude", "evasive"]
+    groups = []
     for i, (turn, dialogue) in enumerate(turns):
         rubric, problems = targets.build(turn, dialogue)
         if [p for p in problems if "names anything" not in p]:
             continue
-        records.append(
+        group = [
             _record(
                 split,
                 "esconv",
@@ -232,17 +238,19 @@ def _esconv_records(
                 turn.reply,
                 esconv_scores("reference", rubric, _covered(turn)),
             )
-        )
-        kind = kinds[i % len(kinds)]
-        if kind == "offcontext":
-            other, _ = turns[rng.randrange(len(turns))]
-            while other.dialogue_id == turn.dialogue_id:
+        ]
+        for k in range(config.negatives_per_reference):
+            kind = kinds[(i * config.negatives_per_reference + k) % len(kinds)]
+            if kind == "offcontext":
                 other, _ = turns[rng.randrange(len(turns))]
-            reply, covered = other.reply, _covered(other)
-        else:
-            reply, covered = rng.choice(PLATITUDES if kind == "platitude" else EVASIVE_REPLIES), set()
-        records.append(_record(split, "esconv", kind, turn, rubric, reply, esconv_scores(kind, rubric, covered)))
-    return records
+                while other.dialogue_id == turn.dialogue_id:
+                    other, _ = turns[rng.randrange(len(turns))]
+                reply, covered = other.reply, _covered(other)
+            else:
+                reply, covered = rng.choice(PLATITUDES if kind == "platitude" else EVASIVE_REPLIES), set()
+            group.append(_record(split, "esconv", kind, turn, rubric, reply, esconv_scores(kind, rubric, covered)))
+        groups.append(group)
+    return groups
 
 
 def _lend_an_ear_records(
@@ -284,26 +292,33 @@ def build_evaluator_sft(config: BuildDataConfig, *, log: Callable[[str], None] =
     Reads ESConv ``train`` and ``valid`` (never ``test``: a config listing it is refused) and, with
     ``use_mint``, the Lend-an-Ear judged replies of the ``train`` conversations; writes
     ``sft/{train,valid}.jsonl`` (``valid`` holds ESConv valid only, for model selection),
-    ``report.json`` and ``roles.json``. Where a split has Lend-an-Ear records, it keeps as many
-    ESConv records (a seeded sample), so both sources weigh the same. ``max_turns`` caps each file
-    (a seeded sample).
+    ``report.json`` and ``roles.json``. Each ESConv reference reply comes with
+    ``negatives_per_reference`` negatives of the kinds ``negatives`` lists. Where a split has
+    Lend-an-Ear records, it keeps ``esconv_per_judged`` ESConv records per judged one (a seeded
+    sample). ``max_turns`` caps each file (a seeded sample).
 
     Raises:
         ConfigError: the config lists the ESConv test split.
     """
     setup = esconv_setup(config, "evaluator targets")
     mapping, root, report, loaded, targets = setup.mapping, setup.root, setup.report, setup.loaded, setup.targets
-    by_split: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[str, list[list[dict[str, Any]]]] = defaultdict(list)
     for split, result in loaded.items():
         dialogues = result.records[: config.max_dialogues] if config.max_dialogues else result.records
-        by_split[split] += _esconv_records(dialogues, split, targets, mapping, config.seed)
-    if config.use_mint:
-        for split, records in _lend_an_ear_records(
-            root / "mint_lend_an_ear", targets, mapping, report, config.seed
-        ).items():
-            # balanced: as many ESConv records (a seeded sample) as Lend-an-Ear ones
-            random.Random(f"{config.seed}:balance:{split}").shuffle(by_split[split])
-            by_split[split] = by_split[split][: len(records)] + records
+        groups[split] += _esconv_groups(dialogues, split, targets, mapping, config)
+    judged = (
+        _lend_an_ear_records(root / "mint_lend_an_ear", targets, mapping, report, config.seed)
+        if config.use_mint
+        else {}
+    )
+    by_split: dict[str, list[dict[str, Any]]] = {}
+    for split in sorted(set(groups) | set(judged)):
+        esconv = [r for group in groups.get(split, []) for r in group]
+        if judged.get(split):
+            # weighed against the judged records: a seeded sample
+            random.Random(f"{config.seed}:balance:{split}").shuffle(esconv)
+            esconv = esconv[: round(config.esconv_per_judged * len(judged[split]))] + judged[split]
+        by_split[split] = esconv
     out_dir = Path(config.output_dir)
     for split, records in by_split.items():
         random.Random(f"{config.seed}:{split}").shuffle(records)
