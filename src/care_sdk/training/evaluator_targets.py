@@ -205,13 +205,13 @@ def _record(
     }
 
 
-def _esconv_groups(
+def _esconv_records(
     dialogues: list[SupportDialogue],
     split: str,
     targets: TemplateTargets,
     mapping: StrategyMap,
     config: BuildDataConfig,
-) -> list[list[dict[str, Any]]]:
+) -> list[dict[str, Any]]:
     """Per usable turn: its reference record, then ``negatives_per_reference`` negatives under the
     same context and rubric, their kinds taken in turn from ``config.negatives``."""
     rng = random.Random(f"{config.seed}:esconv:{split}")
@@ -223,12 +223,12 @@ def _esconv_groups(
     ]
     several = len({t.dialogue_id for t, _ in turns}) > 1  # another conversation's reply needs another conversation
     kinds = [k for k in config.negatives if several or k != "offcontext"] or ["platitude", "evasive"]
-    groups = []
+    records = []
     for i, (turn, dialogue) in enumerate(turns):
         rubric, problems = targets.build(turn, dialogue)
         if [p for p in problems if "names anything" not in p]:
             continue
-        group = [
+        records.append(
             _record(
                 split,
                 "esconv",
@@ -238,7 +238,7 @@ def _esconv_groups(
                 turn.reply,
                 esconv_scores("reference", rubric, _covered(turn)),
             )
-        ]
+        )
         for k in range(config.negatives_per_reference):
             kind = kinds[(i * config.negatives_per_reference + k) % len(kinds)]
             if kind == "offcontext":
@@ -248,9 +248,8 @@ def _esconv_groups(
                 reply, covered = other.reply, _covered(other)
             else:
                 reply, covered = rng.choice(PLATITUDES if kind == "platitude" else EVASIVE_REPLIES), set()
-            group.append(_record(split, "esconv", kind, turn, rubric, reply, esconv_scores(kind, rubric, covered)))
-        groups.append(group)
-    return groups
+            records.append(_record(split, "esconv", kind, turn, rubric, reply, esconv_scores(kind, rubric, covered)))
+    return records
 
 
 def _lend_an_ear_records(
@@ -302,23 +301,23 @@ def build_evaluator_sft(config: BuildDataConfig, *, log: Callable[[str], None] =
     """
     setup = esconv_setup(config, "evaluator targets")
     mapping, root, report, loaded, targets = setup.mapping, setup.root, setup.report, setup.loaded, setup.targets
-    groups: dict[str, list[list[dict[str, Any]]]] = defaultdict(list)
+    esconv: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for split, result in loaded.items():
         dialogues = result.records[: config.max_dialogues] if config.max_dialogues else result.records
-        groups[split] += _esconv_groups(dialogues, split, targets, mapping, config)
+        esconv[split] += _esconv_records(dialogues, split, targets, mapping, config)
     judged = (
         _lend_an_ear_records(root / "mint_lend_an_ear", targets, mapping, report, config.seed)
         if config.use_mint
         else {}
     )
     by_split: dict[str, list[dict[str, Any]]] = {}
-    for split in sorted(set(groups) | set(judged)):
-        esconv = [r for group in groups.get(split, []) for r in group]
+    for split in sorted(set(esconv) | set(judged)):
+        records = esconv[split]
         if judged.get(split):
             # weighed against the judged records: a seeded sample
-            random.Random(f"{config.seed}:balance:{split}").shuffle(esconv)
-            esconv = esconv[: round(config.esconv_per_judged * len(judged[split]))] + judged[split]
-        by_split[split] = esconv
+            random.Random(f"{config.seed}:balance:{split}").shuffle(records)
+            records = records[: round(config.esconv_per_judged * len(judged[split]))] + judged[split]
+        by_split[split] = records
     out_dir = Path(config.output_dir)
     for split, records in by_split.items():
         random.Random(f"{config.seed}:{split}").shuffle(records)
