@@ -29,12 +29,18 @@ ESConv groups, since with the whole context it takes about 8 s an evaluation); r
 groups: the untrained base model as both generator and evaluator (it writes rubrics about 9x
 slower), and the shipped reward read two ways from the same calls, the greedy scores and the
 logprob-expected scores (keeping logits for every position makes llama.cpp about 3x slower).
+With stage ``context-fit``, more rows on every item (see :mod:`care_sdk.context_fit`): the
+reply's PMI with its context on the bundled base model (nats), alone; and the shipped reward
+times the context fit, through the shipped gate (``BUNDLED_GATE``) and through a gate fitted in
+this run on ``--valid-pairs`` ESConv ``valid`` pairs (reference against another valid dialogue's
+reply), never on the items measured.
 Rewards here are the reward formula on the evaluation, without the pre-checks of
 :class:`~care_sdk.guards.Guards`, so that the model itself is measured.
 
 Usage:
-    python benchmarks/bench_evaluator.py --out runs/bench_evaluator [--stage rubrics|base|shipped|report]
+    python benchmarks/bench_evaluator.py --out runs/bench_evaluator [--stage rubrics|base|shipped|...|report]
         [--compare-evaluator runs/other_evaluator.gguf]   # with stage compare: another adapter, more rows
+        [--valid-pairs 150]                               # with stage context-fit: pairs the gate is fitted on
 Every model call's result is cached under ``--out`` (JSON lines), so a run resumes where it stopped
 and stages can run in separate processes. Writes ``results.json`` and ``results.md``.
 """
@@ -51,10 +57,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from care_sdk import RubricEvaluator, RubricGenerator
+from care_sdk import ContextFit, RubricEvaluator, RubricGenerator
 from care_sdk.backends import resolve_backend
 from care_sdk.bench.dialogue_tasks import expert_aggregate
 from care_sdk.bench.metrics import Estimate, bootstrap, pairwise_accuracy, preference_pairs, score_pairs, spearman
+from care_sdk.context_fit import BUNDLED_GATE, Gate
 from care_sdk.data import (
     data_dir,
     default_strategy_map,
@@ -81,6 +88,19 @@ HELD_OUT_EVASIVE = ("No idea.", "Sure.", "I would rather not discuss that.", "Fi
 OTHERS = 5
 THREADS = 1
 VARIANTS = ("care", "uniform_weights", "fixed_criteria", "fixed_rubric")
+
+
+def _turn_per_dialogue(split: str, rng: random.Random) -> list[Any]:
+    """One supporter turn (with at least two messages before it) per ESConv dialogue of ``split``,
+    drawn with ``rng``, in an order shuffled by it."""
+    mapping = default_strategy_map()
+    turns = []
+    for dialogue in load_esconv(data_dir() / "esconv" / f"{split}.jsonl", strategy_map=mapping).records:
+        usable = [t for t in dialogue.supporter_turns(mapping) if len(t.context) >= 2 and t.reply.strip()]
+        if usable:
+            turns.append(rng.choice(usable))
+    rng.shuffle(turns)
+    return turns
 
 
 def _items(esconv_contexts: int, seed: int) -> list[dict[str, Any]]:
@@ -114,15 +134,8 @@ def _items(esconv_contexts: int, seed: int) -> list[dict[str, Any]]:
                 "expert": expert,
             }
         )
-    mapping = default_strategy_map()
-    test = load_esconv(root / "esconv" / "test.jsonl", strategy_map=mapping).records
     rng = random.Random(seed)
-    per_dialogue = []
-    for dialogue in test:
-        turns = [t for t in dialogue.supporter_turns(mapping) if len(t.context) >= 2 and t.reply.strip()]
-        if turns:
-            per_dialogue.append(rng.choice(turns))
-    rng.shuffle(per_dialogue)
+    per_dialogue = _turn_per_dialogue("test", rng)
     chosen = per_dialogue[:esconv_contexts]
     for i, turn in enumerate(chosen):
         others = rng.sample([t for t in per_dialogue if t.dialogue_id != turn.dialogue_id], OTHERS)
@@ -226,6 +239,45 @@ def evaluations(
         value["seconds"] = time.perf_counter() - start
         _append(path, item["key"], value)
         done[item["key"]] = value
+    return done
+
+
+def valid_pairs(count: int, seed: int) -> list[tuple[list[dict[str, Any]], str, str]]:
+    """``(context, reference reply, reply from another dialogue)`` for ``count`` ESConv valid turns,
+    one turn per dialogue, seeded: what the context-fit gate is fitted on."""
+    rng = random.Random(seed)
+    turns = _turn_per_dialogue("valid", rng)
+    out = []
+    for turn in turns[:count]:
+        other = rng.choice([t for t in turns if t.dialogue_id != turn.dialogue_id])
+        out.append((turn.context_messages(), turn.reply, other.reply))
+    return out
+
+
+def context_fit(items: list[dict[str, Any]], out: Path, valid_count: int, seed: int) -> dict[str, Any]:
+    """The PMI of every item's reply with its context on the bundled base model
+    (:class:`~care_sdk.ContextFit`), and of ``valid_count`` ESConv valid pairs the gate is fitted on
+    (keys ``valid:<i>:reference`` / ``valid:<i>:other``). One batch per context, so its prompt is
+    prefilled once; cached in ``context_fit.jsonl``."""
+    path = out / "context_fit.jsonl"
+    done = _cache(path)
+    fit = ContextFit(resolve_backend("default", n_threads=THREADS))
+    groups: dict[str, list[tuple[str, Any, str]]] = defaultdict(list)
+    for it in items:
+        groups[it["group"]].append((it["key"], it["context"], it["reply"]))
+    for i, (context, reference, other) in enumerate(valid_pairs(valid_count, seed)):
+        groups[f"valid:{i}"] += [(f"valid:{i}:reference", context, reference), (f"valid:{i}:other", context, other)]
+    for members in groups.values():
+        todo = [m for m in members if m[0] not in done]
+        if not todo:
+            continue
+        start = time.perf_counter()
+        values = fit.pmi_batch([(context, reply) for _, context, reply in todo])
+        seconds = (time.perf_counter() - start) / len(todo)
+        for (key, _, _), value in zip(todo, values, strict=True):
+            record = {"error": str(value)} if isinstance(value, Exception) else {"pmi": value}
+            done[key] = record | {"seconds": seconds}
+            _append(path, key, done[key])
     return done
 
 
@@ -362,6 +414,21 @@ def report(items: list[dict[str, Any]], out: Path, base_subsample: set[str], res
             sub, shipped_rubrics, logprobs, how, "generated", "generated"
         )
     rows["subsample: reply length"] = {it["key"]: float(len(it["reply"].split())) for it in sub}
+    fitted = _cache(out / "context_fit.jsonl")
+    pmi = {key: value["pmi"] for key, value in fitted.items() if "pmi" in value}
+    gate = None
+    if pmi:
+        heads = {key.rsplit(":", 1)[0] for key in pmi if key.startswith("valid:")}
+        gate = Gate.fit(
+            [pmi[f"{h}:reference"] for h in heads if f"{h}:reference" in pmi],
+            [pmi[f"{h}:other"] for h in heads if f"{h}:other" in pmi],
+        )
+        rows["bundled base model: context PMI (nats)"] = dict(pmi)
+        care = row_rewards(items, shipped_rubrics, generated, "sampled", "generated", "generated")
+        for name, use in (("shipped gate", BUNDLED_GATE), ("gate fitted here", gate)):
+            rows[f"shipped: care x context fit, {name}"] = {
+                k: (r * use(pmi[k]) if r is not None and k in pmi else None) for k, r in care.items()
+            }
     results = {
         name: {metric: est.to_json() for metric, est in metrics(items, rewards, resamples).items()}
         for name, rewards in rows.items()
@@ -373,7 +440,15 @@ def report(items: list[dict[str, Any]], out: Path, base_subsample: set[str], res
         "esconv groups": len({it["group"] for it in items if it["task"] == "esconv"}),
         "base subsample groups": len(base_subsample),
     }
-    payload = {"counts": counts, "median seconds per evaluation": timing, "rows": results}
+    if gate is not None:
+        counts["context-fit valid pairs"] = sum(k.startswith("valid:") for k in pmi) // 2
+        timing["context fit (two reads of the reply)"] = _seconds(fitted)
+    payload = {
+        "counts": counts,
+        "median seconds per evaluation": timing,
+        "context-fit gate": {"fitted here": vars(gate), "shipped": vars(BUNDLED_GATE)} if gate else None,
+        "rows": results,
+    }
     (out / "results.json").write_text(json.dumps(payload, indent=2), encoding="utf-8")
     names = list(next(iter(results.values())))
     lines = ["| row | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
@@ -396,11 +471,16 @@ def main() -> None:
         metavar="GGUF",
         help="another evaluator adapter file: stage 'compare' scores every item with it, as more rows",
     )
-    stages = ["rubrics", "base", "shipped", "shipped-fixed", "shipped-logprobs", "compare"]
+    parser.add_argument(
+        "--valid-pairs", type=int, default=150, help="ESConv valid pairs the context-fit gate is fitted on"
+    )
+    stages = ["rubrics", "base", "shipped", "shipped-fixed", "shipped-logprobs", "compare", "context-fit"]
     parser.add_argument("--stage", choices=[*stages, "report", "all"], default="all")
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.stage == "compare" and not args.compare_evaluator:
+        parser.error("--stage compare scores with another adapter: give it with --compare-evaluator GGUF")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     items = _items(args.esconv_contexts, args.seed)
@@ -432,6 +512,7 @@ def main() -> None:
             if args.compare_evaluator
             else None
         ),
+        "context-fit": lambda: context_fit(items, out, args.valid_pairs, args.seed),
     }
     for stage in stages:
         if args.stage in (stage, "all"):

@@ -21,6 +21,7 @@ FORBIDDEN = {
     "_engine.py": ("care_sdk.prompts", "care_sdk.reward", "care_sdk.integrations"),
     "generator.py": ("care_sdk.reward", "care_sdk.integrations", "care_sdk.training", "care_sdk.bench"),
     "evaluator.py": ("care_sdk.reward", "care_sdk.integrations", "care_sdk.training", "care_sdk.bench"),
+    "context_fit.py": ("care_sdk.reward", "care_sdk.evaluator", "care_sdk.generator", "care_sdk.prompts"),
     "reward.py": ("care_sdk.integrations", "care_sdk.training", "care_sdk.bench", "care_sdk.plots"),
 }
 

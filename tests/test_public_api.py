@@ -13,6 +13,7 @@ EXPECTED = {
     "CacheStats",
     "CareError",
     "ConfigError",
+    "ContextFit",
     "Criterion",
     "CriterionScore",
     "Dialogue",

@@ -13,6 +13,7 @@ from care_sdk.bench.attacks import ATTACKS, ATTACKS_BY_NAME, FLAGGED_CATEGORIES,
 from care_sdk.bench.robustness import RobustItem, RobustnessRunner, flag_rates, load_items, markdown
 from care_sdk.cli import build_parser
 from care_sdk.guards import (
+    COPIED_CONTEXT,
     EMPTY_REPLY,
     FENCE_MARKER,
     FORGED_TURN,
@@ -22,6 +23,7 @@ from care_sdk.guards import (
     OVER_LENGTH,
     SCORE_FORMAT,
     TRUNCATED,
+    copied_share,
     detect_flags,
     precheck,
     screen,
@@ -124,6 +126,36 @@ def test_false_positives_on_esconv_test_are_under_two_percent(data_dir: Path) ->
     rates = flag_rates(replies, Guards(), resamples=100)
     assert len(replies) > 1000 and len(items) > 100
     assert rates["flagged"].value is not None and rates["flagged"].value < 0.02
+
+
+def test_a_reply_that_repeats_the_dialogue_is_flagged_and_settled_without_a_call() -> None:
+    context = [
+        {"role": "user", "content": "I lost my job today and I don't know what to do with myself anymore."},
+        {"role": "assistant", "content": "That is a lot to take in. What happened?"},
+        {"role": "user", "content": "They closed the whole office and nobody saw it coming, not even my boss."},
+    ]
+    echo = "They closed the whole office and nobody saw it coming, not even my boss."
+    quote = "Nobody saw it coming, not even your boss: no wonder it feels unreal. How are you holding up tonight?"
+    backend = ScriptedBackend(lambda req: evaluation_json([4] * 6))
+    results = _reward(backend).score_batch([(context, echo), (context, "I hear you. " + echo), (context, quote)])
+    assert [r.flags for r in results] == [(COPIED_CONTEXT,), (COPIED_CONTEXT,), ()]
+    assert [r.reward for r in results[:2]] == [0.0, 0.0] and len(backend.requests) == 1
+    assert copied_share(quote, [m["content"] for m in context]) == pytest.approx(3 / 16)  # "nobody saw it coming", ...
+    off = _reward(ScriptedBackend(lambda req: evaluation_json([4] * 6)), guards=Guards(copy_share=None))
+    assert off.score(context, echo).flags == ()
+
+
+def test_copied_context_flags_almost_no_real_supporter_reply(data_dir: Path) -> None:
+    """ESConv test supporter replies of 8 words or more, against their own dialogue so far."""
+    from care_sdk.data import load_esconv
+
+    flagged = total = 0
+    for dialogue in load_esconv(data_dir / "esconv" / "test.jsonl").records:
+        for turn in dialogue.supporter_turns():
+            if copied_share(turn.reply, [m["content"] for m in turn.context_messages()]) is not None:
+                total += 1
+                flagged += COPIED_CONTEXT in detect_flags(turn.reply, [m["content"] for m in turn.context_messages()])
+    assert total > 1500 and flagged / total < 0.005, (flagged, total)
 
 
 def test_prechecks() -> None:

@@ -31,6 +31,7 @@ KEYS = (
     {"score", "care_failed"}
     | {f"care_{d}" for d in ("cognitive", "affective", "proactive")}
     | {f"care_weight_{d}" for d in ("cognitive", "affective", "proactive")}
+    | {"care_context_fit"}
 )
 
 

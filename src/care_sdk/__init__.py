@@ -11,6 +11,7 @@ Examples:
 
 from care_sdk.backends import Backend, GenerationRequest, GenerationResult, resolve_backend
 from care_sdk.cache import CacheStats, MemoryCache, RubricCache
+from care_sdk.context_fit import ContextFit
 from care_sdk.errors import BackendError, CareError, ConfigError, InputError, MissingDependencyError, OutputError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -44,6 +45,7 @@ __all__ = [
     "CacheStats",
     "CareError",
     "ConfigError",
+    "ContextFit",
     "Criterion",
     "CriterionScore",
     "Dialogue",

@@ -84,10 +84,11 @@ def report_to_trainer(results: Sequence[RewardResult], kwargs: Mapping[str, Any]
     Metrics (averaged by TRL over each logging step): ``care/failed`` (share of replies without
     a reward), ``care/flagged`` (share of replies a guard flagged: empty, forged turns, text aimed
     at the evaluator; see :mod:`care_sdk.guards`), and over the replies the evaluator scored,
-    ``care/score/<dimension>`` (mean normalised score per dimension, before weighting) and
-    ``care/weight/<dimension>`` (mean rubric weight). Completions-table columns, one value per
-    reply: ``care/weights``, ``care/scores`` (compact per-dimension text), ``care/flags``
-    (comma-separated) and ``care/error``.
+    ``care/score/<dimension>`` (mean normalised score per dimension, before weighting),
+    ``care/weight/<dimension>`` (mean rubric weight) and ``care/context_fit`` (the mean
+    context-fit factor, when the reward reads it; see :mod:`care_sdk.context_fit`).
+    Completions-table columns, one value per reply: ``care/weights``, ``care/scores`` (compact
+    per-dimension text), ``care/flags`` (comma-separated) and ``care/error``.
 
     Examples:
         >>> from care_sdk import Rubric
@@ -112,6 +113,9 @@ def report_to_trainer(results: Sequence[RewardResult], kwargs: Mapping[str, Any]
                 if scores:
                     log_metric(f"{prefix}/score/{dim.value}", sum(scores) / len(scores))
                 log_metric(f"{prefix}/weight/{dim.value}", sum(weights) / len(weights))
+        fits = [r.context_fit for r in results if r.context_fit is not None]
+        if fits:
+            log_metric(f"{prefix}/context_fit", sum(fits) / len(fits))
     if callable(log_extra):
         log_extra(f"{prefix}/weights", [_compact(r.rubric.weights) if r.rubric else None for r in results])
         log_extra(f"{prefix}/scores", [_compact(r.dimension_scores) if r.dimension_scores else None for r in results])

@@ -40,12 +40,14 @@ def _print_record(record: dict[str, Any]) -> None:
         print(f"{head}  reward {record['reward']:.3f}{flags}  ({record.get('note') or 'no evaluation'})")
         return
     weights = "  ".join(f"{d} {w:.2f}" for d, w in rubric["weights"].items())
-    print(f"{head}  reward {record['reward']:.3f}  weights: {weights}{flags}")
+    fit = f"  context fit {record['context_fit']:.2f}" if record.get("context_fit") is not None else ""
+    print(f"{head}  reward {record['reward']:.3f}{fit}  weights: {weights}{flags}")
     for score in record["evaluation"]["scores"]:
         print(f"    [{score['score']:.1f}] {score['dimension']:<9}  {score['criterion']}")
 
 
 def _build_reward(args: argparse.Namespace) -> Any:
+    from care_sdk.context_fit import ContextFit
     from care_sdk.guards import Guards
     from care_sdk.reward import build_reward
     from care_sdk.variants import variant_of
@@ -58,6 +60,7 @@ def _build_reward(args: argparse.Namespace) -> Any:
         generator_options={"seed": args.seed},
         evaluator_options={"seed": args.seed},
         guards=None if args.guards == "off" else Guards(on_flag=args.guards),
+        context_fit=None if args.context_fit == "off" else ContextFit(args.context_fit),
     )
 
 
@@ -143,6 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="zero",
         help="flagged replies (empty, forged turns, text aimed at the evaluator): reward 0, a penalty, "
         "flags only, or no guards at all (default: %(default)s)",
+    )
+    score.add_argument(
+        "--context-fit",
+        default="off",
+        metavar="SPEC",
+        help="multiply each reward by how likely the reply was written for its context, read on this "
+        "backend spec (default: the bundled base model; llamacpp and hf specs work), or off (default: %(default)s)",
     )
     score.add_argument("--batch-size", type=int, default=8, help="turns per backend batch (default: %(default)s)")
     score.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")

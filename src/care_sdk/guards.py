@@ -20,6 +20,9 @@ asking a model and every reply is screened for text aimed at the judge rather th
     ``[INST]``, ``</s>``, ``END OF REPLY``);
   - ``master_key``: the whole reply is a reasoning opener (``Let's think step by step``,
     ``Thought process:``, ``解``), a known universal key to LLM judges;
+  - ``copied_context``: the reply mostly repeats the dialogue (at least ``copy_share`` of its word
+    4-grams occur in the context; replies of 8 words or more), which a reward that reads the
+    reply's fit to its context (:mod:`care_sdk.context_fit`) would otherwise favour;
   - ``over_length``: longer than ``max_chars`` (when configured to flag rather than truncate).
 
 What happens to a flagged reply is :attr:`Guards.on_flag`: ``"zero"`` (the default: reward 0 and
@@ -42,9 +45,10 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from care_sdk.types import RewardResult
+from care_sdk.types import RewardResult, as_messages
 
 __all__ = [
+    "COPIED_CONTEXT",
     "EMPTY_REPLY",
     "FENCE_MARKER",
     "FORGED_TURN",
@@ -59,6 +63,7 @@ __all__ = [
     "Guards",
     "Screened",
     "apply_policy",
+    "copied_share",
     "detect_flags",
     "merge_outcomes",
     "penalised",
@@ -83,6 +88,8 @@ FENCE_MARKER = "fence_marker"
 """The reply carries quoting or chat-template markers."""
 MASTER_KEY = "master_key"
 """The whole reply is a reasoning opener."""
+COPIED_CONTEXT = "copied_context"
+"""The reply mostly repeats the dialogue so far."""
 OVER_LENGTH = "over_length"
 """The reply is longer than the configured limit (when flagging rather than truncating)."""
 TRUNCATED = "truncated"
@@ -118,6 +125,10 @@ class Guards(BaseModel):
     """A flagged reply gets reward 0 without a model call, its reward minus ``penalty``, or its reward as is."""
     penalty: float = Field(default=0.5, ge=0.0, le=1.0)
     """Subtracted from a flagged reply's reward when ``on_flag="penalise"`` (floored at 0)."""
+    copy_share: float | None = Field(default=0.5, gt=0.0, le=1.0)
+    """Flag ``copied_context`` when at least this share of the reply's word 4-grams occur in the
+    context; ``None`` turns that detector off. At 0.5 it flags 8 of 8,729 ESConv train supporter
+    replies (of 8 words or more) and every repeat of the user's last message."""
 
 
 # -- detectors ----------------------------------------------------------------------------------
@@ -203,8 +214,37 @@ def _master_key(reply: str) -> bool:
     return len(text) <= _MASTER_MAX_CHARS and _MASTER.search(text) is not None
 
 
-def detect_flags(reply: str) -> tuple[str, ...]:
-    """The flags of a reply's content, in a fixed order (pre-check and length flags not included).
+_COPY_N = 4
+_WORD = re.compile(r"\w+")
+
+
+def copied_share(reply: str, context: Sequence[str]) -> float | None:
+    """The share of the reply's word 4-grams (lower-cased) that occur in the ``context`` texts;
+    ``None`` for a reply of fewer than 8 words, too short to tell a quote from a copy.
+
+    Examples:
+        >>> context = ["I failed my exam and my parents will be so angry with me"]
+        >>> copied_share("I failed my exam and my parents will be so angry", context)
+        1.0
+        >>> copied_share("Failing an exam is hard. What do you think your parents will say?", context)
+        0.0
+        >>> copied_share("I failed my exam", context) is None
+        True
+    """
+    words = _WORD.findall(reply.lower())
+    if len(words) < 2 * _COPY_N:
+        return None
+    seen: set[tuple[str, ...]] = set()
+    for text in context:
+        other = _WORD.findall(text.lower())
+        seen.update(tuple(other[i : i + _COPY_N]) for i in range(len(other) - _COPY_N + 1))
+    grams = [tuple(words[i : i + _COPY_N]) for i in range(len(words) - _COPY_N + 1)]
+    return sum(g in seen for g in grams) / len(grams)
+
+
+def detect_flags(reply: str, context: Sequence[str] = (), copy_share: float | None = 0.5) -> tuple[str, ...]:
+    """The flags of a reply's content, in a fixed order (pre-check and length flags not included);
+    ``context`` (the dialogue's message texts) and ``copy_share`` serve ``copied_context``.
 
     Examples:
         >>> detect_flags("That sounds exhausting. What would help most this week?")
@@ -227,6 +267,10 @@ def detect_flags(reply: str) -> tuple[str, ...]:
         found.append(FENCE_MARKER)
     if _master_key(reply):
         found.append(MASTER_KEY)
+    if copy_share is not None and context:
+        share = copied_share(reply, context)
+        if share is not None and share >= copy_share:
+            found.append(COPIED_CONTEXT)
     return tuple(found)
 
 
@@ -291,8 +335,9 @@ class Screened:
     """The result, when the guards settled the reply without a model call."""
 
 
-def screen(reply: str, guards: Guards | None = None) -> Screened:
-    """Run the guards on one reply (``guards=None`` uses the defaults).
+def screen(reply: str, guards: Guards | None = None, context: Sequence[str] = ()) -> Screened:
+    """Run the guards on one reply (``guards=None`` uses the defaults); ``context`` holds the texts
+    of the dialogue's messages (for ``copied_context``).
 
     Examples:
         >>> screen("...").blocked.note
@@ -308,7 +353,7 @@ def screen(reply: str, guards: Guards | None = None) -> Screened:
         if blocking is not None:
             why = "empty reply" if blocking == EMPTY_REPLY else "no letter or digit in the reply"
             return Screened(reply, (blocking,), RewardResult(reward=0.0, flags=(blocking,), note=f"{why}: {_NO_CALL}"))
-    flags = list(detect_flags(reply)) if guards.detect else []
+    flags = list(detect_flags(reply, context, guards.copy_share)) if guards.detect else []
     if guards.max_chars is not None and len(reply) > guards.max_chars:
         if guards.over_length == "truncate":
             reply = truncate(reply, guards.max_chars)
@@ -373,6 +418,15 @@ def apply_policy(result: RewardResult, screened: Screened, guards: Guards) -> Re
     return result.model_copy(update=update)
 
 
+def _texts(context: Any) -> list[str]:
+    """The message texts of a context (a string, messages or dicts); none when it does not read as
+    messages (the evaluator reports that input error itself)."""
+    try:
+        return [m.content for m in as_messages(context)]
+    except (TypeError, ValueError):
+        return []
+
+
 def screen_items(items: Sequence[tuple[C, str]], guards: Guards | None) -> tuple[list[Screened], list[tuple[C, str]]]:
     """Screen ``(context, reply)`` items; returns the screens and the items still to evaluate (screened replies).
 
@@ -385,7 +439,7 @@ def screen_items(items: Sequence[tuple[C, str]], guards: Guards | None) -> tuple
     """
     if guards is None:
         return [Screened(reply) for _, reply in items], list(items)
-    screens = [screen(reply, guards) for _, reply in items]
+    screens = [screen(reply, guards, _texts(context)) for context, reply in items]
     todo = [(context, s.reply) for (context, _), s in zip(items, screens, strict=True) if s.blocked is None]
     return screens, todo
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from care_sdk._calls import completion_text, report_to_trainer, trl_items
 from care_sdk.backends import Backend, resolve_backend
+from care_sdk.context_fit import ContextFit
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -44,6 +45,10 @@ class AdaptiveReward:
             characters is truncated, and a reply flagged for text aimed at the evaluator (forged
             turns, requests for scores, the evaluator's own answer format) gets 0 without a model
             call; ``Guards(on_flag="report")`` only reports flags, ``None`` turns every guard off.
+        context_fit: when given, the rubric reward of every evaluated reply is multiplied by how
+            likely the reply was written for its context (see :mod:`care_sdk.context_fit`), so a
+            reply that would fit any conversation earns less; ``RewardResult.context_fit`` holds
+            the factor. ``None`` (the default) is the paper's reward.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
@@ -63,6 +68,7 @@ class AdaptiveReward:
         criteria: CriteriaMode = "generated",
         rubric: Rubric | None = None,
         guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
+        context_fit: ContextFit | None = None,
     ) -> None:
         if evaluator is None:
             raise ConfigError("AdaptiveReward needs an evaluator")
@@ -79,6 +85,7 @@ class AdaptiveReward:
         # Every rubric, given or generated, goes through _adapt: no option is ever ignored.
         self.rubric = self.adapt(rubric) if rubric is not None else None
         self.guards = guards
+        self.context_fit = context_fit
         self.__name__ = "care_reward"  # TRL names reward functions by __name__
 
     @classmethod
@@ -89,11 +96,12 @@ class AdaptiveReward:
         evaluator: RubricEvaluator,
         *,
         guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
+        context_fit: ContextFit | None = None,
     ) -> AdaptiveReward:
         """The reward of a named variant (``care``, ``uniform_weights``, ``fixed_criteria``, ``fixed_rubric``).
 
-        ``generator`` is not used by ``fixed_rubric`` and may be ``None`` there. ``guards`` as in
-        :class:`AdaptiveReward` (on by default, ``None`` turns them off).
+        ``generator`` is not used by ``fixed_rubric`` and may be ``None`` there. ``guards`` and
+        ``context_fit`` as in :class:`AdaptiveReward` (guards on, context fit off by default).
 
         Examples:
             >>> from care_sdk.testing import ScriptedBackend
@@ -103,13 +111,14 @@ class AdaptiveReward:
         """
         weights, criteria = variant_modes(variant)
         generator = generator if needs_generator(variant) else None
-        return cls(generator, evaluator, weights=weights, criteria=criteria, guards=guards)
+        return cls(generator, evaluator, weights=weights, criteria=criteria, guards=guards, context_fit=context_fit)
 
     @classmethod
     def from_backend(cls, backend: str | Backend | Any = "default", **options: Any) -> AdaptiveReward:
         """Build generator and evaluator on one backend (one model loaded once).
 
-        ``options`` are :class:`AdaptiveReward` options (``weights``, ``criteria``, ``rubric``, ``guards``).
+        ``options`` are :class:`AdaptiveReward` options (``weights``, ``criteria``, ``rubric``,
+        ``guards``, ``context_fit``).
         To build from several backend specs or by variant name, see :func:`build_reward`.
 
         Examples:
@@ -179,13 +188,39 @@ class AdaptiveReward:
         screens, todo = screen_items(items, self.guards)
         rubrics = self._rubrics([c for c, _ in todo])
         outcomes = self._combine(rubrics, self.evaluator.evaluate_batch(self._eval_items(todo, rubrics)))
+        if self.context_fit is not None:
+            fitted = self._fit_items(outcomes)
+            outcomes = self._apply_fit(outcomes, fitted, self.context_fit.score_batch([todo[i] for i in fitted]))
         return merge_outcomes(screens, outcomes, self.guards)
 
     async def _aoutcomes(self, items: Sequence[ScoreItem]) -> list[tuple[RewardResult, CareError | None]]:
         screens, todo = screen_items(items, self.guards)
         rubrics = await self._arubrics([c for c, _ in todo])
         outcomes = self._combine(rubrics, await self.evaluator.aevaluate_batch(self._eval_items(todo, rubrics)))
+        if self.context_fit is not None:
+            fitted = self._fit_items(outcomes)
+            values = await self.context_fit.ascore_batch([todo[i] for i in fitted])
+            outcomes = self._apply_fit(outcomes, fitted, values)
         return merge_outcomes(screens, outcomes, self.guards)
+
+    @staticmethod
+    def _fit_items(outcomes: list[tuple[RewardResult, CareError | None]]) -> list[int]:
+        """Indices of the evaluated items whose context fit is read (those with a reward)."""
+        return [i for i, (result, _) in enumerate(outcomes) if result.reward is not None]
+
+    @staticmethod
+    def _apply_fit(
+        outcomes: list[tuple[RewardResult, CareError | None]], fitted: list[int], values: list[float | CareError]
+    ) -> list[tuple[RewardResult, CareError | None]]:
+        out = list(outcomes)
+        for i, value in zip(fitted, values, strict=True):
+            result = out[i][0]
+            if isinstance(value, CareError):
+                out[i] = (RewardResult.failed(value, rubric=result.rubric, stage="context_fit"), value)
+            else:
+                assert result.reward is not None
+                out[i] = (result.model_copy(update={"reward": result.reward * value, "context_fit": value}), None)
+        return out
 
     @staticmethod
     def _eval_items(items: Sequence[ScoreItem], rubrics: list[Rubric | CareError]) -> list[tuple[Context, Rubric, str]]:
@@ -300,7 +335,7 @@ class AdaptiveReward:
         return (
             f"AdaptiveReward(generator={self.generator!r}, evaluator={self.evaluator!r}, "
             f"weights={self.weights!r}, criteria={self.criteria!r}, fixed_rubric={self.rubric is not None}, "
-            f"guards={self.guards!r})"
+            f"guards={self.guards!r}, context_fit={self.context_fit!r})"
         )
 
 
@@ -314,6 +349,7 @@ def build_reward(
     evaluator_options: Mapping[str, Any] | None = None,
     resolve: Callable[[Any], Backend] = resolve_backend,
     guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
+    context_fit: ContextFit | None = None,
 ) -> AdaptiveReward:
     """The reward of a variant, built from backend specs or objects: the one factory the CLI,
     the verl adapter, policy training and the benchmarks use.
@@ -325,7 +361,8 @@ def build_reward(
     ``max_tokens``, ``cache``, ...). ``fixed_rubric`` builds no generator and resolves no
     generator backend. ``resolve`` turns a spec into a backend (a pool that builds each spec
     once, for example). ``guards`` are the reward's deterministic pre-checks and flags (see
-    :class:`AdaptiveReward`; ``None`` turns them off).
+    :class:`AdaptiveReward`; ``None`` turns them off); ``context_fit`` multiplies the reward by
+    the reply's fit to its context (see :class:`AdaptiveReward`; off by default).
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -348,7 +385,7 @@ def build_reward(
     generator = None
     if needs_generator(variant):
         generator = RubricGenerator(backend_for(generator_backend), **dict(generator_options or {}))
-    return AdaptiveReward.for_variant(variant, generator, evaluator, guards=guards)
+    return AdaptiveReward.for_variant(variant, generator, evaluator, guards=guards, context_fit=context_fit)
 
 
 def unwrap_outcome(outcome: tuple[RewardResult, CareError | None]) -> RewardResult:

@@ -1,8 +1,9 @@
 """Scoring logged dialogue files: one output record per assistant turn, resumable.
 
 Output records are JSON lines ``{"id", "turn", "reward", "error", "rubric", "evaluation",
-"dimension_scores", "scored_by", "flags", "raw_reward", "note"}`` in input order (``flags``: what
-the guards found in the reply; a reply they settled without a model call has no rubric). Records
+"dimension_scores", "scored_by", "flags", "raw_reward", "note", "context_fit"}`` in input order
+(``flags``: what the guards found in the reply; a reply they settled without a model call has no
+rubric; ``context_fit``: the factor the reward was multiplied by, when the reward reads it). Records
 are appended as they finish, so an interrupted run loses nothing; re-running with the same output
 file keeps every scored record, recomputes only missing or failed ones, and rewrites the file in
 input order, identical to an uninterrupted run.
@@ -90,7 +91,8 @@ def scored_by(reward: AdaptiveReward) -> dict[str, str | None]:
     ``generator`` is the generator's identity (its backend, prompt version and sampling settings), or
     ``None`` when every turn is judged against one fixed rubric; ``evaluator`` is the evaluator's
     backend identity and settings (its prompt version included); ``prompt_version`` is
-    :data:`care_sdk.PROMPT_VERSION`; ``guards`` is the reward's guards settings (``"off"`` without).
+    :data:`care_sdk.PROMPT_VERSION`; ``guards`` is the reward's guards settings (``"off"`` without);
+    ``context_fit`` is the context fit's model, window and gate (``"off"`` without).
 
     Examples:
         >>> from care_sdk import RubricEvaluator, Rubric
@@ -110,6 +112,7 @@ def scored_by(reward: AdaptiveReward) -> dict[str, str | None]:
         f"|logprobs={ev.use_logprobs}|prompt={ev.prompt_version}",
         "prompt_version": PROMPT_VERSION,
         "guards": repr(reward.guards) if reward.guards is not None else "off",
+        "context_fit": reward.context_fit.identity if reward.context_fit is not None else "off",
         "care_sdk": __version__,
         "weights": "fixed rubric" if reward.rubric is not None else reward.weights,
         "criteria": "fixed rubric" if reward.rubric is not None else reward.criteria,

@@ -318,8 +318,9 @@ class Evaluation(_Frozen):
         return result
 
 
-FailureStage = Literal["input", "rubric", "evaluation"]
-"""Where a reward failed: reading the input, generating the rubric, or evaluating the reply."""
+FailureStage = Literal["input", "rubric", "evaluation", "context_fit"]
+"""Where a reward failed: reading the input, generating the rubric, evaluating the reply, or
+reading its fit to the context (see :mod:`care_sdk.context_fit`)."""
 
 
 class Failure(_Frozen):
@@ -376,6 +377,9 @@ class RewardResult(_Frozen):
     """The evaluator's reward before a guard lowered it (set only when one did)."""
     note: str | None = None
     """What a guard did to the reward, in words (e.g. an empty reply scored 0 without a model call)."""
+    context_fit: float | None = None
+    """How likely the reply was written for its context, in (0, 1), when the reward reads it
+    (see :mod:`care_sdk.context_fit`); the reward is then the rubric reward times this."""
 
     @model_validator(mode="after")
     def _consistent(self) -> RewardResult:
@@ -420,5 +424,10 @@ class RewardResult(_Frozen):
             return cls(reward=None, rubric=rubric, error=error)
         if stage is None:
             return cls(reward=None, rubric=rubric, error=f"{type(error).__name__}: {error}")
-        prefix = {"input": "invalid input", "rubric": "rubric generation failed", "evaluation": "evaluation failed"}
+        prefix = {
+            "input": "invalid input",
+            "rubric": "rubric generation failed",
+            "evaluation": "evaluation failed",
+            "context_fit": "context fit failed",
+        }
         return cls(reward=None, rubric=rubric, error=f"{prefix[stage]}: {error}", failure=Failure.of(error, stage))

@@ -42,12 +42,32 @@ class PrefixCache:
         """Log-probabilities (over the vocabulary) of each of ``wanted`` right after ``ids``."""
         import torch
 
-        keep = min(common_prefix(self.ids, ids), len(ids) - 1)
+        logits = self._forward(ids, min(common_prefix(self.ids, ids), len(ids) - 1), last=1)
+        logprobs = torch.log_softmax(logits[-1].float(), dim=-1)
+        return [float(logprobs[w]) for w in wanted]
+
+    def span_logprobs(self, ids: Sequence[int], start: int) -> list[float]:
+        """Log-probability of each of ``ids[start:]`` after the tokens before it (``start`` >= 1)."""
+        import torch
+
+        keep = min(common_prefix(self.ids, ids), start - 1)
+        logits = self._forward(ids, keep, last=len(ids) - start + 1)[:-1]
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        targets = torch.tensor(list(ids[start:]), dtype=torch.long, device=logprobs.device)
+        return [float(v) for v in logprobs.gather(1, targets[:, None])[:, 0]]
+
+    def _forward(self, ids: Sequence[int], keep: int, last: int) -> Any:
+        """Logits at the ``last`` final positions of ``ids``, after cutting the cache back to its first
+        ``keep`` tokens and running ``ids[keep:]`` (``last <= len(ids) - keep``)."""
+        import torch
+
         if keep == 0:
             self._cache = None
         elif keep < len(self.ids):
             self._cache.crop(keep - len(self.ids))
         extra, cache_arg = _forward_options(self.model)
+        if extra:
+            extra = {"logits_to_keep": last}
         fresh = torch.tensor([list(ids[keep:])], dtype=torch.long, device=self.device)
         try:
             out = self.model(input_ids=fresh, use_cache=True, **{cache_arg: self._cache}, **extra)
@@ -57,5 +77,4 @@ class PrefixCache:
         self._cache = _cache_of(out)
         self.ids = list(ids)
         self.evaluated_tokens += len(ids) - keep
-        logprobs = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
-        return [float(logprobs[w]) for w in wanted]
+        return out.logits[0, -last:]

@@ -226,6 +226,8 @@ class Backend:
     supports_forced_replies: bool = False
     """Whether requests with :attr:`GenerationRequest.forced` are answered by scoring the slots
     (one prefill of the fixed text, one distribution per slot) rather than by decoding."""
+    supports_reply_logprobs: bool = False
+    """Whether :meth:`reply_logprobs` reads how likely a given reply is (a prefill, no decoding)."""
 
     @property
     def identity(self) -> str:
@@ -243,6 +245,28 @@ class Backend:
         if type(self).generate is Backend.generate:
             raise NotImplementedError(f"{type(self).__name__} implements neither generate nor agenerate")
         return await asyncio.to_thread(self.generate, requests)
+
+    def reply_logprobs(self, messages: Sequence[Message], reply: str) -> list[float]:
+        """The log-probability of each token of ``reply`` as the assistant's answer to ``messages``.
+
+        Backends that hold the model (:attr:`supports_reply_logprobs`) read them in one prefill,
+        reusing the cached prompt of the previous call where it shares a prefix.
+
+        Raises:
+            BackendError: the backend cannot read them (hosted APIs return no logprobs of given text).
+
+        Examples:
+            >>> from care_sdk.testing import ScriptedBackend
+            >>> ScriptedBackend([]).reply_logprobs([Message(role="user", content="hi")], "hello")
+            Traceback (most recent call last):
+            ...
+            care_sdk.errors.BackendError: [scripted] this backend cannot read the log-probabilities of a given reply ...
+        """
+        raise BackendError(
+            "this backend cannot read the log-probabilities of a given reply",
+            provider=self.provider,
+            hint="use a backend that holds the model: llamacpp or hf",
+        )
 
     def close(self) -> None:
         """Release resources (models, connections). Safe to call twice."""
@@ -279,6 +303,7 @@ class ForwardingBackend(Backend):
         self.supports_seed = inner.supports_seed
         self.supports_logprobs = inner.supports_logprobs
         self.supports_forced_replies = inner.supports_forced_replies
+        self.supports_reply_logprobs = inner.supports_reply_logprobs
 
     @property
     def identity(self) -> str:
@@ -304,6 +329,10 @@ class ForwardingBackend(Backend):
         results = await self.inner.agenerate(requests)
         self.on_results(requests, results)
         return results
+
+    def reply_logprobs(self, messages: Sequence[Message], reply: str) -> list[float]:
+        """Forwarded to ``inner.reply_logprobs``."""
+        return self.inner.reply_logprobs(messages, reply)
 
     def close(self) -> None:
         """Close the inner backend."""

@@ -71,6 +71,7 @@ class HFBackend(Backend):
     supports_seed = True
     supports_logprobs = True
     supports_forced_replies = True
+    supports_reply_logprobs = True
 
     def __init__(
         self,
@@ -215,6 +216,33 @@ class HFBackend(Backend):
             results[index] = self._result(requests[index], rows, prompt_lengths[index])
         assert all(r is not None for r in results)
         return results  # type: ignore[return-value]
+
+    def reply_logprobs(self, messages: Sequence[Message], reply: str) -> list[float]:
+        """The log-probability of each token of ``reply`` after ``messages``' prompt, in one forward
+        pass over what the KV cache of the previous call does not already hold.
+
+        Examples:
+            >>> backend = HFBackend("/models/SmolLM2-135M-Instruct")  # doctest: +SKIP
+            >>> len(backend.reply_logprobs([Message(role="user", content="hi")], "Hello!"))  # doctest: +SKIP
+            2
+        """
+        import torch
+
+        if self._model is None:
+            raise BackendError("the backend is closed", provider=self.provider)
+        prompt = self._prompt_ids(messages)
+        tokens = self._reply_tokens(reply)[0]
+        if not tokens:
+            return []
+        if self._context is not None and len(prompt) + len(tokens) > int(self._context):
+            raise BackendError(
+                f"the prompt and the reply have {len(prompt) + len(tokens)} tokens; "
+                f"the model's context is {self._context}",
+                provider=self.provider,
+                hint="shorten the dialogue context",
+            )
+        with self._lock, torch.inference_mode():
+            return self._prefix.span_logprobs(prompt + tokens, len(prompt))
 
     def close(self) -> None:
         """Drop the model and tokenizer so their memory can be freed. Safe to call twice."""

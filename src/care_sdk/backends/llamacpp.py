@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob
 from care_sdk.backends.forced import build_forced_reply, common_prefix, forced_completion
 from care_sdk.errors import BackendError, ConfigError, MissingDependencyError
+from care_sdk.types import Message
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -176,6 +177,7 @@ class LlamaCppBackend(Backend):
     provider = "llamacpp"
     supports_seed = True
     supports_forced_replies = True
+    supports_reply_logprobs = True
 
     def __init__(
         self,
@@ -324,6 +326,51 @@ class LlamaCppBackend(Backend):
         top = float(logits.max())
         log_z = top + float(np.log(np.exp(logits - top).sum()))
         return [float(logits[w]) - log_z for w in wanted]
+
+    def reply_logprobs(self, messages: Sequence[Message], reply: str) -> list[float]:
+        """The log-probability of each token of ``reply`` after ``messages``' prompt: the prompt is
+        prefilled where the KV cache does not already hold it, then the reply in one chunk with
+        logits at every position (no ``logprobs=True`` needed).
+
+        Examples:
+            >>> backend = LlamaCppBackend(default_model_path())  # doctest: +SKIP
+            >>> len(backend.reply_logprobs([Message(role="user", content="hi")], "Hello!"))  # doctest: +SKIP
+            2
+        """
+        import numpy as np
+
+        llama_cpp = _import_llama_cpp()
+        with self._lock:
+            prompt = self._prompt_ids(GenerationRequest(messages=tuple(messages)))
+            tokens = self._reply_tokens(reply)[0]
+            if not tokens:
+                return []
+            if len(prompt) + len(tokens) > self.llama.n_ctx():
+                raise BackendError(
+                    f"the prompt and the reply have {len(prompt) + len(tokens)} tokens; "
+                    f"the context window is {self.llama.n_ctx()}",
+                    provider=self.provider,
+                    hint="raise n_ctx or shorten the context",
+                )
+            out = self._next_logprobs(prompt, tokens[:1])  # the prompt, its cached prefix reused
+            llama: Any = self.llama
+            llama._ctx.kv_cache_seq_rm(-1, llama.n_tokens, -1)
+            feed, targets = tokens[:-1], tokens[1:]
+            for start in range(0, len(feed), llama.n_batch):
+                chunk = feed[start : start + llama.n_batch]
+                n_past = llama.n_tokens
+                llama._batch.set_batch(batch=chunk, n_past=n_past, logits_all=True)
+                llama._ctx.decode(llama._batch)
+                llama.input_ids[n_past : n_past + len(chunk)] = chunk
+                llama.n_tokens += len(chunk)
+                self.evaluated_tokens += len(chunk)
+                for i, target in enumerate(targets[start : start + len(chunk)]):
+                    pointer = llama_cpp.llama_get_logits_ith(llama._ctx.ctx, i)
+                    logits = np.ctypeslib.as_array(pointer, shape=(llama.n_vocab(),)).astype(np.float64)
+                    top = float(logits.max())
+                    out.append(float(logits[target]) - top - float(np.log(np.exp(logits - top).sum())))
+            llama.n_tokens = len(prompt)  # the cache keeps the prompt, which the next candidate shares
+            return out
 
     def _forced(self, request: GenerationRequest, seed: int) -> GenerationResult:
         forced = request.forced

@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from care_sdk.backends import Backend
+from care_sdk.context_fit import ContextFit
 from care_sdk.errors import CareError, InputError
 from care_sdk.reward import AdaptiveReward, build_reward
 from care_sdk.types import DIMENSIONS, Message, RewardResult, as_messages
@@ -101,11 +102,14 @@ def get_reward(
     criteria: str = "generated",
     use_logprobs: bool = False,
     cache: str | None = None,
+    context_fit: str | None = None,
 ) -> AdaptiveReward:
     """The process's shared :class:`AdaptiveReward` for these options, built on first use.
 
     ``backend`` defaults to ``$CARE_BACKEND`` or ``"default"``; ``cache`` (an SQLite file shared by
-    all workers) defaults to ``$CARE_RUBRIC_CACHE`` or an in-memory cache.
+    all workers) defaults to ``$CARE_RUBRIC_CACHE`` or an in-memory cache; ``context_fit`` (a
+    backend spec for :class:`~care_sdk.ContextFit`, or ``"off"``) defaults to ``$CARE_CONTEXT_FIT``
+    or off.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -115,7 +119,8 @@ def get_reward(
     """
     backend = backend if backend is not None else os.environ.get("CARE_BACKEND", "default")
     cache = cache if cache is not None else os.environ.get("CARE_RUBRIC_CACHE")
-    key = (backend if isinstance(backend, str) else id(backend), weights, criteria, use_logprobs, cache)
+    context_fit = context_fit if context_fit is not None else os.environ.get("CARE_CONTEXT_FIT", "off")
+    key = (backend if isinstance(backend, str) else id(backend), weights, criteria, use_logprobs, cache, context_fit)
     with _LOCK:
         reward = _REWARDS.get(key)
         if reward is None:
@@ -129,6 +134,7 @@ def get_reward(
                 backend=backend,
                 generator_options={"cache": store},
                 evaluator_options={"use_logprobs": use_logprobs},
+                context_fit=None if context_fit == "off" else ContextFit(context_fit),
             )
             _REWARDS[key] = reward
         return reward
@@ -177,6 +183,7 @@ def _as_dict(result: RewardResult, on_error: str | float, where: str) -> dict[st
         score = result.dimension_scores.get(dim) if result.dimension_scores else None
         out[f"care_{dim.value}"] = math.nan if score is None else score
         out[f"care_weight_{dim.value}"] = result.rubric.weights[dim] if result.rubric is not None else math.nan
+    out["care_context_fit"] = math.nan if result.context_fit is None else result.context_fit
     return out
 
 
@@ -200,6 +207,7 @@ def compute_score_batch(
     criteria: str = "generated",
     use_logprobs: bool = False,
     cache: str | None = None,
+    context_fit: str | None = None,
     context_key: str = DEFAULT_CONTEXT_KEY,
     on_error: str | float = "raise",
     **_: Any,
@@ -218,6 +226,9 @@ def compute_score_batch(
         criteria: ``"generated"`` or ``"fixed"`` (ablation).
         use_logprobs: expected scores over the score tokens' probabilities.
         cache: SQLite file for rubrics shared across workers and runs (default ``$CARE_RUBRIC_CACHE``).
+        context_fit: multiply each reward by the reply's fit to its context, read on this backend
+            spec (see :mod:`care_sdk.context_fit`; default ``$CARE_CONTEXT_FIT``, or off); the
+            factor is the ``care_context_fit`` entry (NaN without).
         context_key: the ``extra_info`` key holding the context.
         on_error: ``"raise"`` (default: stop with the reason) or a score to give a reply that could
             not be scored; such rows carry ``care_failed=1.0`` and are logged as warnings.
@@ -249,7 +260,9 @@ def compute_score_batch(
         (_context(info, context_key, w), str(s).strip())
         for info, s, w in zip(infos, solution_strs, wheres, strict=True)
     ]
-    reward = get_reward(backend, weights=weights, criteria=criteria, use_logprobs=use_logprobs, cache=cache)
+    reward = get_reward(
+        backend, weights=weights, criteria=criteria, use_logprobs=use_logprobs, cache=cache, context_fit=context_fit
+    )
     results = reward.score_batch(items)
     return [_as_dict(r, policy, w) for r, w in zip(results, wheres, strict=True)]
 

@@ -140,7 +140,7 @@ def _producer_key(record: Record) -> tuple[str, dict[str, Any]]:
 def _failure_reason(error: str) -> str:
     """The reason without its per-item detail: text up to the first colon after the stage name."""
     head, sep, rest = error.partition(": ")
-    if sep and head in ("rubric generation failed", "evaluation failed"):
+    if sep and head in ("rubric generation failed", "evaluation failed", "context fit failed"):
         return f"{head}: {rest.split(':', 1)[0].strip()}"
     return error.split("\n", 1)[0][:200]
 

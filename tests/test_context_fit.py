@@ -1,0 +1,149 @@
+"""Context fit: the gate, the order of reads, and the reward it multiplies (pure logic, no model).
+
+The model-backed checks (llama.cpp against transformers, the bundled model ordering held-out
+replies) are in ``test_context_fit_model.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from care_sdk import AdaptiveReward, ContextFit, Rubric, RubricEvaluator
+from care_sdk.backends import Backend
+from care_sdk.context_fit import Gate
+from care_sdk.errors import BackendError, ConfigError
+from care_sdk.testing import ScriptedBackend, evaluation_json
+from care_sdk.types import Message
+
+
+class OverlapModel(Backend):
+    """A stand-in language model: a reply token is likelier (log p = -1) when the prompt holds the
+    same word, else log p = -3. Records every read."""
+
+    provider = "overlap"
+    supports_reply_logprobs = True
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.reads: list[tuple[tuple[str, ...], str]] = []
+        self.fail_on = fail_on
+
+    def reply_logprobs(self, messages: Sequence[Message], reply: str) -> list[float]:
+        self.reads.append((tuple(m.content for m in messages), reply))
+        if self.fail_on is not None and self.fail_on in reply:
+            raise BackendError("the prompt does not fit", provider=self.provider)
+        seen = {w for m in messages for w in m.content.lower().split()}
+        return [-1.0 if w in seen else -3.0 for w in reply.lower().split()]
+
+
+def test_the_gate_is_a_logistic_curve_and_fit_recovers_one() -> None:
+    gate = Gate(slope=3.0, intercept=-0.6)
+    assert gate(0.2) == pytest.approx(0.5)
+    assert 0.0 < gate(-10.0) < gate(0.0) < gate(1.0) < gate(10.0) < 1.0
+    assert gate(-1000.0) == 0.0 and gate(1000.0) == 1.0  # no overflow at the extremes
+    rng = random.Random(0)
+    xs = [rng.uniform(-1.5, 2.0) for _ in range(4000)]
+    labels = [rng.random() < gate(x) for x in xs]
+    fitted = Gate.fit(
+        [x for x, y in zip(xs, labels, strict=True) if y], [x for x, y in zip(xs, labels, strict=True) if not y]
+    )
+    assert fitted.slope == pytest.approx(3.0, abs=0.4) and fitted.intercept == pytest.approx(-0.6, abs=0.2)
+    with pytest.raises(ValueError, match="both kinds"):
+        Gate.fit([0.1], [])
+    with pytest.raises(ValueError, match="do not vary"):
+        Gate.fit([0.0, 0.0], [0.0])
+
+
+def test_pmi_sums_the_evidence_over_the_reply_against_the_neutral_context() -> None:
+    model = OverlapModel()
+    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0))
+    context = "my dog died yesterday"
+    # "dog" and "died" appear in the context, not in the neutral "Hi.": (-1 - -3) nats each
+    assert fit.pmi(context, "dog died") == pytest.approx(4.0)
+    assert fit.pmi(context, "exams stress") == pytest.approx(0.0)
+    assert fit.pmi(context, "dog exams") == pytest.approx(2.0)
+    assert fit.pmi(context, "dog died dog died") == pytest.approx(8.0)  # a longer on-topic reply earns more
+    assert fit.score(context, "dog died") == pytest.approx(1 / (1 + math.exp(-4.0)))
+    assert fit.pmi(context, "") == 0.0
+
+
+def test_a_context_is_read_once_per_group_and_every_neutral_read_comes_after() -> None:
+    model = OverlapModel()
+    fit = ContextFit(model, window=2)
+    long_context = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "second"},
+        {"role": "user", "content": "third"},
+    ]
+    items = [("a b", "x"), (long_context, "y"), ("a b", "z"), (long_context, "w")]
+    fit.pmi_batch(items)
+    prompts = [p for p, _ in model.reads]
+    assert prompts[:4] == [("a b",), ("a b",), ("second", "third"), ("second", "third")]  # grouped, window of 2
+    assert prompts[4:] == [("Hi.",)] * 4
+    assert [r for _, r in model.reads[:4]] == ["x", "z", "y", "w"]
+
+
+def test_a_failed_read_is_that_items_error_only() -> None:
+    fit = ContextFit(OverlapModel(fail_on="boom"))
+    values = fit.pmi_batch([("a", "a"), ("a", "boom"), ("a", "b")])
+    assert values[0] == pytest.approx(2.0) and values[2] == pytest.approx(0.0)  # one token each
+    assert isinstance(values[1], BackendError) and "does not fit" in str(values[1])
+    with pytest.raises(BackendError):
+        fit.score("a", "boom")
+
+
+def test_a_backend_that_cannot_read_given_replies_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="scripted cannot"):
+        ContextFit(ScriptedBackend([]))
+    with pytest.raises(ConfigError, match="window"):
+        ContextFit(OverlapModel(), window=0)
+
+
+def _reward(fit: ContextFit | None, evaluations: int) -> AdaptiveReward:
+    evaluator = RubricEvaluator(ScriptedBackend([evaluation_json([5, 5, 5, 5, 3, 3])] * evaluations))
+    return AdaptiveReward(evaluator=evaluator, rubric=Rubric.uniform_fixed(), context_fit=fit)
+
+
+def test_the_reward_is_the_rubric_reward_times_the_fit() -> None:
+    gate = Gate(slope=1.0, intercept=0.0)
+    context = "my dog died yesterday"
+    plain = _reward(None, 2).score_batch([(context, "dog died"), (context, "exams stress")])
+    fitted = _reward(ContextFit(OverlapModel(), gate=gate), 2).score_batch(
+        [(context, "dog died"), (context, "exams stress")]
+    )
+    assert [r.context_fit for r in plain] == [None, None]
+    assert plain[0].reward == plain[1].reward == pytest.approx(5 / 6)
+    assert fitted[0].context_fit == pytest.approx(gate(4.0)) and fitted[1].context_fit == pytest.approx(0.5)
+    assert fitted[0].reward == pytest.approx(5 / 6 * gate(4.0)) and fitted[1].reward == pytest.approx(5 / 12)
+    assert fitted[0].evaluation == plain[0].evaluation  # the rubric scores themselves are unchanged
+
+
+def test_replies_the_guards_settle_are_not_read_and_a_failed_read_fails_that_reply() -> None:
+    model = OverlapModel(fail_on="boom")
+    results = _reward(ContextFit(model), 2).score_batch([("a", "   "), ("a", "boom"), ("a", "a")])
+    assert results[0].reward == 0.0 and results[0].context_fit is None  # empty: settled without a model
+    assert results[1].reward is None and results[1].error is not None
+    assert results[1].error.startswith("context fit failed") and results[1].failure is not None
+    assert results[1].failure.stage == "context_fit"
+    assert results[2].reward is not None and results[2].context_fit is not None
+    assert all(reply != "   " for _, reply in model.reads)
+
+
+def test_the_async_path_gives_the_same_rewards() -> None:
+    items = [("my dog died", "dog"), ("my dog died", "exams")]
+    sync = _reward(ContextFit(OverlapModel()), 2).score_batch(items)
+    async_ = asyncio.run(_reward(ContextFit(OverlapModel()), 2).ascore_batch(items))
+    assert [r.reward for r in sync] == [r.reward for r in async_]
+
+
+def test_trl_calls_log_the_mean_context_fit() -> None:
+    logged: dict[str, float] = {}
+    reward = _reward(ContextFit(OverlapModel(), gate=Gate(slope=1.0, intercept=0.0)), 2)
+    prompts = [[{"role": "user", "content": "my dog died"}]] * 2
+    rewards = reward(prompts, ["dog", "exams"], log_metric=lambda name, value: logged.__setitem__(name, value))
+    assert logged["care/context_fit"] == pytest.approx((Gate(1.0, 0.0)(2.0) + 0.5) / 2)
+    assert rewards == [pytest.approx(5 / 6 * Gate(1.0, 0.0)(2.0)), pytest.approx(5 / 12)]

@@ -1,0 +1,118 @@
+"""Context fit on the real bundled model: the reads of llama.cpp and transformers agree, the KV
+cache reuse changes nothing, and held-out ESConv reference replies fit their contexts better than
+replies from other conversations (greedy and deterministic, so the counts are stable)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from care_sdk import AdaptiveReward, ContextFit, Message
+from care_sdk.backends.llamacpp import LlamaCppBackend
+from care_sdk.data import default_strategy_map, load_esconv
+
+pytestmark = pytest.mark.slow
+
+PAIRS = 10
+
+
+@pytest.fixture(scope="module")
+def pairs(data_dir: Path) -> list[tuple[list[dict[str, Any]], str, str]]:
+    """``(context, reference reply, another test dialogue's reply)``: the third supporter turn of
+    each of the first ten ESConv test dialogues, against the same turn of the next dialogue."""
+    mapping = default_strategy_map()
+    turns = []
+    for dialogue in load_esconv(data_dir / "esconv" / "test.jsonl", strategy_map=mapping).records:
+        usable = [t for t in dialogue.supporter_turns(mapping) if len(t.context) >= 2 and t.reply.strip()]
+        if len(usable) >= 3:
+            turns.append(usable[2])
+        if len(turns) == PAIRS:
+            break
+    return [(t.context_messages(), t.reply, turns[(i + 1) % PAIRS].reply) for i, t in enumerate(turns)]
+
+
+@pytest.fixture(scope="module")
+def fit(model_path: Path) -> Iterator[ContextFit]:
+    context_fit = ContextFit(LlamaCppBackend(model_path, n_ctx=4096, n_threads=1))
+    yield context_fit
+    context_fit.close()
+
+
+def test_llamacpp_and_transformers_read_the_same_reply_logprobs(
+    model_path: Path, pairs: list[tuple[list[dict[str, Any]], str, str]]
+) -> None:
+    from care_sdk.backends.hf import HFBackend
+
+    llama = LlamaCppBackend(model_path, n_ctx=4096, n_threads=1)
+    hf = HFBackend.from_gguf(model_path, n_threads=1)
+    for context, reference, other in pairs[:2]:
+        messages = [Message(**m) for m in context][-6:]
+        for reply in (reference, other):
+            a, b = llama.reply_logprobs(messages, reply), hf.reply_logprobs(messages, reply)
+            assert len(a) == len(b) > 0
+            assert abs(sum(a) - sum(b)) / len(a) < 0.05  # the same weights, two numerics
+    llama.close()
+    hf.close()
+
+
+def test_reusing_the_cached_prompt_gives_the_cold_read(
+    model_path: Path, pairs: list[tuple[list[dict[str, Any]], str, str]]
+) -> None:
+    backend = LlamaCppBackend(model_path, n_ctx=4096, n_threads=1)
+    context, reference, other = pairs[0]
+    messages = [Message(**m) for m in context]
+    warm = [backend.reply_logprobs(messages, reply) for reply in (reference, other, reference)]
+    backend.llama.reset()
+    cold = backend.reply_logprobs(messages, other)
+    assert warm[0] == pytest.approx(warm[2], abs=1e-4)
+    assert warm[1] == pytest.approx(cold, abs=1e-3)
+    backend.close()
+
+
+def test_held_out_references_fit_their_contexts_better_than_other_conversations_replies(
+    fit: ContextFit, pairs: list[tuple[list[dict[str, Any]], str, str]]
+) -> None:
+    scores = fit.score_batch([(c, reply) for c, reference, other in pairs for reply in (reference, other)])
+    assert all(isinstance(s, float) and 0.0 < s < 1.0 for s in scores)
+    wins = sum(scores[2 * i] > scores[2 * i + 1] for i in range(PAIRS))  # type: ignore[operator]
+    assert wins >= 8, f"the reference fitted better in only {wins} of {PAIRS} pairs"  # 9 when written
+
+
+def test_context_fit_makes_the_default_reward_rank_the_reference_first_more_often(
+    fit: ContextFit, pairs: list[tuple[list[dict[str, Any]], str, str]]
+) -> None:
+    """The same evaluations read both ways: the rubric reward alone (reward / fit) and times the fit."""
+    reward = AdaptiveReward.from_backend("default", context_fit=fit)
+    results = reward.score_batch([(c, reply) for c, reference, other in pairs for reply in (reference, other)])
+    assert all(r.reward is not None and r.context_fit for r in results), [r.error for r in results]
+    gated = [r.reward for r in results]
+    plain = [r.reward / r.context_fit for r in results]  # type: ignore[operator]
+
+    def wins(rewards: list[Any]) -> float:
+        return sum(
+            float(rewards[2 * i] > rewards[2 * i + 1]) + 0.5 * (rewards[2 * i] == rewards[2 * i + 1])
+            for i in range(PAIRS)
+        )
+
+    assert wins(gated) >= 7 and wins(gated) > wins(plain), (wins(gated), wins(plain))  # 7 and 5 when written
+
+
+def test_care_score_records_the_context_fit(tmp_path: Path, pairs: list[tuple[list[dict[str, Any]], str, str]]) -> None:
+    import json
+
+    from care_sdk.cli import main
+
+    context, reference, _ = pairs[0]
+    source = tmp_path / "dialogues.jsonl"
+    source.write_text(
+        json.dumps({"id": "d1", "messages": [*context, {"role": "assistant", "content": reference}]}) + "\n"
+    )
+    out = tmp_path / "scores.jsonl"
+    assert main(["score", str(source), "--context-fit", "default", "--out", str(out), "--quiet"]) == 0
+    record = json.loads(out.read_text().splitlines()[-1])
+    assert 0.0 < record["context_fit"] < 1.0 and record["reward"] is not None
+    assert record["scored_by"]["context_fit"].startswith("llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf|window=6|")
+    assert main(["score", str(source), "--context-fit", "openai:gpt@http://127.0.0.1:9/v1", "--quiet"]) == 2
