@@ -178,11 +178,11 @@ class ContextFit:
         out: list[float | CareError] = []
         for i, (_, reply) in enumerate(keyed):
             given = conditional[i]
-            neutral = self._read(self.neutral, reply) if not isinstance(given, CareError) else given
-            if isinstance(given, CareError) or isinstance(neutral, CareError):
-                out.append(given if isinstance(given, CareError) else neutral)  # type: ignore[arg-type]
-            else:
-                out.append(sum(given) - sum(neutral))
+            if isinstance(given, CareError):
+                out.append(given)
+                continue
+            neutral = self._read(self.neutral, reply)
+            out.append(neutral if isinstance(neutral, CareError) else sum(given) - sum(neutral))
         return out
 
     def _read(self, messages: Sequence[Message], reply: str) -> list[float] | CareError:

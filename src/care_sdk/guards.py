@@ -45,6 +45,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from care_sdk._text import word_ngrams
 from care_sdk.types import RewardResult, as_messages
 
 __all__ = [
@@ -234,11 +235,8 @@ def copied_share(reply: str, context: Sequence[str]) -> float | None:
     words = _WORD.findall(reply.lower())
     if len(words) < 2 * _COPY_N:
         return None
-    seen: set[tuple[str, ...]] = set()
-    for text in context:
-        other = _WORD.findall(text.lower())
-        seen.update(tuple(other[i : i + _COPY_N]) for i in range(len(other) - _COPY_N + 1))
-    grams = [tuple(words[i : i + _COPY_N]) for i in range(len(words) - _COPY_N + 1)]
+    seen = {g for text in context for g in word_ngrams(_WORD.findall(text.lower()), _COPY_N)}
+    grams = word_ngrams(words, _COPY_N)
     return sum(g in seen for g in grams) / len(grams)
 
 

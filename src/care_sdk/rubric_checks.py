@@ -21,9 +21,10 @@ Checks (each a flag on :class:`RubricCheck`):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from care_sdk._text import word_ngrams
 from care_sdk.prompts import Context
 from care_sdk.types import DIMENSIONS, Dimension, Message, Rubric, as_messages
 
@@ -70,10 +71,6 @@ def content_words(text: str) -> set[str]:
 
 def _stems(words: Iterable[str]) -> set[str]:
     return {w[:6] for w in words}
-
-
-def _ngrams(words: Sequence[str], n: int) -> list[tuple[str, ...]]:
-    return [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
 
 
 @dataclass(frozen=True)
@@ -134,11 +131,11 @@ class RubricCheck:
 
 
 def _copied(criterion: list[str], context_grams: set[tuple[str, ...]]) -> bool:
-    return any(g in context_grams for g in _ngrams(criterion, 6))
+    return any(g in context_grams for g in word_ngrams(criterion, 6))
 
 
 def _repeats(criterion: list[str]) -> bool:
-    grams = _ngrams(criterion, 4)
+    grams = word_ngrams(criterion, 4)
     return len(grams) != len(set(grams))
 
 
@@ -164,7 +161,7 @@ def check_rubric(rubric: Rubric, context: Context, *, extra_context: Iterable[st
     """
     messages: list[Message] = as_messages(context)
     context_text = " ".join(m.content for m in messages)
-    context_grams = set(_ngrams(_words(context_text), 6))
+    context_grams = set(word_ngrams(_words(context_text), 6))
     vocabulary = _stems(
         (content_words(context_text) | set().union(*(content_words(t) for t in extra_context))) - _TEMPLATE_WORDS
     )

@@ -313,19 +313,23 @@ class LlamaCppBackend(Backend):
 
     def _next_logprobs(self, ids: Sequence[int], wanted: Sequence[int]) -> list[float]:
         """Log-probabilities of ``wanted`` after ``ids``, evaluating only what the KV cache lacks."""
-        import numpy as np
-
-        llama_cpp = _import_llama_cpp()
         llama: Any = self.llama
         keep = min(common_prefix(llama.input_ids[: llama.n_tokens].tolist(), ids), len(ids) - 1)
         llama.n_tokens = keep  # eval() drops the cache beyond this point
         llama.eval(list(ids[keep:]))
         self.evaluated_tokens += len(ids) - keep
-        pointer = llama_cpp.llama_get_logits_ith(llama._ctx.ctx, -1)
-        logits = np.ctypeslib.as_array(pointer, shape=(llama.n_vocab(),)).astype(np.float64)
+        logprobs = self._logprobs_at(-1)
+        return [float(logprobs[w]) for w in wanted]
+
+    def _logprobs_at(self, index: int) -> Any:
+        """Log-probabilities over the vocabulary at output ``index`` of the last decoded batch."""
+        import numpy as np
+
+        llama_cpp = _import_llama_cpp()
+        pointer = llama_cpp.llama_get_logits_ith(self.llama._ctx.ctx, index)
+        logits = np.ctypeslib.as_array(pointer, shape=(self.llama.n_vocab(),)).astype(np.float64)
         top = float(logits.max())
-        log_z = top + float(np.log(np.exp(logits - top).sum()))
-        return [float(logits[w]) - log_z for w in wanted]
+        return logits - (top + float(np.log(np.exp(logits - top).sum())))
 
     def reply_logprobs(self, messages: Sequence[Message], reply: str) -> list[float]:
         """The log-probability of each token of ``reply`` after ``messages``' prompt: the prompt is
@@ -337,9 +341,6 @@ class LlamaCppBackend(Backend):
             >>> len(backend.reply_logprobs([Message(role="user", content="hi")], "Hello!"))  # doctest: +SKIP
             2
         """
-        import numpy as np
-
-        llama_cpp = _import_llama_cpp()
         with self._lock:
             prompt = self._prompt_ids(GenerationRequest(messages=tuple(messages)))
             tokens = self._reply_tokens(reply)[0]
@@ -365,10 +366,7 @@ class LlamaCppBackend(Backend):
                 llama.n_tokens += len(chunk)
                 self.evaluated_tokens += len(chunk)
                 for i, target in enumerate(targets[start : start + len(chunk)]):
-                    pointer = llama_cpp.llama_get_logits_ith(llama._ctx.ctx, i)
-                    logits = np.ctypeslib.as_array(pointer, shape=(llama.n_vocab(),)).astype(np.float64)
-                    top = float(logits.max())
-                    out.append(float(logits[target]) - top - float(np.log(np.exp(logits - top).sum())))
+                    out.append(float(self._logprobs_at(i)[target]))
             llama.n_tokens = len(prompt)  # the cache keeps the prompt, which the next candidate shares
             return out
 
