@@ -31,9 +31,10 @@ slower), and the shipped reward read two ways from the same calls, the greedy sc
 logprob-expected scores (keeping logits for every position makes llama.cpp about 3x slower).
 With stage ``context-fit``, more rows on every item (see :mod:`care_sdk.context_fit`): the
 reply's PMI with its context on the bundled base model (nats), alone; and the shipped reward
-times the context fit, through the shipped gate (``BUNDLED_GATE``) and through a gate fitted in
-this run on ``--valid-pairs`` ESConv ``valid`` pairs (reference against another valid dialogue's
-reply), never on the items measured.
+with context fit (``fitted_reward``, the default floor), through the shipped gate
+(``BUNDLED_GATE``) and through a gate fitted in this run on ``--valid-pairs`` ESConv ``valid``
+pairs (reference against another valid dialogue's reply), never on the items measured; and the
+plain product of the two (floor 0), the first form.
 Rewards here are the reward formula on the evaluation, without the pre-checks of
 :class:`~care_sdk.guards.Guards`, so that the model itself is measured.
 
@@ -41,6 +42,7 @@ Usage:
     python benchmarks/bench_evaluator.py --out runs/bench_evaluator [--stage rubrics|base|shipped|...|report]
         [--compare-evaluator runs/other_evaluator.gguf]   # with stage compare: another adapter, more rows
         [--valid-pairs 150]                               # with stage context-fit: pairs the gate is fitted on
+        [--esconv-split valid --tasks esconv]             # ESConv valid groups only: to choose a setting
 Every model call's result is cached under ``--out`` (JSON lines), so a run resumes where it stopped
 and stages can run in separate processes. Writes ``results.json`` and ``results.md``.
 """
@@ -61,7 +63,7 @@ from care_sdk import ContextFit, RubricEvaluator, RubricGenerator
 from care_sdk.backends import resolve_backend
 from care_sdk.bench.dialogue_tasks import expert_aggregate
 from care_sdk.bench.metrics import Estimate, bootstrap, pairwise_accuracy, preference_pairs, score_pairs, spearman
-from care_sdk.context_fit import BUNDLED_GATE, Gate
+from care_sdk.context_fit import BUNDLED_GATE, DEFAULT_FLOOR, Gate, fitted_reward
 from care_sdk.data import (
     data_dir,
     default_strategy_map,
@@ -103,8 +105,11 @@ def _turn_per_dialogue(split: str, rng: random.Random) -> list[Any]:
     return turns
 
 
-def _items(esconv_contexts: int, seed: int) -> list[dict[str, Any]]:
-    """Every item: ``{"key", "task", "group", "context", "reply", ...}`` (see the module docstring)."""
+def _items(
+    esconv_contexts: int, seed: int, split: str = "test", tasks: tuple[str, ...] = ("lend-an-ear", "esconv")
+) -> list[dict[str, Any]]:
+    """Every item: ``{"key", "task", "group", "context", "reply", ...}`` (see the module docstring);
+    the ESConv groups come from ``split`` (``valid`` to choose a setting, ``test`` to report it)."""
     assert not set(HELD_OUT_PLATITUDES) & set(PLATITUDES) and not set(HELD_OUT_EVASIVE) & set(EVASIVE_REPLIES)
     root = data_dir()
     lae = {d.id: d for d in load_lend_an_ear(root / "mint_lend_an_ear").records}
@@ -112,7 +117,7 @@ def _items(esconv_contexts: int, seed: int) -> list[dict[str, Any]]:
         root / "mint_lend_an_ear" / "judged_turns" / "judged_turn_responses_gold_and_qwen3-4b_systems.jsonl"
     ).records
     items = []
-    for r in judged:
+    for r in judged if "lend-an-ear" in tasks else ():
         if r.system not in SYSTEMS or lend_an_ear_split(r.conversation_id) == "train":
             continue
         dialogue = lae[r.conversation_id]
@@ -135,8 +140,8 @@ def _items(esconv_contexts: int, seed: int) -> list[dict[str, Any]]:
             }
         )
     rng = random.Random(seed)
-    per_dialogue = _turn_per_dialogue("test", rng)
-    chosen = per_dialogue[:esconv_contexts]
+    per_dialogue = _turn_per_dialogue(split, rng)
+    chosen = per_dialogue[:esconv_contexts] if "esconv" in tasks else []
     for i, turn in enumerate(chosen):
         others = rng.sample([t for t in per_dialogue if t.dialogue_id != turn.dialogue_id], OTHERS)
         replies = [("reference", turn.reply)] + [("other", t.reply) for t in others]
@@ -373,8 +378,15 @@ def _seconds(evals: dict[str, Any]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def report(items: list[dict[str, Any]], out: Path, base_subsample: set[str], resamples: int) -> dict[str, Any]:
-    """Every row's metrics, written as ``results.json`` and ``results.md``."""
+FLOOR_SWEEP = (0.25, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+"""The floors a ``--esconv-split valid`` run reports besides 0 and the default, to choose one on valid data."""
+
+
+def report(
+    items: list[dict[str, Any]], out: Path, base_subsample: set[str], resamples: int, sweep_floors: bool = False
+) -> dict[str, Any]:
+    """Every row's metrics, written as ``results.json`` and ``results.md``; with ``sweep_floors``,
+    the shipped reward with context fit (shipped gate) at every floor of :data:`FLOOR_SWEEP`."""
     shipped_rubrics = _cache(out / "rubrics_default.jsonl")
     base_rubrics = _cache(out / "rubrics_base.jsonl")
     sub = [it for it in items if it["group"] in base_subsample]
@@ -424,10 +436,20 @@ def report(items: list[dict[str, Any]], out: Path, base_subsample: set[str], res
             [pmi[f"{h}:other"] for h in heads if f"{h}:other" in pmi],
         )
         rows["bundled base model: context PMI (nats)"] = dict(pmi)
-        care = row_rewards(items, shipped_rubrics, generated, "sampled", "generated", "generated")
-        for name, use in (("shipped gate", BUNDLED_GATE), ("gate fitted here", gate)):
-            rows[f"shipped: care x context fit, {name}"] = {
-                k: (r * use(pmi[k]) if r is not None and k in pmi else None) for k, r in care.items()
+        greedy = row_rewards(items, shipped_rubrics, generated, "sampled", "generated", "generated")
+        expected = row_rewards(items, shipped_rubrics, generated, "expected", "generated", "generated")
+        forms = [
+            ("shipped gate", BUNDLED_GATE, DEFAULT_FLOOR, greedy),
+            ("gate fitted here", gate, DEFAULT_FLOOR, greedy),
+            ("shipped gate, plain product (floor 0)", BUNDLED_GATE, 0.0, greedy),
+            ("shipped gate, expected scores", BUNDLED_GATE, DEFAULT_FLOOR, expected),
+        ]
+        if sweep_floors:
+            forms += [(f"shipped gate, floor {floor}", BUNDLED_GATE, floor, greedy) for floor in FLOOR_SWEEP]
+        for name, use, floor, care in forms:
+            rows[f"shipped: care with context fit, {name}"] = {
+                k: (fitted_reward(r, use(pmi[k]), floor) if r is not None and k in pmi else None)
+                for k, r in care.items()
             }
     results = {
         name: {metric: est.to_json() for metric, est in metrics(items, rewards, resamples).items()}
@@ -465,6 +487,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/bench_evaluator")
     parser.add_argument("--esconv-contexts", type=int, default=24)
+    parser.add_argument(
+        "--esconv-split",
+        choices=["test", "valid"],
+        default="test",
+        help="where the ESConv groups come from: valid to choose a setting, test to report it",
+    )
+    parser.add_argument(
+        "--tasks",
+        default="lend-an-ear,esconv",
+        help="comma-separated: lend-an-ear, esconv (a valid-split run needs only esconv)",
+    )
     parser.add_argument("--base-groups", type=int, default=16, help="groups (turns) the untrained base row scores")
     parser.add_argument(
         "--compare-evaluator",
@@ -483,7 +516,10 @@ def main() -> None:
         parser.error("--stage compare scores with another adapter: give it with --compare-evaluator GGUF")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    items = _items(args.esconv_contexts, args.seed)
+    tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
+    if not tasks or set(tasks) - {"lend-an-ear", "esconv"}:
+        parser.error(f"--tasks takes lend-an-ear and/or esconv, got {args.tasks!r}")
+    items = _items(args.esconv_contexts, args.seed, args.esconv_split, tasks)
     groups = sorted({it["group"] for it in items})
     subsample = set(random.Random(args.seed).sample(groups, min(args.base_groups, len(groups))))
     base_items = [it for it in items if it["group"] in subsample]
@@ -519,7 +555,7 @@ def main() -> None:
             print(f"{stage}: {len(items)} items", flush=True)
             run[stage]()
     if args.stage in ("report", "all"):
-        report(items, out, subsample, args.resamples)
+        report(items, out, subsample, args.resamples, sweep_floors=args.esconv_split == "valid")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Real local servers for tests: ``python -m llama_cpp.server`` with the bundled model, and the fault proxy.
+"""Real local servers for tests: ``llama_cpp.server`` with the bundled model, and the fault proxy.
 
 Fixtures (import them into ``conftest.py`` or a test module):
 
@@ -93,7 +93,8 @@ def start_llama_server(
     n_threads: int | None = None,
     timeout: float = STARTUP_TIMEOUT_S,
 ) -> LlamaServer:
-    """Start ``python -m llama_cpp.server`` on a free loopback port and wait until it answers.
+    """Start ``llama_cpp.server`` on a free loopback port and wait until it answers (inside
+    :func:`~care_sdk.backends.llamacpp.plain_cpu_buffers`, as the package loads its models).
 
     The server uses the chat template embedded in the GGUF (SmolLM2's ChatML template).
 
@@ -109,8 +110,10 @@ def start_llama_server(
     threads = n_threads or int(os.environ.get("CARE_TEST_SERVER_THREADS", "1"))
     command = [
         sys.executable,
-        "-m",
-        "llama_cpp.server",
+        "-c",
+        # the server builds its own Llama: keep the weights in plain CPU buffers, as the package does
+        "import runpy; from care_sdk.backends.llamacpp import plain_cpu_buffers\n"
+        "with plain_cpu_buffers(): runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)",
         "--model",
         str(model_path),
         "--model_alias",

@@ -1,4 +1,4 @@
-"""Context fit: the gate, the order of reads, and the reward it multiplies (pure logic, no model).
+"""Context fit: the gate, the order of reads, and the reward it scales (pure logic, no model).
 
 The model-backed checks (llama.cpp against transformers, the bundled model ordering held-out
 replies) are in ``test_context_fit_model.py``.
@@ -101,6 +101,8 @@ def test_a_backend_that_cannot_read_given_replies_is_refused_by_name() -> None:
         ContextFit(ScriptedBackend([]))
     with pytest.raises(ConfigError, match="window"):
         ContextFit(OverlapModel(), window=0)
+    with pytest.raises(ConfigError, match="floor"):
+        ContextFit(OverlapModel(), floor=1.5)
 
 
 def _reward(fit: ContextFit | None, evaluations: int) -> AdaptiveReward:
@@ -108,18 +110,33 @@ def _reward(fit: ContextFit | None, evaluations: int) -> AdaptiveReward:
     return AdaptiveReward(evaluator=evaluator, rubric=Rubric.uniform_fixed(), context_fit=fit)
 
 
-def test_the_reward_is_the_rubric_reward_times_the_fit() -> None:
+def test_the_reward_is_the_fit_times_a_floor_plus_the_rest_of_the_rubric_reward() -> None:
     gate = Gate(slope=1.0, intercept=0.0)
     context = "my dog died yesterday"
-    plain = _reward(None, 2).score_batch([(context, "dog died"), (context, "exams stress")])
-    fitted = _reward(ContextFit(OverlapModel(), gate=gate), 2).score_batch(
-        [(context, "dog died"), (context, "exams stress")]
-    )
+    items = [(context, "dog died"), (context, "exams stress")]
+    plain = _reward(None, 2).score_batch(items)
+    fitted = _reward(ContextFit(OverlapModel(), gate=gate), 2).score_batch(items)
+    product = _reward(ContextFit(OverlapModel(), gate=gate, floor=0.0), 2).score_batch(items)
     assert [r.context_fit for r in plain] == [None, None]
     assert plain[0].reward == plain[1].reward == pytest.approx(5 / 6)
     assert fitted[0].context_fit == pytest.approx(gate(4.0)) and fitted[1].context_fit == pytest.approx(0.5)
-    assert fitted[0].reward == pytest.approx(5 / 6 * gate(4.0)) and fitted[1].reward == pytest.approx(5 / 12)
+    half = 0.5 + 0.5 * 5 / 6  # the default floor: half the fit whatever the rubric says, half by it
+    assert fitted[0].reward == pytest.approx(half * gate(4.0)) and fitted[1].reward == pytest.approx(half * 0.5)
+    assert product[0].reward == pytest.approx(5 / 6 * gate(4.0)) and product[1].reward == pytest.approx(5 / 12)
     assert fitted[0].evaluation == plain[0].evaluation  # the rubric scores themselves are unchanged
+    assert fitted[0].rubric_reward == plain[0].rubric_reward == pytest.approx(5 / 6)
+
+
+def test_a_reply_the_rubric_scores_zero_keeps_the_floor_share_of_its_fit() -> None:
+    items = [("my dog died", "dog died"), ("my dog died", "exams")]
+    for floor in (0.0, 0.5):
+        evaluator = RubricEvaluator(ScriptedBackend([evaluation_json([1, 1, 1, 1, 1, 1])] * 2))
+        fit = ContextFit(OverlapModel(), gate=Gate(slope=1.0, intercept=0.0), floor=floor)
+        results = AdaptiveReward(evaluator=evaluator, rubric=Rubric.uniform_fixed(), context_fit=fit).score_batch(items)
+        assert [r.rubric_reward for r in results] == [0.0, 0.0]
+        rewards = [r.reward for r in results]
+        # a plain product cannot tell the on-topic reply from the other once the rubric gives 0
+        assert rewards == ([0.0, 0.0] if floor == 0.0 else [0.5 * Gate(1.0, 0.0)(4.0), 0.5 * 0.5]), rewards
 
 
 def test_replies_the_guards_settle_are_not_read_and_a_failed_read_fails_that_reply() -> None:
@@ -146,4 +163,5 @@ def test_trl_calls_log_the_mean_context_fit() -> None:
     prompts = [[{"role": "user", "content": "my dog died"}]] * 2
     rewards = reward(prompts, ["dog", "exams"], log_metric=lambda name, value: logged.__setitem__(name, value))
     assert logged["care/context_fit"] == pytest.approx((Gate(1.0, 0.0)(2.0) + 0.5) / 2)
-    assert rewards == [pytest.approx(5 / 6 * Gate(1.0, 0.0)(2.0)), pytest.approx(5 / 12)]
+    half = 0.5 + 0.5 * 5 / 6
+    assert rewards == [pytest.approx(half * Gate(1.0, 0.0)(2.0)), pytest.approx(half * 0.5)]

@@ -8,7 +8,7 @@ import pytest
 
 from care_sdk import RubricGenerator
 from care_sdk.adapters import bundled_adapter, read_adapter
-from care_sdk.backends.llamacpp import LlamaCppBackend
+from care_sdk.backends.llamacpp import LlamaCppBackend, open_llama
 from care_sdk.data import load_esconv
 from care_sdk.errors import ConfigError
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION
@@ -65,7 +65,6 @@ def _export(adapter: Path, out: Path, prompt_version: str = GENERATOR_PROMPT_VER
 def test_llamacpp_with_the_exported_adapter_matches_the_merged_transformers_model(
     random_adapter: tuple[Path, Path], tmp_path: Path, model_path: Path
 ) -> None:
-    import llama_cpp
     import numpy as np
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -87,7 +86,7 @@ def test_llamacpp_with_the_exported_adapter_matches_the_merged_transformers_mode
 
     def llama_logits(lora: Path | None) -> np.ndarray:
         kwargs = {"lora_path": str(lora)} if lora else {}
-        llm = llama_cpp.Llama(str(model_path), n_ctx=256, logits_all=True, verbose=False, **kwargs)
+        llm = open_llama(model_path, n_ctx=256, logits_all=True, verbose=False, **kwargs)
         llm.eval(ids[0].tolist())
         scores = np.array(llm.scores[: ids.shape[1]])
         llm.close()

@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--context-fit",
         default="off",
         metavar="SPEC",
-        help="multiply each reward by how likely the reply was written for its context, read on this "
+        help="scale each reward by how likely the reply was written for its context, read on this "
         "backend spec (default: the bundled base model; llamacpp and hf specs work), or off (default: %(default)s)",
     )
     score.add_argument("--batch-size", type=int, default=8, help="turns per backend batch (default: %(default)s)")

@@ -13,7 +13,11 @@ for any. It is read with a backend that holds the model
 (:attr:`~care_sdk.backends.Backend.supports_reply_logprobs`: llama.cpp, transformers) in two
 prefills and no decoding, and a logistic :class:`Gate` fitted on held-out pairs turns it into a
 number in (0, 1): how likely the reply was written for this context. ``AdaptiveReward(...,
-context_fit=ContextFit())`` multiplies the rubric reward by it. The sum, not the mean per token, is
+context_fit=ContextFit())`` then pays ``fit * (floor + (1 - floor) * rubric reward)``: a reply
+earns only as much as it answers this conversation, and the rubric decides how much of that it
+gets (by default half, whatever the rubric says, and the other half by the rubric). A plain
+product (``floor=0``) leaves a reply the evaluator gives all 1s at 0 however well it fits, and the
+bundled evaluator does that to 20 of 48 held-out ESConv reference replies. The sum, not the mean per token, is
 what a long reply that keeps to the user's situation earns: per token, a long on-topic reply
 looks less specific than a short one, and a reward read that way prefers terse replies.
 
@@ -35,7 +39,7 @@ from care_sdk.backends import Backend, resolve_backend
 from care_sdk.errors import BackendError, CareError, ConfigError
 from care_sdk.types import Context, Message, as_messages
 
-__all__ = ["BUNDLED_GATE", "ContextFit", "Gate"]
+__all__ = ["BUNDLED_GATE", "DEFAULT_FLOOR", "ContextFit", "Gate", "fitted_reward"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,23 @@ class Gate:
         return cls(slope=slope, intercept=intercept)
 
 
+DEFAULT_FLOOR = 0.5
+"""The share of the fit a reply gets whatever the rubric says: half the reward is how well the reply
+fits its conversation, half how well it meets the rubric (see :func:`fitted_reward`)."""
+
+
+def fitted_reward(rubric_reward: float, fit: float, floor: float = DEFAULT_FLOOR) -> float:
+    """The reward of a reply read with context fit: ``fit * (floor + (1 - floor) * rubric_reward)``.
+
+    Examples:
+        >>> fitted_reward(rubric_reward=0.0, fit=0.9), round(fitted_reward(rubric_reward=0.8, fit=0.2), 3)
+        (0.45, 0.18)
+        >>> fitted_reward(rubric_reward=0.8, fit=0.5, floor=0.0)  # the plain product
+        0.4
+    """
+    return fit * (floor + (1.0 - floor) * rubric_reward)
+
+
 BUNDLED_GATE = Gate(slope=0.1599, intercept=-2.1270)
 """The gate of the bundled SmolLM2-135M-Instruct on llama.cpp (window 6, neutral ``"Hi."``),
 fitted on 150 ESConv ``valid`` pairs (each context's reference reply against a reply from another
@@ -108,6 +129,8 @@ class ContextFit:
         gate: turns PMI into a probability; fit one for another model with :meth:`Gate.fit`.
         window: how many of the context's last messages the model reads.
         neutral: the one user message a reply is compared against.
+        floor: the share of the fit a reply gets whatever the rubric says (see :func:`fitted_reward`);
+            ``0`` makes the reward the plain product of the two.
 
     Raises:
         ConfigError: the backend cannot read the log-probability of a given reply.
@@ -126,6 +149,7 @@ class ContextFit:
         gate: Gate = BUNDLED_GATE,
         window: int = 6,
         neutral: str = "Hi.",
+        floor: float = DEFAULT_FLOOR,
     ) -> None:
         self.backend = resolve_backend(backend)
         if not self.backend.supports_reply_logprobs:
@@ -135,14 +159,17 @@ class ContextFit:
             )
         if window < 1:
             raise ConfigError(f"context fit: window must be at least 1, got {window}")
+        if not 0.0 <= floor <= 1.0:
+            raise ConfigError(f"context fit: floor must be in [0, 1], got {floor}")
         self.gate = gate
+        self.floor = floor
         self.window = window
         self.neutral = (Message(role="user", content=neutral),)
 
     @property
     def identity(self) -> str:
-        """The model, window and gate that determine the values."""
-        return f"{self.backend.identity}|window={self.window}|{self.gate}"
+        """The model, window, gate and floor that determine the values."""
+        return f"{self.backend.identity}|window={self.window}|{self.gate}|floor={self.floor}"
 
     def _messages(self, context: Context) -> tuple[Message, ...]:
         messages = tuple(as_messages(context))

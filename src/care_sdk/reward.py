@@ -7,7 +7,7 @@ from typing import Any
 
 from care_sdk._calls import completion_text, report_to_trainer, trl_items
 from care_sdk.backends import Backend, resolve_backend
-from care_sdk.context_fit import ContextFit
+from care_sdk.context_fit import ContextFit, fitted_reward
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -45,10 +45,11 @@ class AdaptiveReward:
             characters is truncated, and a reply flagged for text aimed at the evaluator (forged
             turns, requests for scores, the evaluator's own answer format) gets 0 without a model
             call; ``Guards(on_flag="report")`` only reports flags, ``None`` turns every guard off.
-        context_fit: when given, the rubric reward of every evaluated reply is multiplied by how
-            likely the reply was written for its context (see :mod:`care_sdk.context_fit`), so a
-            reply that would fit any conversation earns less; ``RewardResult.context_fit`` holds
-            the factor. ``None`` (the default) is the paper's reward.
+        context_fit: when given, the reward of every evaluated reply is ``fit * (floor + (1 -
+            floor) * rubric reward)``, where ``fit`` is how likely the reply was written for its
+            context (see :mod:`care_sdk.context_fit`), so a reply that would fit any conversation
+            earns less; ``RewardResult.context_fit`` holds the fit and ``rubric_reward`` the
+            rubric's part. ``None`` (the default) is the paper's reward.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
@@ -190,7 +191,9 @@ class AdaptiveReward:
         outcomes = self._combine(rubrics, self.evaluator.evaluate_batch(self._eval_items(todo, rubrics)))
         if self.context_fit is not None:
             fitted = self._fit_items(outcomes)
-            outcomes = self._apply_fit(outcomes, fitted, self.context_fit.score_batch([todo[i] for i in fitted]))
+            outcomes = self._apply_fit(
+                self.context_fit, outcomes, fitted, self.context_fit.score_batch([todo[i] for i in fitted])
+            )
         return merge_outcomes(screens, outcomes, self.guards)
 
     async def _aoutcomes(self, items: Sequence[ScoreItem]) -> list[tuple[RewardResult, CareError | None]]:
@@ -200,7 +203,7 @@ class AdaptiveReward:
         if self.context_fit is not None:
             fitted = self._fit_items(outcomes)
             values = await self.context_fit.ascore_batch([todo[i] for i in fitted])
-            outcomes = self._apply_fit(outcomes, fitted, values)
+            outcomes = self._apply_fit(self.context_fit, outcomes, fitted, values)
         return merge_outcomes(screens, outcomes, self.guards)
 
     @staticmethod
@@ -210,7 +213,10 @@ class AdaptiveReward:
 
     @staticmethod
     def _apply_fit(
-        outcomes: list[tuple[RewardResult, CareError | None]], fitted: list[int], values: list[float | CareError]
+        context_fit: ContextFit,
+        outcomes: list[tuple[RewardResult, CareError | None]],
+        fitted: list[int],
+        values: list[float | CareError],
     ) -> list[tuple[RewardResult, CareError | None]]:
         out = list(outcomes)
         for i, value in zip(fitted, values, strict=True):
@@ -219,7 +225,8 @@ class AdaptiveReward:
                 out[i] = (RewardResult.failed(value, rubric=result.rubric, stage="context_fit"), value)
             else:
                 assert result.reward is not None
-                out[i] = (result.model_copy(update={"reward": result.reward * value, "context_fit": value}), None)
+                reward = fitted_reward(result.reward, value, context_fit.floor)
+                out[i] = (result.model_copy(update={"reward": reward, "context_fit": value}), None)
         return out
 
     @staticmethod
@@ -361,7 +368,7 @@ def build_reward(
     ``max_tokens``, ``cache``, ...). ``fixed_rubric`` builds no generator and resolves no
     generator backend. ``resolve`` turns a spec into a backend (a pool that builds each spec
     once, for example). ``guards`` are the reward's deterministic pre-checks and flags (see
-    :class:`AdaptiveReward`; ``None`` turns them off); ``context_fit`` multiplies the reward by
+    :class:`AdaptiveReward`; ``None`` turns them off); ``context_fit`` scales the reward by
     the reply's fit to its context (see :class:`AdaptiveReward`; off by default).
 
     Examples:

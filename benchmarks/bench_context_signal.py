@@ -1,0 +1,154 @@
+"""How much of the next reply's top dimension can a reader of the context tell, without a model?
+
+The bundled generator has to beat the turn-position prior (the most common top dimension at each
+supporter-turn number, learned on ESConv train). This asks how far above that prior the
+information in the context goes, with lookup tables learned on ESConv **train** and measured on
+**valid** and **test** (no model, nothing trained on either), each the most common top dimension
+of the train turns with the same key:
+
+- ``majority``: one answer for every turn;
+- ``position prior``: the supporter-turn number (as the generator prompt states it);
+- ``position + user asks``: and whether the user's last message holds a question mark;
+- ``position + previous strategy (annotated)``: and the previous supporter turn's top dimension
+  from ESConv's strategy annotations, which the generator never sees (an oracle: how much the
+  conversation's own course says);
+- ``position + previous strategy (from its words)``: the same, with that dimension read from the
+  previous supporter reply's words by a naive Bayes classifier trained on train replies (what a
+  reader of the text could recover of the oracle).
+
+Metric: top-dimension match (:func:`care_sdk.rubric_checks.top_match`), the same as
+``bench_generator.py``, with a 95 % bootstrap interval over dialogues.
+
+Usage:
+    python benchmarks/bench_context_signal.py [--out runs/context_signal.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Any
+
+from care_sdk.bench.metrics import bootstrap
+from care_sdk.data import data_dir, default_strategy_map, load_esconv
+from care_sdk.rubric_checks import top_match
+from care_sdk.training.rubric_targets import POSITION_CAP, turn_number
+from care_sdk.types import DIMENSIONS, Dimension
+
+NONE = "none"
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z']+", text.lower())) | {"<question>" if "?" in text else "<statement>"}
+
+
+class WordClassifier:
+    """Naive Bayes (Bernoulli words, add-one) from a supporter reply's words to its top dimension."""
+
+    def __init__(self, replies: list[tuple[str, Dimension]]) -> None:
+        self.classes = Counter(d for _, d in replies)
+        self.counts: dict[Dimension, Counter[str]] = defaultdict(Counter)
+        for text, d in replies:
+            self.counts[d].update(_words(text))
+        self.vocabulary = {w for c in self.counts.values() for w in c}
+
+    def __call__(self, text: str) -> Dimension:
+        words = _words(text) & self.vocabulary
+
+        def log_odds(d: Dimension) -> float:
+            n = self.classes[d]
+            return math.log(n) + sum(math.log((self.counts[d][w] + 1) / (n + 2)) for w in words)
+
+        return max(self.classes, key=log_odds)
+
+
+def _turns(split: str, previous_of: Callable[[Any], str]) -> list[dict[str, Any]]:
+    """Every supporter turn with a mapped strategy: its keys' parts, counts and dialogue."""
+    mapping = default_strategy_map()
+    out = []
+    for dialogue in load_esconv(data_dir() / "esconv" / f"{split}.jsonl", strategy_map=mapping).records:
+        previous = NONE
+        for turn in dialogue.supporter_turns(mapping):
+            if turn.top_dimensions:
+                out.append(
+                    {
+                        "dialogue": dialogue.id,
+                        "position": min(turn_number(turn), POSITION_CAP),
+                        "asks": "?" in turn.context[-1].content,
+                        "previous": previous,
+                        "counts": turn.counts,
+                    }
+                )
+            previous = previous_of(turn)
+    return out
+
+
+def _annotated(turn: Any) -> str:
+    tops = turn.top_dimensions
+    return tops[0].value if len(tops) == 1 else ("tie" if tops else NONE)
+
+
+def _table(
+    train: list[dict[str, Any]], key: Callable[[dict[str, Any]], Hashable]
+) -> Callable[[dict[str, Any]], Dimension]:
+    tally: dict[Hashable, dict[Dimension, float]] = defaultdict(lambda: dict.fromkeys(DIMENSIONS, 0.0))
+    overall = dict.fromkeys(DIMENSIONS, 0.0)
+    for t in train:
+        best = max(t["counts"].values())
+        tops = [d for d in DIMENSIONS if t["counts"][d] == best]
+        for d in tops:
+            tally[key(t)][d] += 1 / len(tops)
+            overall[d] += 1 / len(tops)
+    fallback = max(DIMENSIONS, key=lambda d: overall[d])
+    return lambda t: max(DIMENSIONS, key=lambda d: tally[key(t)][d]) if key(t) in tally else fallback
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/context_signal.md")
+    parser.add_argument("--resamples", type=int, default=1000)
+    args = parser.parse_args()
+    mapping = default_strategy_map()
+    train_dialogues = load_esconv(data_dir() / "esconv" / "train.jsonl", strategy_map=mapping).records
+    classify = WordClassifier(
+        [
+            (t.reply, t.top_dimensions[0])
+            for d in train_dialogues
+            for t in d.supporter_turns(mapping)
+            if len(t.top_dimensions) == 1
+        ]
+    )
+    inferred = lambda turn: classify(turn.reply).value  # noqa: E731
+    keys: dict[str, tuple[Callable[[Any], str], Callable[[dict[str, Any]], Hashable]]] = {
+        "majority": (_annotated, lambda t: 0),
+        "position prior": (_annotated, lambda t: t["position"]),
+        "position + user asks": (_annotated, lambda t: (t["position"], t["asks"])),
+        "position + previous strategy (annotated)": (_annotated, lambda t: (t["position"], t["previous"])),
+        "position + previous strategy (from its words)": (inferred, lambda t: (t["position"], t["previous"])),
+    }
+    lines = ["| table | ESConv valid | ESConv test |", "|---|---|---|"]
+    for name, (previous_of, key) in keys.items():
+        predict = _table(_turns("train", previous_of), key)
+        cells = []
+        for split in ("valid", "test"):
+            by_dialogue: dict[str, list[float]] = defaultdict(list)
+            for t in _turns(split, previous_of):
+                pick = predict(t)
+                value = top_match({d: float(d == pick) for d in DIMENSIONS}, t["counts"])
+                if value is not None:
+                    by_dialogue[t["dialogue"]].append(value)
+            units = list(by_dialogue.values())
+            estimate = bootstrap(units, lambda s: sum(map(sum, s)) / sum(map(len, s)), resamples=args.resamples)
+            cells.append(f"{estimate.format()} (n={sum(map(len, units))})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        print(lines[-1], flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
