@@ -33,8 +33,8 @@ With stage ``context-fit``, more rows on every item (see :mod:`care_sdk.context_
 reply's PMI with its context on the bundled base model (nats), alone; and the shipped reward
 with context fit (``fitted_reward``, the default floor), through the shipped gate
 (``BUNDLED_GATE``) and through a gate fitted in this run on ``--valid-pairs`` ESConv ``valid``
-pairs (reference against another valid dialogue's reply), never on the items measured; and the
-plain product of the two (floor 0), the first form.
+pairs (reference against another valid dialogue's reply), never on the items measured; the same
+on the logprob-expected scores; and the plain product of the two (floor 0), the first form.
 Rewards here are the reward formula on the evaluation, without the pre-checks of
 :class:`~care_sdk.guards.Guards`, so that the model itself is measured.
 

@@ -97,7 +97,7 @@ def test_context_fit_makes_the_default_reward_rank_the_reference_first_more_ofte
             for i in range(PAIRS)
         )
 
-    assert wins(gated) >= 7 and wins(gated) > wins(plain), (wins(gated), wins(plain))  # 7 and 5 when written
+    assert wins(gated) >= 7 and wins(gated) > wins(plain), (wins(gated), wins(plain))  # 7 and 5 with the plain product
 
 
 def test_care_score_records_the_context_fit(tmp_path: Path, pairs: list[tuple[list[dict[str, Any]], str, str]]) -> None:

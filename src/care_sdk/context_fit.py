@@ -14,12 +14,12 @@ for any. It is read with a backend that holds the model
 prefills and no decoding, and a logistic :class:`Gate` fitted on held-out pairs turns it into a
 number in (0, 1): how likely the reply was written for this context. ``AdaptiveReward(...,
 context_fit=ContextFit())`` then pays ``fit * (floor + (1 - floor) * rubric reward)``: a reply
-earns only as much as it answers this conversation, and the rubric decides how much of that it
-gets (by default half, whatever the rubric says, and the other half by the rubric). A plain
-product (``floor=0``) leaves a reply the evaluator gives all 1s at 0 however well it fits, and the
-bundled evaluator does that to 20 of 48 held-out ESConv reference replies. The sum, not the mean per token, is
-what a long reply that keeps to the user's situation earns: per token, a long on-topic reply
-looks less specific than a short one, and a reward read that way prefers terse replies.
+earns only as much as it answers this conversation; of that, it gets the floor's share (half by
+default) whatever the rubric says, and the rubric decides the rest. A plain product (``floor=0``)
+leaves a reply the evaluator gives all 1s at 0 however well it fits, and the bundled evaluator
+does that to 20 of 48 ESConv valid reference replies. The sum, not the mean per token, is what a
+long reply that keeps to the user's situation earns: per token, a long on-topic reply looks less
+specific than a short one, and a reward read that way prefers terse replies.
 
 Examples:
     >>> gate = Gate(slope=0.25, intercept=-2.0)

@@ -228,7 +228,7 @@ def compute_score_batch(
         cache: SQLite file for rubrics shared across workers and runs (default ``$CARE_RUBRIC_CACHE``).
         context_fit: scale each reward by the reply's fit to its context, read on this backend
             spec (see :mod:`care_sdk.context_fit`; default ``$CARE_CONTEXT_FIT``, or off); the
-            factor is the ``care_context_fit`` entry (NaN without).
+            fit is the ``care_context_fit`` entry (NaN without).
         context_key: the ``extra_info`` key holding the context.
         on_error: ``"raise"`` (default: stop with the reason) or a score to give a reply that could
             not be scored; such rows carry ``care_failed=1.0`` and are logged as warnings.
