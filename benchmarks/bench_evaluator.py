@@ -16,6 +16,9 @@ Items (never trained on; the same items for every row):
 - **Expert agreement**: Spearman between the mean reward of the human replies of each held-out
   Lend-an-Ear conversation and the experts' mean aggregated rating of it (9 conversations: the
   interval is wide).
+- **Length dependence**: Spearman between the reward and the reply's length in words over the
+  Lend-an-Ear replies (how much of the ordering a policy could get by writing more), interval
+  over turns.
 
 Scores come from the evaluator's default mode: forced-position scoring on llama.cpp, which also
 gives every score's distribution over 1-5, so the shipped reward is read two ways from the same
@@ -370,6 +373,14 @@ def metrics(items: list[dict[str, Any]], rewards: dict[str, float | None], resam
         return spearman([a for a, _ in sample], [b for _, b in sample])
 
     result["expert spearman"] = bootstrap(units, rho, resamples=resamples)
+    by_turn: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for it in lae:
+        value = rewards.get(it["key"])
+        if value is not None:
+            by_turn[it["group"]].append((value, float(len(it["reply"].split()))))
+    result["lae spearman with length"] = bootstrap(
+        list(by_turn.values()), lambda sample: rho([p for unit in sample for p in unit]), resamples=resamples
+    )
     return result
 
 
