@@ -66,11 +66,11 @@ class WordClassifier:
         return max(self.classes, key=log_odds)
 
 
-def _turns(split: str, previous_of: Callable[[Any], str]) -> list[dict[str, Any]]:
-    """Every supporter turn with a mapped strategy: its keys' parts, counts and dialogue."""
+def _turns(dialogues: list[Any], previous_of: Callable[[Any], str]) -> list[dict[str, Any]]:
+    """Every supporter turn with a mapped strategy: its keys' parts, counts, top dimensions and dialogue."""
     mapping = default_strategy_map()
     out = []
-    for dialogue in load_esconv(data_dir() / "esconv" / f"{split}.jsonl", strategy_map=mapping).records:
+    for dialogue in dialogues:
         previous = NONE
         for turn in dialogue.supporter_turns(mapping):
             if turn.top_dimensions:
@@ -81,6 +81,7 @@ def _turns(split: str, previous_of: Callable[[Any], str]) -> list[dict[str, Any]
                         "asks": "?" in turn.context[-1].content,
                         "previous": previous,
                         "counts": turn.counts,
+                        "tops": turn.top_dimensions,
                     }
                 )
             previous = previous_of(turn)
@@ -98,8 +99,7 @@ def _table(
     tally: dict[Hashable, dict[Dimension, float]] = defaultdict(lambda: dict.fromkeys(DIMENSIONS, 0.0))
     overall = dict.fromkeys(DIMENSIONS, 0.0)
     for t in train:
-        best = max(t["counts"].values())
-        tops = [d for d in DIMENSIONS if t["counts"][d] == best]
+        tops = t["tops"]
         for d in tops:
             tally[key(t)][d] += 1 / len(tops)
             overall[d] += 1 / len(tops)
@@ -113,11 +113,14 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=1000)
     args = parser.parse_args()
     mapping = default_strategy_map()
-    train_dialogues = load_esconv(data_dir() / "esconv" / "train.jsonl", strategy_map=mapping).records
+    dialogues = {
+        split: load_esconv(data_dir() / "esconv" / f"{split}.jsonl", strategy_map=mapping).records
+        for split in ("train", "valid", "test")
+    }
     classify = WordClassifier(
         [
             (t.reply, t.top_dimensions[0])
-            for d in train_dialogues
+            for d in dialogues["train"]
             for t in d.supporter_turns(mapping)
             if len(t.top_dimensions) == 1
         ]
@@ -132,11 +135,11 @@ def main() -> None:
     }
     lines = ["| table | ESConv valid | ESConv test |", "|---|---|---|"]
     for name, (previous_of, key) in keys.items():
-        predict = _table(_turns("train", previous_of), key)
+        predict = _table(_turns(dialogues["train"], previous_of), key)
         cells = []
         for split in ("valid", "test"):
             by_dialogue: dict[str, list[float]] = defaultdict(list)
-            for t in _turns(split, previous_of):
+            for t in _turns(dialogues[split], previous_of):
                 pick = predict(t)
                 value = top_match({d: float(d == pick) for d in DIMENSIONS}, t["counts"])
                 if value is not None:

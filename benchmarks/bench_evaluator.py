@@ -447,14 +447,15 @@ def report(
             [pmi[f"{h}:other"] for h in heads if f"{h}:other" in pmi],
         )
         rows["bundled base model: context PMI (nats)"] = dict(pmi)
-        greedy = row_rewards(items, shipped_rubrics, generated, "sampled", "generated", "generated")
-        expected = row_rewards(items, shipped_rubrics, generated, "expected", "generated", "generated")
+        greedy = rows["shipped: care"]
         forms = [
             ("shipped gate", BUNDLED_GATE, DEFAULT_FLOOR, greedy),
             ("gate fitted here", gate, DEFAULT_FLOOR, greedy),
             ("shipped gate, plain product (floor 0)", BUNDLED_GATE, 0.0, greedy),
-            ("shipped gate, expected scores", BUNDLED_GATE, DEFAULT_FLOOR, expected),
         ]
+        expected = rows.get("shipped: care, expected scores")
+        if expected is not None:
+            forms.append(("shipped gate, expected scores", BUNDLED_GATE, DEFAULT_FLOOR, expected))
         if sweep_floors:
             forms += [(f"shipped gate, floor {floor}", BUNDLED_GATE, floor, greedy) for floor in FLOOR_SWEEP]
         for name, use, floor, care in forms:

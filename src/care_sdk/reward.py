@@ -191,9 +191,7 @@ class AdaptiveReward:
         outcomes = self._combine(rubrics, self.evaluator.evaluate_batch(self._eval_items(todo, rubrics)))
         if self.context_fit is not None:
             fitted = self._fit_items(outcomes)
-            outcomes = self._apply_fit(
-                self.context_fit, outcomes, fitted, self.context_fit.score_batch([todo[i] for i in fitted])
-            )
+            outcomes = self._apply_fit(outcomes, fitted, self.context_fit.score_batch([todo[i] for i in fitted]))
         return merge_outcomes(screens, outcomes, self.guards)
 
     async def _aoutcomes(self, items: Sequence[ScoreItem]) -> list[tuple[RewardResult, CareError | None]]:
@@ -203,7 +201,7 @@ class AdaptiveReward:
         if self.context_fit is not None:
             fitted = self._fit_items(outcomes)
             values = await self.context_fit.ascore_batch([todo[i] for i in fitted])
-            outcomes = self._apply_fit(self.context_fit, outcomes, fitted, values)
+            outcomes = self._apply_fit(outcomes, fitted, values)
         return merge_outcomes(screens, outcomes, self.guards)
 
     @staticmethod
@@ -211,13 +209,10 @@ class AdaptiveReward:
         """Indices of the evaluated items whose context fit is read (those with a reward)."""
         return [i for i, (result, _) in enumerate(outcomes) if result.reward is not None]
 
-    @staticmethod
     def _apply_fit(
-        context_fit: ContextFit,
-        outcomes: list[tuple[RewardResult, CareError | None]],
-        fitted: list[int],
-        values: list[float | CareError],
+        self, outcomes: list[tuple[RewardResult, CareError | None]], fitted: list[int], values: list[float | CareError]
     ) -> list[tuple[RewardResult, CareError | None]]:
+        assert self.context_fit is not None
         out = list(outcomes)
         for i, value in zip(fitted, values, strict=True):
             result = out[i][0]
@@ -225,7 +220,7 @@ class AdaptiveReward:
                 out[i] = (RewardResult.failed(value, rubric=result.rubric, stage="context_fit"), value)
             else:
                 assert result.reward is not None
-                reward = fitted_reward(result.reward, value, context_fit.floor)
+                reward = fitted_reward(result.reward, value, self.context_fit.floor)
                 out[i] = (result.model_copy(update={"reward": reward, "context_fit": value}), None)
         return out
 

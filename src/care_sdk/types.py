@@ -397,8 +397,12 @@ class RewardResult(_Frozen):
         """
         if self.rubric is None or self.dimension_scores is None:
             return None
-        value = sum(self.rubric.weights[d] * self.dimension_scores[d] for d in DIMENSIONS)
-        return min(1.0, max(0.0, value))
+        return self._formula(self.rubric, self.dimension_scores)
+
+    @staticmethod
+    def _formula(rubric: Rubric, per_dim: Mapping[Dimension, float]) -> float:
+        """The reward formula: the rubric's weights over the per-dimension scores, kept in [0, 1]."""
+        return min(1.0, max(0.0, sum(rubric.weights[d] * per_dim[d] for d in DIMENSIONS)))
 
     @model_validator(mode="after")
     def _consistent(self) -> RewardResult:
@@ -419,8 +423,7 @@ class RewardResult(_Frozen):
         missing = [d.value for d in DIMENSIONS if d not in per_dim]
         if missing:
             raise ValueError(f"evaluation has no score for {', '.join(missing)}")
-        reward = sum(rubric.weights[d] * per_dim[d] for d in DIMENSIONS)
-        return cls(reward=min(1.0, max(0.0, reward)), rubric=rubric, evaluation=evaluation, dimension_scores=per_dim)
+        return cls(reward=cls._formula(rubric, per_dim), rubric=rubric, evaluation=evaluation, dimension_scores=per_dim)
 
     @classmethod
     def failed(
