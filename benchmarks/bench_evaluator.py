@@ -7,12 +7,14 @@ Items (never trained on; the same items for every row):
   Qwen3-4B systems); a pair is two replies to the same turn whose MINT judge scores (aggregated
   empathy) differ by at least 1. Metric: the share of pairs the reward orders as the judge does
   (ties count 1/2), 95 % bootstrap interval over turns.
-- **ESConv test groups**: for a seeded sample of test contexts (one per dialogue), a group of 8
+- **ESConv test groups**: for a seeded sample of test contexts (one per dialogue), a group of 11
   replies: the reference, five supporter replies from other test dialogues, a platitude and an
-  evasive reply (both from lists the evaluator's training data does not contain). Metrics: the
+  evasive reply (both from lists the evaluator's training data does not contain), and three
+  echoes of the user (:data:`ECHOES`: their last message repeated, the reference with it
+  appended, and it turned around into a reflection, "So you lost your job ..."). Metrics: the
   share of (reference, other dialogue's reply) pairs where the reference gets the higher reward
-  (ties 1/2), the same against the platitude and the evasive reply, and the share of groups whose
-  8 rewards are all equal (zero spread: GRPO learns nothing from them).
+  (ties 1/2), the same against the platitude, the evasive reply and each echo, and the share of
+  groups whose rewards are all equal (zero spread: GRPO learns nothing from them).
 - **Expert agreement**: Spearman between the mean reward of the human replies of each held-out
   Lend-an-Ear conversation and the experts' mean aggregated rating of it (9 conversations: the
   interval is wide).
@@ -39,7 +41,11 @@ with context fit (``fitted_reward``, the default floor), through the shipped gat
 pairs (reference against another valid dialogue's reply), never on the items measured; the same
 on the logprob-expected scores; and the plain product of the two (floor 0), the first form.
 Rewards here are the reward formula on the evaluation, without the pre-checks of
-:class:`~care_sdk.guards.Guards`, so that the model itself is measured.
+:class:`~care_sdk.guards.Guards`, so that the model itself is measured; two rows apply the default
+guards as the shipped reward does (a flagged reply, such as a copy of the dialogue, gets 0), with
+and without context fit. Context fit discounts what the reply repeats from the context (the
+default: the model reads the reply without it, and the fit is scaled by the reply's own share);
+stage ``context-fit-as-written`` reads the reply whole, for one more row.
 
 Usage:
     python benchmarks/bench_evaluator.py --out runs/bench_evaluator [--stage rubrics|base|shipped|...|report]
@@ -55,6 +61,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import statistics
 import time
 from collections import defaultdict
@@ -76,6 +83,7 @@ from care_sdk.data import (
     load_lend_an_ear,
 )
 from care_sdk.evaluator import expected_scores
+from care_sdk.guards import EMPTY_REPLY, NO_WORDS, Guards, copied_share, policy_reward, screen
 from care_sdk.prompts import parse_evaluation
 from care_sdk.training.evaluator_targets import EVASIVE_REPLIES, PLATITUDES
 from care_sdk.types import DIMENSIONS, CriterionScore, Evaluation, RewardResult, Rubric, fixed_criteria
@@ -91,6 +99,8 @@ HELD_OUT_PLATITUDES = (
 )
 HELD_OUT_EVASIVE = ("No idea.", "Sure.", "I would rather not discuss that.", "Fine.", "Ask someone else.", "Right.")
 OTHERS = 5
+ECHOES = ("echo", "reference + echo", "turned-around echo")
+"""Replies that repeat the user (items 8-10 of an ESConv group): likely after the context, saying nothing new."""
 THREADS = 1
 VARIANTS = ("care", "uniform_weights", "fixed_criteria", "fixed_rubric")
 
@@ -106,6 +116,28 @@ def _turn_per_dialogue(split: str, rng: random.Random) -> list[Any]:
             turns.append(rng.choice(usable))
     rng.shuffle(turns)
     return turns
+
+
+def _last_user_message(context: Any) -> str:
+    """What the user said last before the reply (the text an echoing reply copies)."""
+    return next(m.content for m in reversed(context) if m.role == "user").strip()
+
+
+_TURN_AROUND = {
+    "i": "you",
+    "me": "you",
+    "my": "your",
+    "mine": "yours",
+    "myself": "yourself",
+    "am": "are",
+    "i'm": "you're",
+}
+
+
+def _turned_around(text: str) -> str:
+    """``text`` with first person made second ("I lost my job" -> "you lost your job"): an echo
+    that reads like a reflection."""
+    return re.sub(r"\b(?:i'm|i|me|my|mine|myself|am)\b", lambda m: _TURN_AROUND[m.group().lower()], text, flags=re.I)
 
 
 def _items(
@@ -149,6 +181,12 @@ def _items(
         others = rng.sample([t for t in per_dialogue if t.dialogue_id != turn.dialogue_id], OTHERS)
         replies = [("reference", turn.reply)] + [("other", t.reply) for t in others]
         replies += [("platitude", HELD_OUT_PLATITUDES[i % 6]), ("evasive", HELD_OUT_EVASIVE[i % 6])]
+        said = _last_user_message(turn.context)
+        replies += [
+            ("echo", said),
+            ("reference + echo", f"{turn.reply.rstrip()} {said}"),
+            ("turned-around echo", f"So {_turned_around(said)}"),
+        ]
         for j, (kind, reply) in enumerate(replies):
             items.append(
                 {
@@ -262,14 +300,21 @@ def valid_pairs(count: int, seed: int) -> list[tuple[list[dict[str, Any]], str, 
     return out
 
 
-def context_fit(items: list[dict[str, Any]], out: Path, valid_count: int, seed: int) -> dict[str, Any]:
+def _fit_cache(out: Path, strip_copies: bool = True) -> Path:
+    return out / ("context_fit.jsonl" if strip_copies else "context_fit_as_written.jsonl")
+
+
+def context_fit(
+    items: list[dict[str, Any]], out: Path, valid_count: int, seed: int, strip_copies: bool = True
+) -> dict[str, Any]:
     """The PMI of every item's reply with its context on the bundled base model
-    (:class:`~care_sdk.ContextFit`), and of ``valid_count`` ESConv valid pairs the gate is fitted on
-    (keys ``valid:<i>:reference`` / ``valid:<i>:other``). One batch per context, so its prompt is
-    prefilled once; cached in ``context_fit.jsonl``."""
-    path = out / "context_fit.jsonl"
+    (:class:`~care_sdk.ContextFit`, words repeated from the context stripped unless ``strip_copies``
+    is off), and of ``valid_count`` ESConv valid pairs the gate is fitted on (keys
+    ``valid:<i>:reference`` / ``valid:<i>:other``). One batch per context, so its prompt is
+    prefilled once; cached in ``context_fit.jsonl`` (``context_fit_as_written.jsonl``)."""
+    path = _fit_cache(out, strip_copies)
     done = _cache(path)
-    fit = ContextFit(resolve_backend("default", n_threads=THREADS))
+    fit = ContextFit(resolve_backend("default", n_threads=THREADS), strip_copies=strip_copies)
     groups: dict[str, list[tuple[str, Any, str]]] = defaultdict(list)
     for it in items:
         groups[it["group"]].append((it["key"], it["context"], it["reply"]))
@@ -347,7 +392,7 @@ def metrics(items: list[dict[str, Any]], rewards: dict[str, float | None], resam
     for it in items:
         if it["task"] == "esconv":
             esconv[it["group"]][it["kind"]].append(it)
-    for kind in ("other", "platitude", "evasive"):
+    for kind in ("other", "platitude", "evasive", *ECHOES):
         pairs = [
             (group, rewards.get(by_kind["reference"][0]["key"]), rewards.get(x["key"]))
             for group, by_kind in esconv.items()
@@ -387,6 +432,19 @@ def metrics(items: list[dict[str, Any]], rewards: dict[str, float | None], resam
 def _seconds(evals: dict[str, Any]) -> float | None:
     values = [v["seconds"] for v in evals.values() if "seconds" in v]
     return statistics.median(values) if values else None
+
+
+def guarded(items: list[dict[str, Any]], rewards: dict[str, float | None]) -> dict[str, float | None]:
+    """``rewards`` as the shipped reward pays them with its default :class:`~care_sdk.guards.Guards`:
+    0 for a reply a guard flags or settles (an empty reply, a copy of the dialogue, ...)."""
+    report_only, shipped = Guards(on_flag="report"), Guards()
+    out: dict[str, float | None] = {}
+    for it in items:
+        value = rewards.get(it["key"])
+        flags = screen(it["reply"], report_only, [m["content"] for m in it["context"]]).flags
+        settled = EMPTY_REPLY in flags or NO_WORDS in flags
+        out[it["key"]] = None if value is None else 0.0 if settled else policy_reward(value, flags, shipped)
+    return out
 
 
 FLOOR_SWEEP = (0.25, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -437,8 +495,9 @@ def report(
             sub, shipped_rubrics, logprobs, how, "generated", "generated"
         )
     rows["subsample: reply length"] = {it["key"]: float(len(it["reply"].split())) for it in sub}
-    fitted = _cache(out / "context_fit.jsonl")
+    fitted = _cache(_fit_cache(out))
     pmi = {key: value["pmi"] for key, value in fitted.items() if "pmi" in value}
+    as_written = {k: v["pmi"] for k, v in _cache(_fit_cache(out, strip_copies=False)).items() if "pmi" in v}
     gate = None
     if pmi:
         heads = {key.rsplit(":", 1)[0] for key in pmi if key.startswith("valid:")}
@@ -458,11 +517,27 @@ def report(
             forms.append(("shipped gate, expected scores", BUNDLED_GATE, DEFAULT_FLOOR, expected))
         if sweep_floors:
             forms += [(f"shipped gate, floor {floor}", BUNDLED_GATE, floor, greedy) for floor in FLOOR_SWEEP]
+        own = {
+            it["key"]: 1.0 - (copied_share(it["reply"], [m["content"] for m in it["context"]]) or 0.0) for it in items
+        }
         for name, use, floor, care in forms:
             rows[f"shipped: care with context fit, {name}"] = {
-                k: (fitted_reward(r, use(pmi[k]), floor) if r is not None and k in pmi else None)
+                k: (fitted_reward(r, use(pmi[k]) * own[k], floor) if r is not None and k in pmi else None)
                 for k, r in care.items()
             }
+        if as_written:
+            rows["shipped: care with context fit, shipped gate, copies not discounted"] = {
+                k: (
+                    fitted_reward(r, BUNDLED_GATE(as_written[k]), DEFAULT_FLOOR)
+                    if r is not None and k in as_written
+                    else None
+                )
+                for k, r in greedy.items()
+            }
+        rows["shipped: care with context fit and the default guards"] = guarded(
+            items, rows["shipped: care with context fit, shipped gate"]
+        )
+    rows["shipped: care with the default guards"] = guarded(items, rows["shipped: care"])
     results = {
         name: {metric: est.to_json() for metric, est in metrics(items, rewards, resamples).items()}
         for name, rewards in rows.items()
@@ -519,7 +594,10 @@ def main() -> None:
     parser.add_argument(
         "--valid-pairs", type=int, default=150, help="ESConv valid pairs the context-fit gate is fitted on"
     )
-    stages = ["rubrics", "base", "shipped", "shipped-fixed", "shipped-logprobs", "compare", "context-fit"]
+    stages = [
+        "rubrics", "base", "shipped", "shipped-fixed", "shipped-logprobs", "compare", "context-fit",
+        "context-fit-as-written",
+    ]  # fmt: skip
     parser.add_argument("--stage", choices=[*stages, "report", "all"], default="all")
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
@@ -561,6 +639,7 @@ def main() -> None:
             else None
         ),
         "context-fit": lambda: context_fit(items, out, args.valid_pairs, args.seed),
+        "context-fit-as-written": lambda: context_fit(items, out, args.valid_pairs, args.seed, strip_copies=False),
     }
     for stage in stages:
         if args.stage in (stage, "all"):

@@ -71,6 +71,26 @@ def test_pmi_sums_the_evidence_over_the_reply_against_the_neutral_context() -> N
     assert fit.pmi(context, "") == 0.0
 
 
+def test_words_repeated_from_the_context_are_not_read_as_evidence() -> None:
+    context = "my dog died yesterday and the flat is so quiet"
+    echo = "your dog died yesterday and the flat is so quiet"  # the user's words turned around
+    model = OverlapModel()
+    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0))
+    assert fit.pmi(context, echo) == 0.0 and model.reads == []  # nothing left to read
+    assert fit.pmi(context, f"{echo}. walks help") == pytest.approx(0.0)  # only the added words count
+    assert model.reads[0][1] == "walks help"
+    assert fit.pmi(context, "so quiet without the dog") == pytest.approx(8.0)  # no four-word run: read whole
+    unstripped = ContextFit(OverlapModel(), gate=Gate(slope=1.0, intercept=0.0), strip_copies=False)
+    assert unstripped.pmi(context, echo) == pytest.approx(18.0)  # 9 of its 10 words are in the context
+    assert "copies discounted" in fit.identity and "copies discounted" not in unstripped.identity
+    # the fit is scaled by the reply's own share: appending the user's words halves a reply's fit
+    own = "walks in the park might help the evenings feel less empty"
+    assert fit.own_share(context, own) == 1.0 and fit.own_share(context, echo) == 0.0
+    assert fit.own_share(context, f"{own} {echo}") == pytest.approx(1 - 7 / 18)
+    assert fit.score(context, f"{own} {echo}") == pytest.approx(fit.score(context, own) * (1 - 7 / 18))
+    assert unstripped.own_share(context, echo) == 1.0
+
+
 def test_a_context_is_read_once_per_group_and_every_neutral_read_comes_after() -> None:
     model = OverlapModel()
     fit = ContextFit(model, window=2)
@@ -85,6 +105,19 @@ def test_a_context_is_read_once_per_group_and_every_neutral_read_comes_after() -
     assert prompts[:4] == [("a b",), ("a b",), ("second", "third"), ("second", "third")]  # grouped, window of 2
     assert prompts[4:] == [("Hi.",)] * 4
     assert [r for _, r in model.reads[:4]] == ["x", "z", "y", "w"]
+
+
+def test_a_reply_met_again_in_the_same_context_is_not_read_again() -> None:
+    model = OverlapModel()
+    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0))
+    first = fit.pmi_batch([("my dog died", "dog"), ("my dog died", "cat")])
+    reads = len(model.reads)
+    again = fit.pmi_batch([("my dog died", "cat"), ("my dog died", "dog"), ("my cat died", "dog")])
+    assert again[:2] == first[::-1] and again[2] == pytest.approx(0.0)
+    assert len(model.reads) == reads + 2  # only the new context's pair of reads
+    failing = ContextFit(OverlapModel(fail_on="boom"))
+    failing.pmi_batch([("a", "boom")])
+    assert isinstance(failing.pmi_batch([("a", "boom")])[0], BackendError)  # an error is never kept
 
 
 def test_a_failed_read_is_that_items_error_only() -> None:

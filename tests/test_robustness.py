@@ -140,7 +140,10 @@ def test_a_reply_that_repeats_the_dialogue_is_flagged_and_settled_without_a_call
     results = _reward(backend).score_batch([(context, echo), (context, "I hear you. " + echo), (context, quote)])
     assert [r.flags for r in results] == [(COPIED_CONTEXT,), (COPIED_CONTEXT,), ()]
     assert [r.reward for r in results[:2]] == [0.0, 0.0] and len(backend.requests) == 1
-    assert copied_share(quote, [m["content"] for m in context]) == pytest.approx(3 / 16)  # "nobody saw it coming", ...
+    # "nobody saw it coming", ..., "not even your boss" (person turned around): 5 of 16 4-grams, a quote
+    assert copied_share(quote, [m["content"] for m in context]) == pytest.approx(5 / 16)
+    turned = "You lost your job today and you don't know what to do with yourself anymore."
+    assert _reward(backend).score(context, turned).flags == (COPIED_CONTEXT,)
     off = _reward(ScriptedBackend(lambda req: evaluation_json([4] * 6)), guards=Guards(copy_share=None))
     assert off.score(context, echo).flags == ()
 

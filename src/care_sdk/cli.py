@@ -47,7 +47,6 @@ def _print_record(record: dict[str, Any]) -> None:
 
 
 def _build_reward(args: argparse.Namespace) -> Any:
-    from care_sdk.context_fit import ContextFit
     from care_sdk.guards import Guards
     from care_sdk.reward import build_reward
     from care_sdk.variants import variant_of
@@ -60,7 +59,7 @@ def _build_reward(args: argparse.Namespace) -> Any:
         generator_options={"seed": args.seed},
         evaluator_options={"seed": args.seed},
         guards=None if args.guards == "off" else Guards(on_flag=args.guards),
-        context_fit=None if args.context_fit == "off" else ContextFit(args.context_fit),
+        context_fit=args.context_fit,
     )
 
 
@@ -149,10 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     score.add_argument(
         "--context-fit",
-        default="off",
+        default="auto",
         metavar="SPEC",
-        help="scale each reward by how likely the reply was written for its context, read on this "
-        "backend spec (default: the bundled base model; llamacpp and hf specs work), or off (default: %(default)s)",
+        help="scale each reward by how likely the reply was written for its context: auto (on for the "
+        "bundled default evaluator, read on the bundled base model; off for any other), off, or a backend "
+        "spec to read it on (llamacpp and hf specs work) (default: %(default)s)",
     )
     score.add_argument("--batch-size", type=int, default=8, help="turns per backend batch (default: %(default)s)")
     score.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")

@@ -31,15 +31,27 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from care_sdk.backends import Backend, resolve_backend
 from care_sdk.errors import BackendError, CareError, ConfigError
+from care_sdk.guards import copied_share, strip_copied
 from care_sdk.types import Context, Message, as_messages
 
-__all__ = ["BUNDLED_GATE", "DEFAULT_FLOOR", "ContextFit", "Gate", "fitted_reward"]
+__all__ = [
+    "AUTO",
+    "BUNDLED_GATE",
+    "DEFAULT_FLOOR",
+    "MEMO_SIZE",
+    "ContextFit",
+    "Gate",
+    "context_fit_for",
+    "fitted_reward",
+]
 
 
 @dataclass(frozen=True)
@@ -119,6 +131,11 @@ data. A reply with 13.3 nats of evidence gets 0.5; the median valid reference ha
 median reply from another dialogue 7.1 (0.27)."""
 
 
+MEMO_SIZE = 4096
+"""PMI values a :class:`ContextFit` keeps, so a reply met again in the same context (a repeated
+sample in a GRPO group, the same reply under several reward variants) is not read twice."""
+
+
 class ContextFit:
     """How likely a reply was written for its context, in (0, 1), from a language model's PMI.
 
@@ -131,6 +148,11 @@ class ContextFit:
         neutral: the one user message a reply is compared against.
         floor: the share of the fit a reply gets whatever the rubric says (see :func:`fitted_reward`);
             ``0`` makes the reward the plain product of the two.
+        strip_copies: what the reply repeats from the context earns no fit: the model reads the
+            reply without the runs of words it repeats (:func:`~care_sdk.guards.strip_copied`), and
+            the fit is scaled by the share of the reply that is its own (one minus
+            :func:`~care_sdk.guards.copied_share`). Repeating the user's words back is likely after
+            the context but says nothing new; read as it is, it would earn the highest fit.
 
     Raises:
         ConfigError: the backend cannot read the log-probability of a given reply.
@@ -150,6 +172,7 @@ class ContextFit:
         window: int = 6,
         neutral: str = "Hi.",
         floor: float = DEFAULT_FLOOR,
+        strip_copies: bool = True,
     ) -> None:
         self.backend = resolve_backend(backend)
         if not self.backend.supports_reply_logprobs:
@@ -163,20 +186,28 @@ class ContextFit:
             raise ConfigError(f"context fit: floor must be in [0, 1], got {floor}")
         self.gate = gate
         self.floor = floor
+        self.strip_copies = strip_copies
         self.window = window
         self.neutral = (Message(role="user", content=neutral),)
+        self._memo: OrderedDict[tuple[tuple[Message, ...], str], float] = OrderedDict()
+        self._lock = threading.Lock()
 
     @property
     def identity(self) -> str:
         """The model, window, gate and floor that determine the values."""
-        return f"{self.backend.identity}|window={self.window}|{self.gate}|floor={self.floor}"
+        copies = "|copies discounted" if self.strip_copies else ""
+        return f"{self.backend.identity}|window={self.window}|{self.gate}|floor={self.floor}{copies}"
 
-    def _messages(self, context: Context) -> tuple[Message, ...]:
+    def _read_as(self, context: Context, reply: str) -> tuple[tuple[Message, ...], str]:
+        """The messages the model reads before the reply, and the reply as it is read."""
         messages = tuple(as_messages(context))
-        return messages[-self.window :] or self.neutral
+        if self.strip_copies:
+            reply = strip_copied(reply, [m.content for m in messages])
+        return messages[-self.window :] or self.neutral, reply
 
     def pmi(self, context: Context, reply: str) -> float:
-        """The reply's PMI with its context in nats, summed over its tokens (0 for a reply without tokens).
+        """The reply's PMI with its context in nats, summed over its tokens (0 for a reply without
+        tokens, and for one that only repeats the context when ``strip_copies`` is on).
 
         Raises:
             CareError: the backend could not read the reply (a context longer than its window, ...).
@@ -195,24 +226,40 @@ class ContextFit:
         its error, the others are unaffected. Pairs that share a context are read one after
         another, and every neutral read after them, so each prompt is prefilled once.
         """
-        keyed = [(self._messages(context), reply) for context, reply in items]
+        keyed = [self._read_as(context, reply) for context, reply in items]
+        with self._lock:
+            known = {key: self._memo[key] for key in keyed if key in self._memo}
+        todo = [i for i, key in enumerate(keyed) if key not in known]
         first_seen: dict[tuple[Message, ...], int] = {}
-        for messages, _ in keyed:
-            first_seen.setdefault(messages, len(first_seen))
+        for i in todo:
+            first_seen.setdefault(keyed[i][0], len(first_seen))
         conditional: dict[int, list[float] | CareError] = {}
-        for i in sorted(range(len(items)), key=lambda i: (first_seen[keyed[i][0]], i)):
-            conditional[i] = self._read(keyed[i][0], keyed[i][1])
+        for i in sorted(todo, key=lambda i: (first_seen[keyed[i][0]], i)):
+            conditional[i] = self._read(*keyed[i])
         out: list[float | CareError] = []
-        for i, (_, reply) in enumerate(keyed):
+        for i, key in enumerate(keyed):
+            if key in known:
+                out.append(known[key])
+                continue
             given = conditional[i]
             if isinstance(given, CareError):
                 out.append(given)
                 continue
-            neutral = self._read(self.neutral, reply)
-            out.append(neutral if isinstance(neutral, CareError) else sum(given) - sum(neutral))
+            neutral = self._read(self.neutral, key[1])
+            if isinstance(neutral, CareError):
+                out.append(neutral)
+                continue
+            known[key] = sum(given) - sum(neutral)
+            out.append(known[key])
+            with self._lock:
+                self._memo[key] = known[key]
+                while len(self._memo) > MEMO_SIZE:
+                    self._memo.popitem(last=False)
         return out
 
     def _read(self, messages: Sequence[Message], reply: str) -> list[float] | CareError:
+        if not reply:
+            return []  # no tokens, nothing to read
         try:
             return self.backend.reply_logprobs(messages, reply)
         except CareError as exc:
@@ -220,17 +267,36 @@ class ContextFit:
         except (RuntimeError, ValueError) as exc:  # the engine failed on this input
             return BackendError(f"{type(exc).__name__}: {exc}", provider=self.backend.provider)
 
+    def own_share(self, context: Context, reply: str) -> float:
+        """The share of the reply that is its own: one minus the share of its word 4-grams found in
+        the context (1 for a reply under 8 words, and whenever ``strip_copies`` is off).
+
+        Examples:
+            >>> reply = "You lost your job today. That is a lot to take in."
+            >>> ContextFit().own_share("I lost my job today.", reply)  # doctest: +SKIP
+            0.777...
+        """
+        if not self.strip_copies:
+            return 1.0
+        share = copied_share(reply, [m.content for m in as_messages(context)])
+        return 1.0 - (share or 0.0)
+
     def score(self, context: Context, reply: str) -> float:
-        """The gate's value for one reply: how likely it was written for ``context``.
+        """How likely the reply was written for ``context``: the gate's value of its PMI, times its
+        :meth:`own_share`.
 
         Raises:
             CareError: the backend could not read the reply.
         """
-        return self.gate(self.pmi(context, reply))
+        return self.gate(self.pmi(context, reply)) * self.own_share(context, reply)
 
     def score_batch(self, items: Sequence[tuple[Context, str]]) -> list[float | CareError]:
         """:meth:`score` for many ``(context, reply)`` pairs; a failed item is its error (see :meth:`pmi_batch`)."""
-        return [v if isinstance(v, CareError) else self.gate(v) for v in self.pmi_batch(items)]
+        values = self.pmi_batch(items)
+        return [
+            v if isinstance(v, CareError) else self.gate(v) * self.own_share(context, reply)
+            for v, (context, reply) in zip(values, items, strict=True)
+        ]
 
     async def ascore_batch(self, items: Sequence[tuple[Context, str]]) -> list[float | CareError]:
         """Async form of :meth:`score_batch` (the model runs in a worker thread)."""
@@ -242,3 +308,35 @@ class ContextFit:
 
     def __repr__(self) -> str:
         return f"ContextFit({self.identity!r})"
+
+
+AUTO = "auto"
+"""The context-fit option of the reward factories: on for the bundled default evaluator, off otherwise."""
+
+
+def context_fit_for(option: ContextFit | str | None, evaluator: Any) -> ContextFit | None:
+    """The context fit a reward factory builds from an option, for an evaluator backend spec (or object).
+
+    ``"auto"`` (:data:`AUTO`, what :func:`~care_sdk.reward.build_reward`,
+    :meth:`~care_sdk.AdaptiveReward.from_backend`, ``care score``, ``care bench quality``, the
+    verl plug-in and the policy recipe use unless told otherwise): the bundled base model's
+    :class:`ContextFit` when the evaluator is the bundled default (spec ``default``), whose rubric
+    scores alone do not tell a reply written for this conversation from one written for another;
+    none for any other evaluator, which gets the paper's reward. ``None`` or ``"off"``: none.
+    Another string: a :class:`ContextFit` read on that backend spec. A :class:`ContextFit`: itself.
+
+    Examples:
+        >>> context_fit_for("auto", "openai:gpt-4o-mini") is None, context_fit_for("off", "default") is None
+        (True, True)
+        >>> context_fit_for("auto", "default")  # doctest: +SKIP
+        ContextFit('llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf|window=6|...|floor=0.5|copies discounted')
+    """
+    if option is None or isinstance(option, ContextFit):
+        return option
+    spec = option.strip()
+    if spec.lower() == "off":
+        return None
+    if spec.lower() == AUTO:
+        bundled = isinstance(evaluator, str) and evaluator.strip().lower() == "default"
+        return ContextFit() if bundled else None
+    return ContextFit(spec)

@@ -72,6 +72,7 @@ __all__ = [
     "precheck",
     "screen",
     "screen_items",
+    "strip_copied",
     "truncate",
 ]
 
@@ -128,8 +129,9 @@ class Guards(BaseModel):
     """Subtracted from a flagged reply's reward when ``on_flag="penalise"`` (floored at 0)."""
     copy_share: float | None = Field(default=0.5, gt=0.0, le=1.0)
     """Flag ``copied_context`` when at least this share of the reply's word 4-grams occur in the
-    context; ``None`` turns that detector off. At 0.5 it flags 8 of 8,729 ESConv train supporter
-    replies (of 8 words or more) and every repeat of the user's last message."""
+    context (first and second person made one); ``None`` turns that detector off. At 0.5 it flags
+    9 of 8,729 ESConv train supporter replies (of 8 words or more) and every repeat of the user's
+    last message, in their words or turned around ("I lost my job" / "you lost your job")."""
 
 
 # -- detectors ----------------------------------------------------------------------------------
@@ -217,27 +219,82 @@ def _master_key(reply: str) -> bool:
 
 _COPY_N = 4
 _WORD = re.compile(r"\w+")
+_PERSON = {
+    "i": "<p>", "me": "<p>", "you": "<p>", "my": "<pp>", "your": "<pp>", "mine": "<ps>", "yours": "<ps>",
+    "myself": "<px>", "yourself": "<px>", "am": "<be>", "are": "<be>", "m": "<be>", "re": "<be>",
+    "was": "<was>", "were": "<was>",
+}  # fmt: skip
+
+
+def _copy_keys(text: str) -> list[str]:
+    """The words of ``text`` as copy detection compares them: lower-cased, first and second person
+    made one ("I am" and "you are" match), so turning the user's words around does not hide a copy."""
+    return [_PERSON.get(w, w) for w in _WORD.findall(text.lower())]
+
+
+def _copied(reply: str, context: Sequence[str]) -> list[tuple[re.Match[str], bool]]:
+    """Every word of ``reply`` with whether it lies in a word 4-gram that occurs in ``context``."""
+    seen = {g for text in context for g in word_ngrams(_copy_keys(text), _COPY_N)}
+    words = list(_WORD.finditer(reply))
+    keys = [_PERSON.get(w.group().lower(), w.group().lower()) for w in words]
+    covered = [False] * len(words)
+    for i, gram in enumerate(word_ngrams(keys, _COPY_N)):
+        if gram in seen:
+            covered[i : i + _COPY_N] = [True] * _COPY_N
+    return list(zip(words, covered, strict=True))
 
 
 def copied_share(reply: str, context: Sequence[str]) -> float | None:
-    """The share of the reply's word 4-grams (lower-cased) that occur in the ``context`` texts;
-    ``None`` for a reply of fewer than 8 words, too short to tell a quote from a copy.
+    """The share of the reply's word 4-grams that occur in the ``context`` texts (lower-cased, first
+    and second person made one); ``None`` for a reply of fewer than 8 words, too short to tell a
+    quote from a copy.
 
     Examples:
         >>> context = ["I failed my exam and my parents will be so angry with me"]
         >>> copied_share("I failed my exam and my parents will be so angry", context)
+        1.0
+        >>> copied_share("You failed your exam and your parents will be so angry", context)
         1.0
         >>> copied_share("Failing an exam is hard. What do you think your parents will say?", context)
         0.0
         >>> copied_share("I failed my exam", context) is None
         True
     """
-    words = _WORD.findall(reply.lower())
+    words = _copy_keys(reply)
     if len(words) < 2 * _COPY_N:
         return None
-    seen = {g for text in context for g in word_ngrams(_WORD.findall(text.lower()), _COPY_N)}
+    seen = {g for text in context for g in word_ngrams(_copy_keys(text), _COPY_N)}
     grams = word_ngrams(words, _COPY_N)
     return sum(g in seen for g in grams) / len(grams)
+
+
+def strip_copied(reply: str, context: Sequence[str]) -> str:
+    """``reply`` without the runs of words it repeats from the ``context`` texts (word 4-grams, as
+    :func:`copied_share` finds them): what the reply adds to the dialogue. Context fit reads this,
+    so that repeating the user's words back does not make a reply look written for the conversation.
+
+    Examples:
+        >>> context = ["I lost my job and my wife left me"]
+        >>> strip_copied("So you lost your job and your wife left you. That is a lot at once.", context)
+        'So. That is a lot at once.'
+        >>> strip_copied("That is a lot to carry.", context)
+        'That is a lot to carry.'
+    """
+    spans: list[tuple[int, int]] = []
+    for word, covered in _copied(reply, context):
+        if not covered:
+            continue
+        if spans and not reply[spans[-1][1] : word.start()].strip(" ,;'\""):
+            spans[-1] = (spans[-1][0], word.end())
+        else:
+            spans.append((word.start(), word.end()))
+    out, last = [], 0
+    for start, end in spans:
+        out.append(reply[last:start])
+        last = end
+    out.append(reply[last:])
+    text = re.sub(r"\s+([.,;:!?])", r"\1", re.sub(r"\s{2,}", " ", "".join(out)))
+    return text.strip().lstrip(".,;:!? ")
 
 
 def detect_flags(reply: str, context: Sequence[str] = (), copy_share: float | None = 0.5) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from care_sdk._calls import completion_text, report_to_trainer, trl_items
 from care_sdk.backends import Backend, resolve_backend
-from care_sdk.context_fit import ContextFit, fitted_reward
+from care_sdk.context_fit import AUTO, ContextFit, context_fit_for, fitted_reward
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -49,7 +49,9 @@ class AdaptiveReward:
             floor) * rubric reward)``, where ``fit`` is how likely the reply was written for its
             context (see :mod:`care_sdk.context_fit`), so a reply that would fit any conversation
             earns less; ``RewardResult.context_fit`` holds the fit and ``rubric_reward`` the
-            rubric's part. ``None`` (the default) is the paper's reward.
+            rubric's part. ``None`` (the default here) is the paper's reward; the factories
+            (:meth:`from_backend`, :func:`build_reward`) turn it on for the bundled ``default``
+            models.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
@@ -119,7 +121,10 @@ class AdaptiveReward:
         """Build generator and evaluator on one backend (one model loaded once).
 
         ``options`` are :class:`AdaptiveReward` options (``weights``, ``criteria``, ``rubric``,
-        ``guards``, ``context_fit``).
+        ``guards``, ``context_fit``). ``context_fit`` also takes ``"auto"`` (the default here:
+        on for the bundled ``default`` backend, off for any other), ``"off"`` or a backend spec
+        (see :func:`~care_sdk.context_fit.context_fit_for`); ``context_fit=None`` gives the
+        bundled models the paper's reward.
         To build from several backend specs or by variant name, see :func:`build_reward`.
 
         Examples:
@@ -127,6 +132,7 @@ class AdaptiveReward:
             >>> AdaptiveReward.from_backend(ScriptedBackend([]), weights="uniform").weights
             'uniform'
         """
+        options["context_fit"] = context_fit_for(options.get("context_fit", AUTO), backend)
         if isinstance(backend, str) and backend.strip().lower() == "default":  # one bundled adapter per role
             return cls(RubricGenerator(backend), RubricEvaluator(backend), **options)
         shared = resolve_backend(backend)
@@ -351,7 +357,7 @@ def build_reward(
     evaluator_options: Mapping[str, Any] | None = None,
     resolve: Callable[[Any], Backend] = resolve_backend,
     guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
-    context_fit: ContextFit | None = None,
+    context_fit: ContextFit | str | None = AUTO,
 ) -> AdaptiveReward:
     """The reward of a variant, built from backend specs or objects: the one factory the CLI,
     the verl adapter, policy training and the benchmarks use.
@@ -364,7 +370,9 @@ def build_reward(
     generator backend. ``resolve`` turns a spec into a backend (a pool that builds each spec
     once, for example). ``guards`` are the reward's deterministic pre-checks and flags (see
     :class:`AdaptiveReward`; ``None`` turns them off); ``context_fit`` scales the reward by
-    the reply's fit to its context (see :class:`AdaptiveReward`; off by default).
+    the reply's fit to its context (see :class:`AdaptiveReward`): a :class:`ContextFit`, a backend
+    spec to read it on, ``"off"`` / ``None``, or ``"auto"`` (the default: on when the evaluator is
+    the bundled ``default``, see :func:`~care_sdk.context_fit.context_fit_for`).
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -387,7 +395,8 @@ def build_reward(
     generator = None
     if needs_generator(variant):
         generator = RubricGenerator(backend_for(generator_backend), **dict(generator_options or {}))
-    return AdaptiveReward.for_variant(variant, generator, evaluator, guards=guards, context_fit=context_fit)
+    fit = context_fit_for(context_fit, backend if evaluator_backend is None else evaluator_backend)
+    return AdaptiveReward.for_variant(variant, generator, evaluator, guards=guards, context_fit=fit)
 
 
 def unwrap_outcome(outcome: tuple[RewardResult, CareError | None]) -> RewardResult:

@@ -23,6 +23,7 @@ def _cmd_quality(args: argparse.Namespace) -> int:
     from care_sdk import RubricEvaluator, RubricGenerator
     from care_sdk.bench.quality import QualityRunner
     from care_sdk.bench.tasks import DataPaths, Settings, TaskData
+    from care_sdk.context_fit import context_fit_for
     from care_sdk.data import data_dir
 
     for name, values, valid in (("task", args.tasks, _TASK_NAMES), ("variant", args.variants, _VARIANT_NAMES)):
@@ -58,7 +59,10 @@ def _cmd_quality(args: argparse.Namespace) -> int:
         else (f"{args.generator_backend or args.backend}+{args.evaluator_backend or args.backend}")
     )
     out = Path(args.out) if args.out else Path("care-quality") / slug(spec)
-    runner = QualityRunner(generator, evaluator, out_dir=out, variants=args.variants, batch_size=args.batch_size)
+    context_fit = context_fit_for(args.context_fit, args.evaluator_backend or args.backend)
+    runner = QualityRunner(
+        generator, evaluator, out_dir=out, variants=args.variants, batch_size=args.batch_size, context_fit=context_fit
+    )
 
     def loaded(name: str, data: TaskData) -> None:
         print(
@@ -124,6 +128,13 @@ def add_bench_commands(subparsers: Any) -> None:
         type=csv_list,
         default=_VARIANT_NAMES,
         help=f"comma-separated subset of {','.join(_VARIANT_NAMES)}",
+    )
+    quality.add_argument(
+        "--context-fit",
+        default="auto",
+        metavar="SPEC",
+        help="scale every model variant's reward by the reply's fit to its context: auto (on for the bundled "
+        "default evaluator), off, or a backend spec to read it on (default: %(default)s)",
     )
     quality.add_argument(
         "--margin", type=float, default=1.0, help="pairwise: minimum judge-score gap of a pair (default: %(default)s)"

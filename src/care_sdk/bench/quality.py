@@ -36,6 +36,7 @@ from typing import Any
 
 from care_sdk.bench.tasks import TASKS, DataPaths, Settings, TaskData, TaskResult
 from care_sdk.bench.variants import VARIANT_LABELS, VARIANTS, Item, VariantScorer, record_done
+from care_sdk.context_fit import ContextFit
 from care_sdk.data import LoadIssue
 from care_sdk.errors import ConfigError
 from care_sdk.evaluator import RubricEvaluator
@@ -169,6 +170,9 @@ class QualityRunner:
         variants: which of the variants to compare (default: all five).
         batch_size: items per backend batch (and per checkpoint).
         model: a model name for the report (default: the backends' identities).
+        context_fit: scale every model variant's reward by the reply's fit to its context
+            (:mod:`care_sdk.context_fit`); ``care bench quality`` turns it on for the bundled
+            ``default`` evaluator, as the reward factories do.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -188,8 +192,10 @@ class QualityRunner:
         variants: Sequence[str] = VARIANTS,
         batch_size: int = 8,
         model: str | None = None,
+        context_fit: ContextFit | None = None,
     ) -> None:
-        self.scorer = VariantScorer(generator, evaluator, variants)
+        self.scorer = VariantScorer(generator, evaluator, variants, context_fit)
+        self.context_fit = context_fit
         self.variants = self.scorer.variants
         self.generator = generator
         self.evaluator = evaluator
@@ -198,7 +204,7 @@ class QualityRunner:
         self.model = model
 
     def identity(self) -> dict[str, str]:
-        """What the records depend on: generator and evaluator identities and the prompt version."""
+        """What the records depend on: generator and evaluator identities, the prompt version and the context fit."""
         return {
             "generator": self.generator.identity,
             "evaluator": (
@@ -207,6 +213,7 @@ class QualityRunner:
                 f"|prompt={self.evaluator.prompt_version}"
             ),
             "prompt_version": PROMPT_VERSION,
+            "context_fit": self.context_fit.identity if self.context_fit is not None else "off",
         }
 
     def _check_out_dir(self) -> None:

@@ -13,7 +13,8 @@ one generator (so each context gets one rubric) and one request memo in front of
 (so requests that are identical across variants are sent once): the evaluator prompt holds the
 criteria but not the weights, so ``care`` and ``uniform_weights`` send the same evaluation
 request, and so do ``fixed_criteria`` and ``fixed_rubric``. One item costs one rubric and two
-evaluations for all five variants.
+evaluations for all five variants. With a :class:`~care_sdk.ContextFit`, every model variant's
+reward is scaled by the reply's fit to its context, read once per reply for all of them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from care_sdk.backends import Backend, ForwardingBackend, GenerationRequest, GenerationResult
+from care_sdk.context_fit import ContextFit
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -185,6 +187,7 @@ class VariantScorer:
         generator: RubricGenerator | None,
         evaluator: RubricEvaluator | None,
         variants: Sequence[str] = VARIANTS,
+        context_fit: ContextFit | None = None,
     ) -> None:
         unknown = [v for v in variants if v not in VARIANTS]
         if unknown:
@@ -202,7 +205,9 @@ class VariantScorer:
         self.rewards: dict[str, AdaptiveReward] = {}
         for variant in needs_model:
             assert self.evaluator is not None  # checked above
-            self.rewards[variant] = AdaptiveReward.for_variant(variant, self.generator, self.evaluator)
+            self.rewards[variant] = AdaptiveReward.for_variant(
+                variant, self.generator, self.evaluator, context_fit=context_fit
+            )  # one ContextFit: a reply's fit is read once for every variant
 
     def _wrap(self, component: Any) -> Any:
         backend = component.backend

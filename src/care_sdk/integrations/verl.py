@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from care_sdk.backends import Backend
-from care_sdk.context_fit import ContextFit
+from care_sdk.context_fit import AUTO
 from care_sdk.errors import CareError, InputError
 from care_sdk.reward import AdaptiveReward, build_reward
 from care_sdk.types import DIMENSIONS, Message, RewardResult, as_messages
@@ -107,9 +107,10 @@ def get_reward(
     """The process's shared :class:`AdaptiveReward` for these options, built on first use.
 
     ``backend`` defaults to ``$CARE_BACKEND`` or ``"default"``; ``cache`` (an SQLite file shared by
-    all workers) defaults to ``$CARE_RUBRIC_CACHE`` or an in-memory cache; ``context_fit`` (a
-    backend spec for :class:`~care_sdk.ContextFit`, or ``"off"``) defaults to ``$CARE_CONTEXT_FIT``
-    or off.
+    all workers) defaults to ``$CARE_RUBRIC_CACHE`` or an in-memory cache; ``context_fit`` (``"auto"``,
+    ``"off"`` or a backend spec for :class:`~care_sdk.ContextFit`, see
+    :func:`~care_sdk.context_fit.context_fit_for`) defaults to ``$CARE_CONTEXT_FIT`` or ``"auto"``:
+    on for the bundled ``default`` evaluator, off for any other.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -119,7 +120,7 @@ def get_reward(
     """
     backend = backend if backend is not None else os.environ.get("CARE_BACKEND", "default")
     cache = cache if cache is not None else os.environ.get("CARE_RUBRIC_CACHE")
-    context_fit = context_fit if context_fit is not None else os.environ.get("CARE_CONTEXT_FIT", "off")
+    context_fit = context_fit if context_fit is not None else os.environ.get("CARE_CONTEXT_FIT", AUTO)
     key = (backend if isinstance(backend, str) else id(backend), weights, criteria, use_logprobs, cache, context_fit)
     with _LOCK:
         reward = _REWARDS.get(key)
@@ -134,7 +135,7 @@ def get_reward(
                 backend=backend,
                 generator_options={"cache": store},
                 evaluator_options={"use_logprobs": use_logprobs},
-                context_fit=None if context_fit == "off" else ContextFit(context_fit),
+                context_fit=context_fit,
             )
             _REWARDS[key] = reward
         return reward
@@ -226,9 +227,10 @@ def compute_score_batch(
         criteria: ``"generated"`` or ``"fixed"`` (ablation).
         use_logprobs: expected scores over the score tokens' probabilities.
         cache: SQLite file for rubrics shared across workers and runs (default ``$CARE_RUBRIC_CACHE``).
-        context_fit: scale each reward by the reply's fit to its context, read on this backend
-            spec (see :mod:`care_sdk.context_fit`; default ``$CARE_CONTEXT_FIT``, or off); the
-            fit is the ``care_context_fit`` entry (NaN without).
+        context_fit: scale each reward by the reply's fit to its context: ``"auto"`` (on for
+            the bundled ``default`` evaluator), ``"off"``, or a backend spec to read it on (see
+            :func:`~care_sdk.context_fit.context_fit_for`; default ``$CARE_CONTEXT_FIT``, or
+            ``"auto"``); the fit is the ``care_context_fit`` entry (NaN without).
         context_key: the ``extra_info`` key holding the context.
         on_error: ``"raise"`` (default: stop with the reason) or a score to give a reply that could
             not be scored; such rows carry ``care_failed=1.0`` and are logged as warnings.

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from care_sdk.backends import BackendPool
+from care_sdk.context_fit import context_fit_for
 from care_sdk.errors import InputError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -51,7 +52,8 @@ def build_reward(settings: RewardSettings, pool: BackendPool) -> AdaptiveReward:
             max_tokens=settings.generator_max_tokens,
             max_attempts=settings.max_attempts,
         )
-    return build_adaptive_reward(settings.variant, generator, evaluator)
+    context_fit = context_fit_for(settings.context_fit, settings.evaluator)
+    return build_adaptive_reward(settings.variant, generator, evaluator, context_fit=context_fit)
 
 
 def build_simulator(settings: SimulatorSettings, pool: BackendPool, *, seed: int = 0) -> SimulatedUser:

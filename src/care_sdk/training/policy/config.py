@@ -154,6 +154,9 @@ class RewardSettings(_Config):
     """Replies tried per rubric / evaluation before that reward is ``None``."""
     use_logprobs: bool = False
     """Score criteria by expected score over the evaluator's logprobs (continuous rewards)."""
+    context_fit: str = "auto"
+    """Scale each reward by the reply's fit to its context (:mod:`care_sdk.context_fit`): ``auto``
+    (on when the evaluator is the bundled ``default``), ``off``, or a backend spec to read it on."""
     seed: int = 0
     """Sampling seed of generator and evaluator."""
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from care_sdk._calls import report_to_trainer, trl_items
+from care_sdk.context_fit import ContextFit
 from care_sdk.reward import AdaptiveReward
 from care_sdk.score_files import turn_record
 from care_sdk.training.policy.rollout import Episode
@@ -34,8 +35,11 @@ __all__ = ["EpisodeRecorder", "PolicyReward", "Variant", "build_adaptive_reward"
 END_REASONS = ("user_ended", "max_turns", "simulator_error", "policy_error")
 
 
-def build_adaptive_reward(variant: Variant | str, generator: Any, evaluator: Any) -> AdaptiveReward:
-    """The :class:`~care_sdk.AdaptiveReward` of a variant (:meth:`~care_sdk.AdaptiveReward.for_variant`).
+def build_adaptive_reward(
+    variant: Variant | str, generator: Any, evaluator: Any, *, context_fit: ContextFit | None = None
+) -> AdaptiveReward:
+    """The :class:`~care_sdk.AdaptiveReward` of a variant (:meth:`~care_sdk.AdaptiveReward.for_variant`),
+    with ``context_fit`` when given.
 
     Examples:
         >>> from care_sdk import RubricEvaluator
@@ -43,7 +47,7 @@ def build_adaptive_reward(variant: Variant | str, generator: Any, evaluator: Any
         >>> build_adaptive_reward("fixed_rubric", None, RubricEvaluator(ScriptedBackend([]))).generator is None
         True
     """
-    return AdaptiveReward.for_variant(variant, generator, evaluator)
+    return AdaptiveReward.for_variant(variant, generator, evaluator, context_fit=context_fit)
 
 
 class EpisodeRecorder:
