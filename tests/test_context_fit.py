@@ -28,14 +28,17 @@ class OverlapModel(Backend):
     provider = "overlap"
     supports_reply_logprobs = True
 
-    def __init__(self, fail_on: str | None = None) -> None:
+    def __init__(self, fail_on: str | None = None, max_words: int = 1000) -> None:
         self.reads: list[tuple[tuple[str, ...], str]] = []
         self.fail_on = fail_on
+        self.max_words = max_words
 
     def reply_logprobs(self, messages: Sequence[Message], reply: str) -> list[float]:
         self.reads.append((tuple(m.content for m in messages), reply))
         if self.fail_on is not None and self.fail_on in reply:
             raise BackendError("the prompt does not fit", provider=self.provider)
+        if sum(len(m.content.split()) for m in messages) + len(reply.split()) > self.max_words:
+            raise BackendError("the prompt and the reply exceed the context window", provider=self.provider)
         seen = {w for m in messages for w in m.content.lower().split()}
         return [-1.0 if w in seen else -3.0 for w in reply.lower().split()]
 
@@ -118,6 +121,24 @@ def test_a_reply_met_again_in_the_same_context_is_not_read_again() -> None:
     failing = ContextFit(OverlapModel(fail_on="boom"))
     failing.pmi_batch([("a", "boom")])
     assert isinstance(failing.pmi_batch([("a", "boom")])[0], BackendError)  # an error is never kept
+
+
+def test_a_window_that_does_not_fit_the_model_is_read_from_its_last_messages_that_do() -> None:
+    model = OverlapModel(max_words=8)  # a context window of 8 words
+    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0))
+    context = [
+        {"role": "user", "content": "my dog died last week"},
+        {"role": "assistant", "content": "I am so sorry"},
+        {"role": "user", "content": "the flat is quiet"},
+    ]
+    assert fit.pmi(context, "quiet dog") == pytest.approx(2.0)  # "dog" is no longer in what was read
+    assert [p for p, _ in model.reads[:3]] == [
+        ("my dog died last week", "I am so sorry", "the flat is quiet"),
+        ("I am so sorry", "the flat is quiet"),
+        ("the flat is quiet",),
+    ]
+    with pytest.raises(BackendError, match="context window"):
+        fit.pmi(context, "one two three four five six seven eight nine")  # not even after the last message
 
 
 def test_a_failed_read_is_that_items_error_only() -> None:

@@ -1,6 +1,7 @@
 """Context fit on the real bundled model: the reads of llama.cpp and transformers agree, the KV
-cache reuse changes nothing, and held-out ESConv reference replies fit their contexts better than
-replies from other conversations (greedy and deterministic, so the counts are stable)."""
+cache reuse changes nothing, held-out ESConv reference replies fit their contexts better than
+replies from other conversations, and the bundled models' default reward prefers them to those
+replies and to echoes of the user (greedy and deterministic, so the counts are stable)."""
 
 from __future__ import annotations
 
@@ -81,23 +82,42 @@ def test_held_out_references_fit_their_contexts_better_than_other_conversations_
     assert wins >= 8, f"the reference fitted better in only {wins} of {PAIRS} pairs"  # 9 when written
 
 
-def test_context_fit_makes_the_default_reward_rank_the_reference_first_more_often(
-    fit: ContextFit, pairs: list[tuple[list[dict[str, Any]], str, str]]
-) -> None:
-    """The same evaluations read both ways: the rubric reward alone and with the fit."""
-    reward = AdaptiveReward.from_backend("default", context_fit=fit)
-    results = reward.score_batch([(c, reply) for c, reference, other in pairs for reply in (reference, other)])
-    assert all(r.reward is not None and r.context_fit for r in results), [r.error for r in results]
-    gated = [r.reward for r in results]
-    plain = [r.rubric_reward for r in results]
+def _echo(context: list[dict[str, Any]]) -> str:
+    said = next(m["content"] for m in reversed(context) if m["role"] == "user")
+    return said.strip()
 
-    def wins(rewards: list[Any]) -> float:
+
+def test_the_default_reward_reads_context_fit_and_prefers_the_reference_to_other_replies_and_echoes(
+    pairs: list[tuple[list[dict[str, Any]], str, str]],
+) -> None:
+    """The bundled models' reward (context fit on by default), the same evaluations read two ways:
+    the rubric reward alone and with the fit; and against two echoes of the user."""
+    reward = AdaptiveReward.from_backend("default")
+    assert reward.context_fit is not None and reward.context_fit.identity.endswith("copies discounted")
+    assert AdaptiveReward.from_backend("default", context_fit=None).context_fit is None
+    kinds = ("reference", "other", "echo", "reference + echo")
+    items = [
+        (c, reply)
+        for c, reference, other in pairs
+        for reply in (reference, other, _echo(c), f"{reference.rstrip()} {_echo(c)}")
+    ]
+    results = reward.score_batch(items)
+    assert all(r.reward is not None for r in results), [r.error for r in results]
+    by_kind = {k: results[i :: len(kinds)] for i, k in enumerate(kinds)}
+    assert all(r.context_fit is not None for r in by_kind["reference"] + by_kind["other"])
+
+    def wins(kind: str, rubric_only: bool = False) -> float:
+        pick = (lambda r: r.rubric_reward) if rubric_only else (lambda r: r.reward)
         return sum(
-            float(rewards[2 * i] > rewards[2 * i + 1]) + 0.5 * (rewards[2 * i] == rewards[2 * i + 1])
-            for i in range(PAIRS)
+            float(pick(a) > pick(b)) + 0.5 * (pick(a) == pick(b))
+            for a, b in zip(by_kind["reference"], by_kind[kind], strict=True)
         )
 
-    assert wins(gated) >= 7 and wins(gated) > wins(plain), (wins(gated), wins(plain))  # 7 and 5 with the plain product
+    assert wins("other") >= 7 and wins("other") > wins("other", rubric_only=True), (
+        wins("other"),
+        wins("other", rubric_only=True),
+    )  # 7 and 5 when written
+    assert wins("echo") >= 8 and wins("reference + echo") >= 7, (wins("echo"), wins("reference + echo"))
 
 
 def test_care_score_records_the_context_fit(tmp_path: Path, pairs: list[tuple[list[dict[str, Any]], str, str]]) -> None:
@@ -111,8 +131,11 @@ def test_care_score_records_the_context_fit(tmp_path: Path, pairs: list[tuple[li
         json.dumps({"id": "d1", "messages": [*context, {"role": "assistant", "content": reference}]}) + "\n"
     )
     out = tmp_path / "scores.jsonl"
-    assert main(["score", str(source), "--context-fit", "default", "--out", str(out), "--quiet"]) == 0
+    assert main(["score", str(source), "--out", str(out), "--quiet"]) == 0  # on by default for the bundled models
     record = json.loads(out.read_text().splitlines()[-1])
     assert 0.0 < record["context_fit"] < 1.0 and record["reward"] is not None
     assert record["scored_by"]["context_fit"].startswith("llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf|window=6|")
+    off = tmp_path / "off.jsonl"
+    assert main(["score", str(source), "--context-fit", "off", "--out", str(off), "--quiet"]) == 0
+    assert json.loads(off.read_text().splitlines()[-1])["context_fit"] is None
     assert main(["score", str(source), "--context-fit", "openai:gpt@http://127.0.0.1:9/v1", "--quiet"]) == 2

@@ -144,7 +144,8 @@ class ContextFit:
             transformers): an object or a spec. ``"default"`` is the bundled base model without
             adapters, the model :data:`BUNDLED_GATE` was fitted on.
         gate: turns PMI into a probability; fit one for another model with :meth:`Gate.fit`.
-        window: how many of the context's last messages the model reads.
+        window: how many of the context's last messages the model reads (fewer when they do not
+            fit the model's context window with the reply: the oldest are dropped first).
         neutral: the one user message a reply is compared against.
         floor: the share of the fit a reply gets whatever the rubric says (see :func:`fitted_reward`);
             ``0`` makes the reward the plain product of the two.
@@ -235,7 +236,7 @@ class ContextFit:
             first_seen.setdefault(keyed[i][0], len(first_seen))
         conditional: dict[int, list[float] | CareError] = {}
         for i in sorted(todo, key=lambda i: (first_seen[keyed[i][0]], i)):
-            conditional[i] = self._read(*keyed[i])
+            conditional[i] = self._read_fitting(*keyed[i])
         out: list[float | CareError] = []
         for i, key in enumerate(keyed):
             if key in known:
@@ -256,6 +257,15 @@ class ContextFit:
                 while len(self._memo) > MEMO_SIZE:
                     self._memo.popitem(last=False)
         return out
+
+    def _read_fitting(self, messages: tuple[Message, ...], reply: str) -> list[float] | CareError:
+        """The reply read after ``messages``; when that fails (a window of long messages can exceed
+        the model's context), after fewer of them, the oldest dropped first, down to the last one."""
+        value = self._read(messages, reply)
+        while isinstance(value, CareError) and len(messages) > 1:
+            messages = messages[1:]
+            value = self._read(messages, reply)
+        return value
 
     def _read(self, messages: Sequence[Message], reply: str) -> list[float] | CareError:
         if not reply:
