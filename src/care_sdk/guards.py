@@ -226,17 +226,22 @@ _PERSON = {
 }  # fmt: skip
 
 
-def _copy_keys(text: str) -> list[str]:
-    """The words of ``text`` as copy detection compares them: lower-cased, first and second person
-    made one ("I am" and "you are" match), so turning the user's words around does not hide a copy."""
-    return [_PERSON.get(w, w) for w in _WORD.findall(text.lower())]
+def _copy_key(word: str) -> str:
+    """A word as copy detection compares it: lower-cased, first and second person made one ("I am"
+    and "you are" match), so turning the user's words around does not hide a copy."""
+    word = word.lower()
+    return _PERSON.get(word, word)
+
+
+def _context_grams(context: Sequence[str]) -> set[tuple[str, ...]]:
+    return {g for text in context for g in word_ngrams([_copy_key(w) for w in _WORD.findall(text)], _COPY_N)}
 
 
 def _copied(reply: str, context: Sequence[str]) -> list[tuple[re.Match[str], bool]]:
     """Every word of ``reply`` with whether it lies in a word 4-gram that occurs in ``context``."""
-    seen = {g for text in context for g in word_ngrams(_copy_keys(text), _COPY_N)}
+    seen = _context_grams(context)
     words = list(_WORD.finditer(reply))
-    keys = [_PERSON.get(w.group().lower(), w.group().lower()) for w in words]
+    keys = [_copy_key(w.group()) for w in words]
     covered = [False] * len(words)
     for i, gram in enumerate(word_ngrams(keys, _COPY_N)):
         if gram in seen:
@@ -260,10 +265,10 @@ def copied_share(reply: str, context: Sequence[str]) -> float | None:
         >>> copied_share("I failed my exam", context) is None
         True
     """
-    words = _copy_keys(reply)
+    words = [_copy_key(w) for w in _WORD.findall(reply)]
     if len(words) < 2 * _COPY_N:
         return None
-    seen = {g for text in context for g in word_ngrams(_copy_keys(text), _COPY_N)}
+    seen = _context_grams(context)
     grams = word_ngrams(words, _COPY_N)
     return sum(g in seen for g in grams) / len(grams)
 
