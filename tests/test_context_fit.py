@@ -10,6 +10,7 @@ import asyncio
 import math
 import random
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -219,3 +220,40 @@ def test_trl_calls_log_the_mean_context_fit() -> None:
     assert logged["care/context_fit"] == pytest.approx((Gate(1.0, 0.0)(2.0) + 0.5) / 2)
     half = 0.5 + 0.5 * 5 / 6
     assert rewards == [pytest.approx(half * Gate(1.0, 0.0)(2.0)), pytest.approx(half * 0.5)]
+
+
+def test_auto_turns_context_fit_on_for_the_bundled_evaluator_only() -> None:
+    from care_sdk.context_fit import context_fit_for
+    from care_sdk.reward import build_reward
+
+    fit = ContextFit(OverlapModel())
+    assert context_fit_for(fit, "openai:gpt-4o-mini") is fit  # an object is used as given
+    assert context_fit_for("auto", "openai:gpt-4o-mini") is None
+    assert context_fit_for("auto", ScriptedBackend([])) is None  # a backend object is not the bundled default
+    assert context_fit_for("off", "default") is None and context_fit_for(None, "default") is None
+    assert build_reward("care", backend=ScriptedBackend([])).context_fit is None
+    assert build_reward("care", backend=ScriptedBackend([]), context_fit=fit).context_fit is fit
+    assert AdaptiveReward.from_backend(ScriptedBackend([])).context_fit is None
+
+
+def test_the_quality_variants_share_one_read_of_each_reply() -> None:
+    from care_sdk import RubricGenerator
+    from care_sdk.bench.variants import Item, VariantScorer
+    from care_sdk.testing import rubric_json
+
+    def script(req: Any) -> str:
+        if "scores" in req.json_schema["properties"]:
+            return evaluation_json([5, 5, 3, 3, 1, 1])
+        return rubric_json({"cognitive": 2, "affective": 1, "proactive": 1})
+
+    model = OverlapModel()
+    backend = ScriptedBackend(script)
+    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0))
+    variants = ["care", "fixed_rubric"]
+    scorer = VariantScorer(RubricGenerator(backend), RubricEvaluator(backend), variants, context_fit=fit)
+    context = (Message(role="user", content="my dog died"),)
+    records = scorer.score([Item(key="k", context=context, reply="dog died")])[0]
+    gate = Gate(1.0, 0.0)(4.0)
+    assert records["care"]["context_fit"] == records["fixed_rubric"]["context_fit"] == pytest.approx(gate)
+    assert records["fixed_rubric"]["reward"] == pytest.approx(gate * (0.5 + 0.5 * 0.5))
+    assert len(model.reads) == 2  # one conditional and one neutral read for both variants
