@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from care_sdk.backends import Backend, resolve_backend
+from care_sdk.backends import Backend, is_default_spec, resolve_backend
 from care_sdk.errors import BackendError, CareError, ConfigError
 from care_sdk.guards import copied_share, strip_copied
 from care_sdk.types import Context, Message, as_messages
@@ -347,6 +347,5 @@ def context_fit_for(option: ContextFit | str | None, evaluator: Any) -> ContextF
     if spec.lower() == "off":
         return None
     if spec.lower() == AUTO:
-        bundled = isinstance(evaluator, str) and evaluator.strip().lower() == "default"
-        return ContextFit() if bundled else None
+        return ContextFit() if is_default_spec(evaluator) else None
     return ContextFit(spec)

@@ -6,7 +6,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from care_sdk._calls import completion_text, report_to_trainer, trl_items
-from care_sdk.backends import Backend, resolve_backend
+from care_sdk.backends import Backend, is_default_spec, resolve_backend
 from care_sdk.context_fit import AUTO, ContextFit, context_fit_for, fitted_reward
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
@@ -133,7 +133,7 @@ class AdaptiveReward:
             'uniform'
         """
         options["context_fit"] = context_fit_for(options.get("context_fit", AUTO), backend)
-        if isinstance(backend, str) and backend.strip().lower() == "default":  # one bundled adapter per role
+        if is_default_spec(backend):  # one bundled adapter per role
             return cls(RubricGenerator(backend), RubricEvaluator(backend), **options)
         shared = resolve_backend(backend)
         return cls(RubricGenerator(shared), RubricEvaluator(shared), **options)
@@ -384,7 +384,7 @@ def build_reward(
 
     def backend_for(spec: Any) -> Any:
         spec = backend if spec is None else spec
-        if isinstance(spec, str) and spec.strip().lower() == "default":
+        if is_default_spec(spec):
             return spec  # each component resolves it with its role, so it gets its own adapter
         key = spec if isinstance(spec, str) else id(spec)
         if key not in built:

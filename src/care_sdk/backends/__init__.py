@@ -42,6 +42,7 @@ __all__ = [
     "GenerationRequest",
     "GenerationResult",
     "TokenLogprob",
+    "is_default_spec",
     "resolve_backend",
 ]
 
@@ -55,6 +56,17 @@ SPEC_FORMS = (
     "hf:MODEL_OR_PATH",
 )
 """The spec string forms :func:`resolve_backend` accepts."""
+
+
+def is_default_spec(spec: Any) -> bool:
+    """Whether ``spec`` is the spec string ``default``: the bundled model, which gives each role
+    (generator, evaluator) its own bundled adapter.
+
+    Examples:
+        >>> is_default_spec(" Default"), is_default_spec("base"), is_default_spec(object())
+        (True, False, False)
+    """
+    return isinstance(spec, str) and spec.strip().lower() == "default"
 
 
 def _from_object(obj: Any) -> Backend | None:
@@ -155,7 +167,7 @@ class BackendPool:
             True
         """
         key = spec if not options else f"{spec}|{json.dumps(options, sort_keys=True, default=str)}"
-        if role is not None and key not in self._built and spec.strip().lower() == "default":
+        if role is not None and key not in self._built and is_default_spec(spec):
             key = f"{key}|role={role}"
         if key not in self._built:
             self._built[key] = resolve_backend(spec, role=role, **(options or {}))
