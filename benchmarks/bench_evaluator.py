@@ -76,7 +76,7 @@ from care_sdk.backends import resolve_backend
 from care_sdk.bench.metrics import Estimate, bootstrap, pairwise_accuracy, preference_pairs, score_pairs, spearman
 from care_sdk.context_fit import BUNDLED_GATE, DEFAULT_FLOOR, Gate, fitted_reward
 from care_sdk.evaluator import expected_scores
-from care_sdk.guards import EMPTY_REPLY, NO_WORDS, Guards, copied_share, policy_reward, screen
+from care_sdk.guards import EMPTY_REPLY, NO_WORDS, Guards, own_share, policy_reward, screen
 from care_sdk.prompts import parse_evaluation
 from care_sdk.types import DIMENSIONS, CriterionScore, Evaluation, RewardResult, Rubric, fixed_criteria
 
@@ -400,9 +400,7 @@ def report(
             forms.append(("shipped gate, expected scores", BUNDLED_GATE, DEFAULT_FLOOR, expected))
         if sweep_floors:
             forms += [(f"shipped gate, floor {floor}", BUNDLED_GATE, floor, greedy) for floor in FLOOR_SWEEP]
-        own = {
-            it["key"]: 1.0 - (copied_share(it["reply"], [m["content"] for m in it["context"]]) or 0.0) for it in items
-        }
+        own = {it["key"]: own_share(it["reply"], [m["content"] for m in it["context"]]) for it in items}
         for name, use, floor, care in forms:
             rows[f"shipped: care with context fit, {name}"] = {
                 k: (fitted_reward(r, use(pmi[k]) * own[k], floor) if r is not None and k in pmi else None)

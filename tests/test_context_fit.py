@@ -17,7 +17,7 @@ import pytest
 from care_sdk import AdaptiveReward, ContextFit, Rubric, RubricEvaluator
 from care_sdk.backends import Backend
 from care_sdk.context_fit import Gate
-from care_sdk.errors import BackendError, ConfigError
+from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
 from care_sdk.testing import ScriptedBackend, evaluation_json
 from care_sdk.types import Message
 
@@ -38,8 +38,9 @@ class OverlapModel(Backend):
         self.reads.append((tuple(m.content for m in messages), reply))
         if self.fail_on is not None and self.fail_on in reply:
             raise BackendError("the prompt does not fit", provider=self.provider)
-        if sum(len(m.content.split()) for m in messages) + len(reply.split()) > self.max_words:
-            raise BackendError("the prompt and the reply exceed the context window", provider=self.provider)
+        words = sum(len(m.content.split()) for m in messages) + len(reply.split())
+        if words > self.max_words:
+            raise ContextOverflowError(words, self.max_words, provider=self.provider)
         seen = {w for m in messages for w in m.content.lower().split()}
         return [-1.0 if w in seen else -3.0 for w in reply.lower().split()]
 
@@ -138,8 +139,13 @@ def test_a_window_that_does_not_fit_the_model_is_read_from_its_last_messages_tha
         ("I am so sorry", "the flat is quiet"),
         ("the flat is quiet",),
     ]
-    with pytest.raises(BackendError, match="context window"):
+    with pytest.raises(ContextOverflowError, match="context window"):
         fit.pmi(context, "one two three four five six seven eight nine")  # not even after the last message
+    model.reads.clear()
+    model.fail_on = "boom"
+    with pytest.raises(BackendError, match="does not fit"):
+        fit.pmi(context, "boom")
+    assert len(model.reads) == 1  # an error that is not the context window is not tried again
 
 
 def test_a_failed_read_is_that_items_error_only() -> None:

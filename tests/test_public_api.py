@@ -13,6 +13,7 @@ EXPECTED = {
     "CacheStats",
     "CareError",
     "ConfigError",
+    "ContextOverflowError",
     "ContextFit",
     "Criterion",
     "CriterionScore",

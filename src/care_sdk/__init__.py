@@ -12,7 +12,15 @@ Examples:
 from care_sdk.backends import Backend, GenerationRequest, GenerationResult, resolve_backend
 from care_sdk.cache import CacheStats, MemoryCache, RubricCache
 from care_sdk.context_fit import ContextFit
-from care_sdk.errors import BackendError, CareError, ConfigError, InputError, MissingDependencyError, OutputError
+from care_sdk.errors import (
+    BackendError,
+    CareError,
+    ConfigError,
+    ContextOverflowError,
+    InputError,
+    MissingDependencyError,
+    OutputError,
+)
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
 from care_sdk.guards import Guards
@@ -46,6 +54,7 @@ __all__ = [
     "CareError",
     "ConfigError",
     "ContextFit",
+    "ContextOverflowError",
     "Criterion",
     "CriterionScore",
     "Dialogue",

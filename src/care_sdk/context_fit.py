@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from care_sdk.backends import Backend, is_default_spec, resolve_backend
-from care_sdk.errors import BackendError, CareError, ConfigError
-from care_sdk.guards import copied_share, strip_copied
+from care_sdk.errors import BackendError, CareError, ConfigError, ContextOverflowError
+from care_sdk.guards import own_share, strip_copied
 from care_sdk.types import Context, Message, as_messages
 
 __all__ = [
@@ -259,10 +259,11 @@ class ContextFit:
         return out
 
     def _read_fitting(self, messages: tuple[Message, ...], reply: str) -> list[float] | CareError:
-        """The reply read after ``messages``; when that fails (a window of long messages can exceed
-        the model's context), after fewer of them, the oldest dropped first, down to the last one."""
+        """The reply read after ``messages``; when they do not fit the model's context with it
+        (:class:`ContextOverflowError`), after fewer of them, the oldest dropped first, down to the
+        last one. Any other error is returned as it is."""
         value = self._read(messages, reply)
-        while isinstance(value, CareError) and len(messages) > 1:
+        while isinstance(value, ContextOverflowError) and len(messages) > 1:
             messages = messages[1:]
             value = self._read(messages, reply)
         return value
@@ -288,8 +289,7 @@ class ContextFit:
         """
         if not self.strip_copies:
             return 1.0
-        share = copied_share(reply, [m.content for m in as_messages(context)])
-        return 1.0 - (share or 0.0)
+        return own_share(reply, [m.content for m in as_messages(context)])
 
     def score(self, context: Context, reply: str) -> float:
         """How likely the reply was written for ``context``: the gate's value of its PMI, times its

