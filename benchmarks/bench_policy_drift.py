@@ -38,6 +38,7 @@ from pathlib import Path
 
 from care_sdk.bench.metrics import bootstrap, spearman
 from care_sdk.guards import copied_share
+from care_sdk.types import RewardResult
 
 
 @dataclass(frozen=True)
@@ -82,20 +83,18 @@ def read_run(run: Path) -> list[Reply]:
             if row["id"] not in texts:
                 raise SystemExit(f"{run / 'turns.jsonl'}:{n}: id {row['id']!r} is not in dialogues.jsonl")
             messages = texts[row["id"]]
-            rubric = None  # a reply the guards settled without a model call has no rubric
-            if row.get("rubric") and row.get("dimension_scores"):
-                weights = row["rubric"]["weights"]
-                rubric = sum(weights[d] * row["dimension_scores"][d] for d in weights)
+            result = RewardResult.model_validate({k: row[k] for k in RewardResult.model_fields if k in row})
+            assert result.reward is not None
             replies.append(
                 Reply(
-                    group=f"{row['id'].rsplit(':', 1)[0]}",  # "<prompt>@<step>": one prompt's samples
+                    group=row["id"].rsplit(":", 1)[0],  # "<prompt>@<step>": one prompt's samples
                     step=int(row["step"]),
                     text=messages[-1],
                     context=tuple(messages[:-1]),
-                    reward=float(row["reward"]),
-                    rubric_reward=rubric,
-                    context_fit=row.get("context_fit"),
-                    flagged=bool(row.get("flags")),
+                    reward=result.reward,
+                    rubric_reward=result.rubric_reward,  # None for a reply the guards settled without a model call
+                    context_fit=result.context_fit,
+                    flagged=bool(result.flags),
                 )
             )
     return replies
@@ -113,11 +112,11 @@ def _change(
     measure: Callable[[Reply], float | None], first: set[int]
 ) -> Callable[[Sequence[list[Reply]]], float | None]:
     """The last quarter's mean minus the first's, over groups tagged by their step."""
-    early_mean, late_mean = _group_mean(measure), _group_mean(measure)
+    mean = _group_mean(measure)
 
     def statistic(groups: Sequence[list[Reply]]) -> float | None:
-        a = early_mean([g for g in groups if g[0].step in first])
-        b = late_mean([g for g in groups if g[0].step not in first])
+        a = mean([g for g in groups if g[0].step in first])
+        b = mean([g for g in groups if g[0].step not in first])
         return None if a is None or b is None else b - a
 
     return statistic
