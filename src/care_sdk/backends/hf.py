@@ -217,6 +217,12 @@ class HFBackend(Backend):
         assert all(r is not None for r in results)
         return results  # type: ignore[return-value]
 
+    def _overflow(self, tokens: int) -> ContextOverflowError:
+        """The error for ``tokens`` that do not fit the model's context."""
+        return ContextOverflowError(
+            tokens, int(self._context or 0), provider=self.provider, hint="shorten the dialogue context"
+        )
+
     def reply_logprobs(self, messages: Sequence[Message], reply: str) -> list[float]:
         """The log-probability of each token of ``reply`` after ``messages``' prompt, in one forward
         pass over what the KV cache of the previous call does not already hold.
@@ -235,12 +241,7 @@ class HFBackend(Backend):
         if not tokens:
             return []
         if self._context is not None and len(prompt) + len(tokens) > int(self._context):
-            raise ContextOverflowError(
-                len(prompt) + len(tokens),
-                int(self._context),
-                provider=self.provider,
-                hint="shorten the dialogue context",
-            )
+            raise self._overflow(len(prompt) + len(tokens))
         with self._lock, torch.inference_mode():
             return self._prefix.span_logprobs(prompt + tokens, len(prompt))
 
@@ -268,9 +269,7 @@ class HFBackend(Backend):
         if self._context is not None:
             room = int(self._context) - len(prompt_ids)
             if room <= 0:
-                raise ContextOverflowError(
-                    len(prompt_ids), int(self._context), provider=self.provider, hint="shorten the dialogue context"
-                )
+                raise self._overflow(len(prompt_ids))
             max_tokens = min(max_tokens, room)
         grammar = self._grammar(request.json_schema) if request.json_schema is not None else None
         seed = request.seed if request.seed is not None else self.seed
@@ -345,14 +344,7 @@ class HFBackend(Backend):
         prompt = self._prompt_ids(request.messages)
         reply_tokens = len(self._reply_tokens(forced.text([max(forced.choices, key=len)] * forced.slots))[0])
         if self._context is not None and len(prompt) + reply_tokens > int(self._context):
-            return GenerationResult(
-                error=ContextOverflowError(
-                    len(prompt) + reply_tokens,
-                    int(self._context),
-                    provider=self.provider,
-                    hint="shorten the dialogue context",
-                )
-            )
+            return GenerationResult(error=self._overflow(len(prompt) + reply_tokens))
         seed = request.seed if request.seed is not None else self.seed
         completions = []
         try:

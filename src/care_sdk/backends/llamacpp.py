@@ -434,9 +434,7 @@ class LlamaCppBackend(Backend):
         longest = max(forced.choices, key=len)
         reply_tokens = len(self._reply_tokens(forced.text([longest] * forced.slots))[0])
         if len(prompt) + reply_tokens + 1 > self.llama.n_ctx():
-            raise ValueError(
-                f"Requested tokens ({len(prompt) + reply_tokens}) exceed context window of {self.llama.n_ctx()}"
-            )
+            raise ContextOverflowError(len(prompt) + reply_tokens + 1, self.llama.n_ctx(), provider=self.provider)
         completions = []
         for j in range(request.n):
             built = build_forced_reply(
@@ -458,7 +456,9 @@ class LlamaCppBackend(Backend):
         if request.forced is not None:
             try:
                 return self._forced(request, self._seed if request.seed is None else request.seed)
-            except (ValueError, RuntimeError) as exc:  # the prompt does not fit, a choice the tokens cannot tell apart
+            except ContextOverflowError as exc:
+                return GenerationResult(error=exc)
+            except (ValueError, RuntimeError) as exc:  # a choice the tokens cannot tell apart
                 return GenerationResult(error=self._engine_error(exc))
         if request.top_logprobs and not self.supports_logprobs:
             return GenerationResult(
