@@ -18,7 +18,7 @@ from care_sdk.errors import BackendError, ConfigError
 from care_sdk.evaluator import expected_scores, forced_evaluation
 from care_sdk.prompts import parse_evaluation
 from care_sdk.testing import ScriptedBackend, evaluation_json
-from care_sdk.types import Evaluation, Rubric
+from care_sdk.types import Evaluation, Message, Rubric
 
 CONTEXT = [
     {"role": "user", "content": "I failed my driving test for the third time. I feel like such an idiot."},
@@ -238,6 +238,21 @@ def test_llamacpp_candidates_of_one_context_share_one_prefill(llama: Backend) ->
     prompt = llama._prompt_ids(evaluator.request(CONTEXT, Rubric.uniform_fixed(), REPLIES[1]))  # type: ignore[attr-defined]
     assert isinstance(first, Evaluation) and isinstance(second, Evaluation)
     assert spent < 120 < len(prompt)  # the reply's own tokens and the fixed text, not the shared prompt
+
+
+@pytest.mark.slow
+def test_llamacpp_scores_do_not_depend_on_what_the_cache_holds(model_path: Path) -> None:
+    from care_sdk.backends.llamacpp import LlamaCppBackend
+
+    with LlamaCppBackend(model_path, n_ctx=2048, n_threads=1) as backend:
+        evaluator = RubricEvaluator(backend, use_logprobs=True)
+        messages = [Message(**m) for m in CONTEXT]
+        cold = evaluator.evaluate(CONTEXT, Rubric.uniform_fixed(), REPLIES[1])
+        again = evaluator.evaluate(CONTEXT, Rubric.uniform_fixed(), REPLIES[1])  # its whole text cached now
+        assert isinstance(cold, Evaluation) and isinstance(again, Evaluation)
+        assert _dists(again) == _dists(cold)
+        cold_reads = backend.reply_logprobs(messages, REPLIES[1])
+        assert backend.reply_logprobs(messages, REPLIES[1]) == cold_reads  # the prompt cached this time
 
 
 @pytest.mark.slow

@@ -374,9 +374,12 @@ class LlamaCppBackend(Backend):
         return ids, [max(e - extra, 0) for e in ends]
 
     def _next_logprobs(self, ids: Sequence[int], wanted: Sequence[int]) -> list[float]:
-        """Log-probabilities of ``wanted`` after ``ids``, evaluating only what the KV cache lacks."""
+        """Log-probabilities of ``wanted`` after ``ids``, evaluating only what the KV cache lacks, and
+        always at least the last two tokens: llama.cpp computes a batch of one token with other kernels
+        than a longer batch, so a lone last token would make the numbers depend on what the cache held
+        (by up to 0.02 in a score's probability)."""
         llama: Any = self.llama
-        keep = min(common_prefix(llama.input_ids[: llama.n_tokens].tolist(), ids), len(ids) - 1)
+        keep = max(min(common_prefix(llama.input_ids[: llama.n_tokens].tolist(), ids), len(ids) - 2), 0)
         llama.n_tokens = keep  # eval() drops the cache beyond this point
         llama.eval(list(ids[keep:]))
         self.evaluated_tokens += len(ids) - keep
