@@ -10,6 +10,7 @@ import pytest
 from care_sdk import (
     AdaptiveReward,
     BackendError,
+    ContextOverflowError,
     Dimension,
     GenerationRequest,
     OutputError,
@@ -54,6 +55,50 @@ def test_backend_error_is_typed_and_not_retried_by_the_parser() -> None:
     with pytest.raises(BackendError, match="401"):
         RubricGenerator(backend).generate(CONTEXT)
     assert len(backend.requests) == 1
+
+
+LONG = [
+    {"role": "user", "content": "First, a very long story. " * 40},
+    {"role": "assistant", "content": "I hear you."},
+    {"role": "user", "content": "And now my exam went terribly."},
+]
+
+
+def window(limit: int, reply: object) -> ScriptedBackend:
+    """A backend whose context window holds ``limit`` characters of prompt."""
+
+    def answer(request: GenerationRequest) -> object:
+        size = sum(len(m.content) for m in request.messages)
+        return ContextOverflowError(size, limit, provider="scripted") if size > limit else reply
+
+    return ScriptedBackend(answer)  # type: ignore[arg-type]
+
+
+def test_a_context_that_does_not_fit_is_cut_from_its_oldest_message_not_failed() -> None:
+    gen = window(1500, GOOD_RUBRIC)
+    rubric = RubricGenerator(gen, max_attempts=1).generate(LONG)
+    assert rubric.top_dimension is Dimension.AFFECTIVE
+    assert len(gen.requests) == 2  # the whole context, then without the long first message
+    assert "very long story" in gen.requests[0].messages[1].content
+    shown = gen.requests[1].messages[1].content
+    assert "very long story" not in shown and "exam went terribly" in shown
+    assert shown.startswith("Position: supporter turn 2, after 3 messages (the first 1 not shown).")
+    ev = window(2000, evaluation_json([4, 4, 4, 4, 4, 4]))
+    evaluation = RubricEvaluator(ev, max_attempts=1).evaluate(LONG, Rubric.uniform_fixed(), "That sounds hard.")
+    assert [s.score for s in evaluation.scores] == [4] * 6
+    assert len(ev.requests) == 2 and "very long story" not in ev.requests[1].messages[1].content
+
+
+def test_a_reply_that_does_not_fit_with_any_context_is_the_overflow_error() -> None:
+    ev = window(2000, evaluation_json([4, 4, 4, 4, 4, 4]))
+    results = RubricEvaluator(ev).evaluate_batch(
+        [(LONG, Rubric.uniform_fixed(), "Far too long. " * 200), (LONG, Rubric.uniform_fixed(), "Short.")]
+    )
+    assert isinstance(results[0], ContextOverflowError)
+    assert not isinstance(results[1], ContextOverflowError)
+    assert len(ev.requests) == 3 + 2  # three context sizes for the first, two for the second
+    with pytest.raises(ContextOverflowError):
+        RubricGenerator(window(10, GOOD_RUBRIC)).generate(LONG)
 
 
 def test_one_rubric_per_context_in_a_batch_and_across_calls() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
+from care_sdk import AdaptiveReward, Rubric, RubricEvaluator, RubricGenerator
 from care_sdk.adapters import bundled_adapter
 from care_sdk.backends.llamacpp import LlamaCppBackend
 from care_sdk.data import LEND_AN_EAR_HELD_OUT, lend_an_ear_split, load_judged_turns, load_lend_an_ear
@@ -76,3 +76,21 @@ def test_the_shipped_reward_orders_held_out_judged_replies_as_the_judge(data_dir
     # measured on all 55 such held-out turns: 0.95 (but the judge's worst is nearly always the short
     # human reply: see docs/training/bundled_evaluator.md for the length baseline)
     assert wins >= 4.5, wins
+
+
+def test_the_default_reward_scores_a_turn_whose_visible_messages_overflow_the_window() -> None:
+    """A long message among the visible four (over 4,096 tokens, as in some SAGE conversations): the
+    generator and the evaluator drop the oldest visible messages until the prompt fits, instead of failing."""
+    story = " ".join(f"On day {i} I went back to the office and my manager ignored me again." for i in range(300))
+    context = [
+        {"role": "user", "content": "Work has been awful."},
+        {"role": "user", "content": story},
+        {"role": "assistant", "content": "That sounds exhausting. What happened today?"},
+        {"role": "user", "content": "He shouted at me in front of everyone. What do I do?"},
+    ]
+    reward = AdaptiveReward.from_backend("default")
+    backend: LlamaCppBackend = reward.evaluator.backend  # type: ignore[assignment]
+    request = reward.evaluator.request(context, Rubric.uniform_fixed(), "x")
+    assert len(backend._prompt_ids(request)) > backend.llama.n_ctx()
+    result = reward.score(context, "That was humiliating. Could you talk to HR about what happened today?")
+    assert result.error is None and result.reward is not None and result.rubric is not None

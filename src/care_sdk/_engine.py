@@ -8,11 +8,14 @@ a backend synchronously or asynchronously, so sync and async APIs share every li
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Generator, Sequence
 from typing import TypeVar
 
 from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult
-from care_sdk.errors import CareError, OutputError
+from care_sdk.errors import CareError, ContextOverflowError, OutputError
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Plan = Generator[list[GenerationRequest], list[GenerationResult], list[T | CareError]]
@@ -39,6 +42,7 @@ def parse_plan(
     what: str,
     max_attempts: int,
     accept: Callable[[int, T], str | None] | None = None,
+    shorter: Callable[[int], GenerationRequest | None] | None = None,
 ) -> Plan[T]:
     """Send ``requests``; parse each reply with ``parse(index, completion)``; retry the ones that fail.
 
@@ -46,21 +50,32 @@ def parse_plan(
     :class:`OutputError`. ``accept(index, value)``, when given, checks a parsed value: it returns
     ``None`` to accept it, or the reason it refuses it; a refused reply is retried like one that
     does not parse (its :class:`OutputError` keeps the last reply as ``raw``). A backend error
-    (already retried by the backend's own retry layer) is final for that item. A request without a
-    ``purpose`` is sent with ``what`` as its purpose.
+    (already retried by the backend's own retry layer) is final for that item, except a
+    :class:`ContextOverflowError` when ``shorter`` is given: ``shorter(index)`` returns the item's
+    request with fewer context messages, sent instead at no cost in attempts, or ``None`` when there
+    is nothing left to drop (the error is then final). A request without a ``purpose`` is sent with
+    ``what`` as its purpose.
     """
-    requests = [r if r.purpose is not None else dataclasses.replace(r, purpose=what) for r in requests]
+
+    def with_purpose(request: GenerationRequest) -> GenerationRequest:
+        return request if request.purpose is not None else dataclasses.replace(request, purpose=what)
+
+    requests = [with_purpose(r) for r in requests]
     outcomes: list[T | CareError | None] = [None] * len(requests)
+    attempts = [0] * len(requests)
     pending = list(range(len(requests)))
-    failures: dict[int, tuple[str, str]] = {}
-    for attempt in range(max_attempts):
-        if not pending:
-            break
-        results = yield [retry_request(requests[i], attempt) for i in pending]
-        retry = []
+    while pending:
+        results = yield [retry_request(requests[i], attempts[i]) for i in pending]
+        again = []
         for i, result in zip(pending, results, strict=True):
             if result.error is not None:
-                outcomes[i] = result.error
+                smaller = shorter(i) if shorter is not None and isinstance(result.error, ContextOverflowError) else None
+                if smaller is None:
+                    outcomes[i] = result.error
+                else:
+                    logger.info("%s %d: %s; sent again with fewer context messages", what, i, result.error)
+                    requests[i] = with_purpose(smaller)
+                    again.append(i)
                 continue
             completion = result.completions[0]
             try:
@@ -73,12 +88,14 @@ def parse_plan(
                 reason = str(exc)
                 if completion.finish_reason == "length":
                     reason += " (the reply hit max_tokens)"
-                failures[i] = (reason, completion.text)
-                retry.append(i)
-        pending = retry
-    for i in pending:
-        reason, raw = failures[i]
-        outcomes[i] = OutputError(f"{what} reply invalid: {reason}", attempts=max_attempts, raw=raw)
+                attempts[i] += 1
+                if attempts[i] < max_attempts:
+                    again.append(i)
+                else:
+                    outcomes[i] = OutputError(
+                        f"{what} reply invalid: {reason}", attempts=max_attempts, raw=completion.text
+                    )
+        pending = again
     assert all(o is not None for o in outcomes)
     return outcomes  # type: ignore[return-value]
 

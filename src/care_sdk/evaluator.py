@@ -18,6 +18,7 @@ from care_sdk.prompts import (
     evaluation_schema,
     evaluator_messages,
     parse_evaluation,
+    shown_messages,
 )
 from care_sdk.types import Context, CriterionScore, Evaluation, Rubric
 
@@ -49,7 +50,9 @@ class RubricEvaluator:
         prompt_version: the evaluator prompt (``"v2"``, the default, fences the dialogue and the reply
             as quoted data; ``"v1"`` pastes the reply in as plain text).
         max_context_messages: show the model only the last this many context messages (``None``:
-            all; with a bundled or exported adapter, the cut it was trained with).
+            all; with a bundled or exported adapter, the cut it was trained with). A prompt that
+            does not fit the model's context window (:class:`~care_sdk.errors.ContextOverflowError`)
+            is sent again with fewer messages, the oldest dropped first, down to the last one.
         mode: one of :data:`EVALUATOR_MODES`. ``"forced"`` (what ``"auto"`` picks on llama.cpp and
             transformers) scores only the free positions of the reply: the prompt and the fixed
             JSON are prefilled, each score is the most likely of ``1``-``5`` at its position (its
@@ -111,12 +114,11 @@ class RubricEvaluator:
 
     def request(self, context: Context, rubric: Rubric, reply: str) -> GenerationRequest:
         """The backend request that scores ``reply`` (useful to inspect the exact prompt)."""
+        return self._request(context, rubric, reply, self.max_context_messages)
+
+    def _request(self, context: Context, rubric: Rubric, reply: str, keep: int | None) -> GenerationRequest:
         return GenerationRequest(
-            messages=tuple(
-                evaluator_messages(
-                    context, rubric, reply, self.prompt_version, max_context_messages=self.max_context_messages
-                )
-            ),
+            messages=tuple(evaluator_messages(context, rubric, reply, self.prompt_version, max_context_messages=keep)),
             json_schema=evaluation_schema(len(rubric.criteria)),
             max_tokens=self.max_tokens,
             temperature=self.temperature,
@@ -135,8 +137,18 @@ class RubricEvaluator:
                 evaluation = expected_scores(evaluation, completion)
             return evaluation
 
+        shown = [shown_messages(c, self.max_context_messages) for c, _, _ in items]
+
+        def shorter(i: int) -> GenerationRequest | None:  # the context does not fit: drop its oldest message
+            if shown[i] <= 1:
+                return None
+            shown[i] -= 1
+            return self._request(items[i][0], items[i][1], items[i][2], shown[i])
+
         requests = [self.request(c, r, reply) for c, r, reply in items]
-        return (yield from parse_plan(requests, parse, what="evaluation", max_attempts=self.max_attempts))
+        return (
+            yield from parse_plan(requests, parse, what="evaluation", max_attempts=self.max_attempts, shorter=shorter)
+        )
 
     def evaluate(self, context: Context, rubric: Rubric, reply: str) -> Evaluation:
         """Score ``reply`` (the answer to ``context``) on every criterion of ``rubric``.

@@ -10,7 +10,14 @@ from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.cache import MemoryCache, RubricCache, context_key
 from care_sdk.errors import CareError, ConfigError
-from care_sdk.prompts import GENERATOR_PROMPT_VERSION, Context, generator_messages, parse_rubric, rubric_schema
+from care_sdk.prompts import (
+    GENERATOR_PROMPT_VERSION,
+    Context,
+    generator_messages,
+    parse_rubric,
+    rubric_schema,
+    shown_messages,
+)
 from care_sdk.types import Message, Rubric, as_messages
 
 __all__ = ["RubricGenerator"]
@@ -34,7 +41,9 @@ class RubricGenerator:
             :class:`~care_sdk.cache.RubricCache` (e.g. shared or persistent).
         max_context_messages: show the model only the last this many messages (the prompt still
             states the reply's position). Default: the setting a trained generator adapter on the
-            backend was trained with, else the whole context.
+            backend was trained with, else the whole context. A prompt that does not fit the
+            model's context window (:class:`~care_sdk.errors.ContextOverflowError`) is sent again
+            with fewer messages, the oldest dropped first, down to the last one.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, rubric_json
@@ -89,10 +98,11 @@ class RubricGenerator:
 
     def request(self, context: Context) -> GenerationRequest:
         """The backend request for one context (useful to inspect or log the exact prompt)."""
+        return self._request(context, self.max_context_messages)
+
+    def _request(self, context: Context, keep: int | None) -> GenerationRequest:
         return GenerationRequest(
-            messages=tuple(
-                generator_messages(context, self.criteria_per_dimension, max_context_messages=self.max_context_messages)
-            ),
+            messages=tuple(generator_messages(context, self.criteria_per_dimension, max_context_messages=keep)),
             json_schema=self._schema,
             max_tokens=self.max_tokens,
             temperature=self.temperature,
@@ -117,8 +127,19 @@ class RubricGenerator:
             def parse(_: int, completion: Completion) -> Rubric:
                 return parse_rubric(completion.text)
 
-            requests = [self.request(c) for c in todo.values()]
-            outcomes = yield from parse_plan(requests, parse, what="rubric", max_attempts=self.max_attempts)
+            contexts_todo = list(todo.values())
+            shown = [shown_messages(c, self.max_context_messages) for c in contexts_todo]
+
+            def shorter(i: int) -> GenerationRequest | None:  # the context does not fit: drop its oldest message
+                if shown[i] <= 1:
+                    return None
+                shown[i] -= 1
+                return self._request(contexts_todo[i], shown[i])
+
+            requests = [self.request(c) for c in contexts_todo]
+            outcomes = yield from parse_plan(
+                requests, parse, what="rubric", max_attempts=self.max_attempts, shorter=shorter
+            )
             for key, outcome in zip(todo, outcomes, strict=True):
                 found[key] = outcome
                 if self.cache is not None and isinstance(outcome, Rubric):

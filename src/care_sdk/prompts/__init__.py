@@ -54,6 +54,7 @@ __all__ = [
     "render_transcript",
     "rubric_reply_json",
     "rubric_schema",
+    "shown_messages",
 ]
 
 PROMPT_VERSION = "v1"
@@ -92,6 +93,18 @@ def render_transcript(context: Context) -> str:
         Supporter: hello
     """
     return "\n".join(f"{_ROLE_LABELS[m.role]}: {m.content.strip()}" for m in as_messages(context))
+
+
+def shown_messages(context: Context, max_context_messages: int | None = None) -> int:
+    """How many of ``context``'s messages a prompt cut to ``max_context_messages`` shows.
+
+    Examples:
+        >>> ctx = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+        >>> shown_messages(ctx), shown_messages(ctx, 1), shown_messages(ctx, 4), shown_messages("I failed.")
+        (2, 1, 2, 1)
+    """
+    n = len(as_messages(context))
+    return n if max_context_messages is None else min(n, max_context_messages)
 
 
 def generator_position(context: Context, max_context_messages: int | None = None) -> tuple[list[Message], int, int]:
