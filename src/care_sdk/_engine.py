@@ -100,6 +100,28 @@ def parse_plan(
     return outcomes  # type: ignore[return-value]
 
 
+def fewer_messages(
+    shown: Sequence[int], build: Callable[[int, int], GenerationRequest]
+) -> Callable[[int], GenerationRequest | None]:
+    """A ``shorter`` for :func:`parse_plan`: item ``i``'s request rebuilt by ``build(i, keep)`` with
+    one context message fewer than it last showed (``shown[i]`` at first), ``None`` once it shows one.
+
+    Examples:
+        >>> shorter = fewer_messages([3], lambda i, keep: GenerationRequest(messages=(), max_tokens=keep))
+        >>> [getattr(shorter(0), "max_tokens", None) for _ in range(3)]
+        [2, 1, None]
+    """
+    left = list(shown)
+
+    def shorter(i: int) -> GenerationRequest | None:
+        if left[i] <= 1:
+            return None
+        left[i] -= 1
+        return build(i, left[i])
+
+    return shorter
+
+
 def drive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
     """Run a plan with the backend's blocking API."""
     try:

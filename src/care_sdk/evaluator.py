@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from care_sdk._core import SCORES
-from care_sdk._engine import Plan, adrive, drive, parse_plan, unwrap
+from care_sdk._engine import Plan, adrive, drive, fewer_messages, parse_plan, unwrap
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import EVALUATION, Completion, ForcedReply
 from care_sdk.errors import CareError, ConfigError
@@ -137,14 +137,10 @@ class RubricEvaluator:
                 evaluation = expected_scores(evaluation, completion)
             return evaluation
 
-        shown = [shown_messages(c, self.max_context_messages) for c, _, _ in items]
-
-        def shorter(i: int) -> GenerationRequest | None:  # the context does not fit: drop its oldest message
-            if shown[i] <= 1:
-                return None
-            shown[i] -= 1
-            return self._request(items[i][0], items[i][1], items[i][2], shown[i])
-
+        shorter = fewer_messages(  # a context that does not fit the window: its oldest messages dropped
+            [shown_messages(c, self.max_context_messages) for c, _, _ in items],
+            lambda i, keep: self._request(*items[i], keep),
+        )
         requests = [self.request(c, r, reply) for c, r, reply in items]
         return (
             yield from parse_plan(requests, parse, what="evaluation", max_attempts=self.max_attempts, shorter=shorter)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from care_sdk._engine import Plan, adrive, drive, parse_plan, unwrap
+from care_sdk._engine import Plan, adrive, drive, fewer_messages, parse_plan, unwrap
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.cache import MemoryCache, RubricCache, context_key
@@ -128,14 +128,10 @@ class RubricGenerator:
                 return parse_rubric(completion.text)
 
             contexts_todo = list(todo.values())
-            shown = [shown_messages(c, self.max_context_messages) for c in contexts_todo]
-
-            def shorter(i: int) -> GenerationRequest | None:  # the context does not fit: drop its oldest message
-                if shown[i] <= 1:
-                    return None
-                shown[i] -= 1
-                return self._request(contexts_todo[i], shown[i])
-
+            shorter = fewer_messages(  # a context that does not fit the window: its oldest messages dropped
+                [shown_messages(c, self.max_context_messages) for c in contexts_todo],
+                lambda i, keep: self._request(contexts_todo[i], keep),
+            )
             requests = [self.request(c) for c in contexts_todo]
             outcomes = yield from parse_plan(
                 requests, parse, what="rubric", max_attempts=self.max_attempts, shorter=shorter
