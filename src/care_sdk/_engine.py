@@ -101,19 +101,22 @@ def parse_plan(
 
 
 def fewer_messages(
-    shown: Sequence[int], build: Callable[[int, int], GenerationRequest]
+    shown: Callable[[int], int], build: Callable[[int, int], GenerationRequest]
 ) -> Callable[[int], GenerationRequest | None]:
     """A ``shorter`` for :func:`parse_plan`: item ``i``'s request rebuilt by ``build(i, keep)`` with
-    one context message fewer than it last showed (``shown[i]`` at first), ``None`` once it shows one.
+    one context message fewer than it last showed (``shown(i)`` at first, asked only once the item
+    overflows), ``None`` once it shows one.
 
     Examples:
-        >>> shorter = fewer_messages([3], lambda i, keep: GenerationRequest(messages=(), max_tokens=keep))
+        >>> shorter = fewer_messages(lambda i: 3, lambda i, keep: GenerationRequest(messages=(), max_tokens=keep))
         >>> [getattr(shorter(0), "max_tokens", None) for _ in range(3)]
         [2, 1, None]
     """
-    left = list(shown)
+    left: dict[int, int] = {}
 
     def shorter(i: int) -> GenerationRequest | None:
+        if i not in left:
+            left[i] = shown(i)
         if left[i] <= 1:
             return None
         left[i] -= 1

@@ -138,7 +138,7 @@ class RubricEvaluator:
             return evaluation
 
         shorter = fewer_messages(  # a context that does not fit the window: its oldest messages dropped
-            [shown_messages(c, self.max_context_messages) for c, _, _ in items],
+            lambda i: shown_messages(items[i][0], self.max_context_messages),
             lambda i, keep: self._request(*items[i], keep),
         )
         requests = [self.request(c, r, reply) for c, r, reply in items]

@@ -129,7 +129,7 @@ class RubricGenerator:
 
             contexts_todo = list(todo.values())
             shorter = fewer_messages(  # a context that does not fit the window: its oldest messages dropped
-                [shown_messages(c, self.max_context_messages) for c in contexts_todo],
+                lambda i: shown_messages(contexts_todo[i], self.max_context_messages),
                 lambda i, keep: self._request(contexts_todo[i], keep),
             )
             requests = [self.request(c) for c in contexts_todo]
