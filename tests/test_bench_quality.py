@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ import pytest
 
 from care_sdk import AdaptiveReward, Message, Rubric, RubricEvaluator, RubricGenerator
 from care_sdk.backends import EVALUATION, GenerationRequest
-from care_sdk.bench.quality import QualityRunner
+from care_sdk.bench.quality import QualityRunner, Shard
 from care_sdk.bench.tasks import TASKS, DataPaths, Settings, select, spread
 from care_sdk.bench.variants import MODEL_VARIANTS, VARIANTS, Item, VariantScorer
 from care_sdk.cli import main
@@ -50,9 +52,9 @@ def script(request: GenerationRequest) -> str:
     return rubric_json(weights)
 
 
-def runner(out: Path, backend: ScriptedBackend | None = None) -> QualityRunner:
+def runner(out: Path, backend: ScriptedBackend | None = None, shard: Shard | None = None) -> QualityRunner:
     backend = backend or ScriptedBackend(script)
-    return QualityRunner(RubricGenerator(backend), RubricEvaluator(backend), out_dir=out, batch_size=3)
+    return QualityRunner(RubricGenerator(backend), RubricEvaluator(backend), out_dir=out, batch_size=3, shard=shard)
 
 
 # -- tiny data in each corpus's own format --------------------------------------------------------
@@ -329,6 +331,73 @@ def test_failed_items_are_reported_and_retried_on_resume(toy_data: DataPaths, tm
     assert again.scored == 1 and not any(again.results[0].failed.values())
 
 
+def records_of(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_shards_split_the_items_and_the_merge_reports_as_one_run(toy_data: DataPaths, tmp_path: Path) -> None:
+    whole = runner(tmp_path / "whole").run(list(TASKS), toy_data, SETTINGS)
+    out = tmp_path / "sharded"
+    parts = []
+    for index in (1, 2):
+        backend = ScriptedBackend(script)
+        part = runner(out, backend, Shard(index, 2)).run(list(TASKS), toy_data, SETTINGS)
+        assert part.results == [] and not (out / "quality.md").exists()  # a shard writes no report
+        parts.append({(r["task"], r["key"]) for r in records_of(out / f"records.shard-{index}-of-2.jsonl")})
+        assert part.scored == len(parts[-1]) and len(backend.requests) > 0
+    assert not parts[0] & parts[1] and parts[0] | parts[1] == {
+        (r["task"], r["key"]) for r in records_of(tmp_path / "whole" / "records.jsonl")
+    }
+    # Shard 1 of 2 took the 1st, 3rd, ... item of each task's seeded order.
+    alignment = [i.key for i in TASKS["alignment"].load(toy_data, SETTINGS).items]
+    assert {k for t, k in parts[0] if t == "alignment"} == set(alignment[0::2])
+    backend = ScriptedBackend(script)
+    merged = runner(out, backend).run(list(TASKS), toy_data, SETTINGS)
+    assert (merged.scored, merged.reused, len(backend.requests)) == (0, whole.scored, 0)
+    assert merged.markdown() == whole.markdown()
+    assert (out / "records.jsonl").read_text() == (tmp_path / "whole" / "records.jsonl").read_text()
+    assert not list(out.glob("records.shard-*"))  # merged into records.jsonl
+
+
+def test_the_merge_scores_what_a_shard_left_and_keeps_finished_records(toy_data: DataPaths, tmp_path: Path) -> None:
+    whole = runner(tmp_path / "whole").run(["simulated", "success"], toy_data, SETTINGS)
+    out = tmp_path / "sharded"
+    first = runner(out, shard=Shard(1, 2)).run(["simulated", "success"], toy_data, SETTINGS)
+    # A record that failed in another (older) shard file does not replace a finished one.
+    done = records_of(out / "records.shard-1-of-2.jsonl")[0]
+    failed = {**done, "reward": None, "error": "evaluation failed: scripted"}
+    (out / "records.shard-1-of-3.jsonl").write_text(json.dumps(failed) + "\n")
+    merged = runner(out).run(["simulated", "success"], toy_data, SETTINGS)
+    assert (merged.scored, merged.reused) == (whole.scored - first.scored, first.scored)
+    assert merged.markdown() == whole.markdown()
+    assert not any(r["error"] for r in records_of(out / "records.jsonl"))
+
+
+def test_a_running_shard_holds_off_the_merge_and_its_twin(toy_data: DataPaths, tmp_path: Path) -> None:
+    fcntl = pytest.importorskip("fcntl")
+    out = tmp_path / "out"
+    runner(out, shard=Shard(2, 2)).run(["alignment"], toy_data, SETTINGS)
+    with (out / "records.shard-2-of-2.jsonl").open("a") as running:  # as a shard process holds it
+        fcntl.flock(running.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(ConfigError, match=r"records.shard-2-of-2.jsonl is being written by another run"):
+            runner(out).run(["alignment"], toy_data, SETTINGS)
+        with pytest.raises(ConfigError, match="still going"):
+            runner(out, shard=Shard(2, 2)).run(["alignment"], toy_data, SETTINGS)
+        assert not (out / "quality.md").exists()
+    assert runner(out).run(["alignment"], toy_data, SETTINGS).results  # released: the merge runs
+
+
+def test_shard_option(capsys: pytest.CaptureFixture[str]) -> None:
+    assert Shard.parse(" 1 / 3 ") == Shard(1, 3) and Shard(3, 3).holds(5) and not Shard(1, 3).holds(5)
+    for bad in ("0/2", "3/2", "2", "a/b", "1/0"):
+        with pytest.raises(ConfigError, match="expected K/N"):
+            Shard.parse(bad)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "quality", "--shard", "2/1"])
+    assert exit_info.value.code == 2
+    assert "argument --shard: expected K/N with 1 <= K <= N" in capsys.readouterr().err
+
+
 def test_another_model_cannot_reuse_the_directory(toy_data: DataPaths, tmp_path: Path) -> None:
     out = tmp_path / "out"
     runner(out).run(["alignment"], toy_data, Settings(limit=1, resamples=10))
@@ -442,3 +511,24 @@ def test_cli_quality_on_the_bundled_model(data_dir: Path, tmp_path: Path, capsys
     # ``default`` (the command's default backend) gives each component its bundled adapter
     assert report["backend"]["generator"].startswith("llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf+generator.gguf|")
     assert report["backend"]["evaluator"].startswith("llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf+evaluator.gguf|")
+
+
+@pytest.mark.slow
+def test_cli_shards_run_at_once_on_the_bundled_model(data_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "q"
+    command = [sys.executable, "-m", "care_sdk.cli", "bench", "quality", "--tasks", "alignment", "--limit", "4"]
+    command += ["--data-dir", str(data_dir), "--out", str(out), "--quiet", "--resamples", "50"]
+    shards = [
+        subprocess.Popen([*command, "--shard", f"{k}/2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for k in (1, 2)
+    ]
+    finished = [shard.communicate(timeout=900) for shard in shards]
+    for shard, (stdout, stderr) in zip(shards, finished, strict=True):
+        assert shard.returncode == 0, stderr
+        assert stdout == "" and "2 items scored, 0 reused" in stderr and "without --shard merges" in stderr
+    assert not (out / "quality.json").exists()
+    merge = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert "0 items scored, 4 reused" in merge.stderr, merge.stderr
+    assert "| Priority alignment (ESConv test supporter turns) | top-dimension match | 4 |" in merge.stdout
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len({r["key"] for r in records}) == 4 and not list(out.glob("records.shard-*"))

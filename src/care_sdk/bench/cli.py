@@ -8,10 +8,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from care_sdk.bench._cli_args import ProgressBar, add_backend_options, add_run_options, csv_list, resolve_backends, slug
 from care_sdk.variants import VARIANTS
+
+if TYPE_CHECKING:
+    from care_sdk.bench.quality import Shard
 
 __all__ = ["add_bench_commands"]
 
@@ -61,7 +64,13 @@ def _cmd_quality(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("care-quality") / slug(spec)
     context_fit = context_fit_for(args.context_fit, args.evaluator_backend or args.backend)
     runner = QualityRunner(
-        generator, evaluator, out_dir=out, variants=args.variants, batch_size=args.batch_size, context_fit=context_fit
+        generator,
+        evaluator,
+        out_dir=out,
+        variants=args.variants,
+        batch_size=args.batch_size,
+        context_fit=context_fit,
+        shard=args.shard,
     )
 
     def loaded(name: str, data: TaskData) -> None:
@@ -76,6 +85,14 @@ def _cmd_quality(args: argparse.Namespace) -> int:
 
     with ProgressBar("scoring items", "item", quiet=args.quiet) as bar:
         report = runner.run(args.tasks, paths, settings, on_load=loaded, on_start=bar.start, progress=bar.update)
+    if args.shard is not None:
+        print(
+            f"care bench quality: shard {args.shard.index}/{args.shard.count}: {report.scored} items scored, "
+            f"{report.reused} reused, into {out / args.shard.records_name}; once every shard has finished, "
+            "the same command without --shard merges the records and writes the report",
+            file=sys.stderr,
+        )
+        return 0
     print(report.markdown())
     print(
         f"\ncare bench quality: {report.scored} items scored, {report.reused} reused; reports in {out}", file=sys.stderr
@@ -88,6 +105,16 @@ def _cmd_quality(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _shard(text: str) -> Shard:
+    from care_sdk.bench.quality import Shard
+    from care_sdk.errors import ConfigError
+
+    try:
+        return Shard.parse(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--shard '{text}': ")) from None
 
 
 def add_bench_commands(subparsers: Any) -> None:
@@ -151,6 +178,13 @@ def add_bench_commands(subparsers: Any) -> None:
     quality.add_argument("--judged", help="judged responses JSONL (default: under mint_lend_an_ear/judged_turns)")
     quality.add_argument(
         "--sage", action="append", help="a SAGE rollout file (repeatable; default: all under sage_rlver)"
+    )
+    quality.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="K/N",
+        help="score only the K-th of N parts of the items (run N processes at once, one per part, with the same "
+        "options and --out), then run the command without --shard to merge them and write the report",
     )
     add_run_options(quality, out_dir="care-quality", batch_size=8, batch_unit="items per backend batch")
     quality.set_defaults(func=_cmd_quality)

@@ -11,6 +11,11 @@ A run writes into one output directory:
 - ``quality.json`` and ``quality.md``: the metrics with bootstrap intervals, the backend and
   model, data file hashes and versions.
 
+A run can be split over processes (:class:`Shard`, ``care bench quality --shard K/N``): shard K
+scores every N-th item into ``records.shard-K-of-N.jsonl`` and writes no report; a run without a
+shard then merges those files into ``records.jsonl``, scores whatever is still missing and writes
+the reports.
+
 Examples:
     >>> from care_sdk import RubricEvaluator, RubricGenerator
     >>> from care_sdk.testing import ScriptedBackend
@@ -27,12 +32,14 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from care_sdk.bench.tasks import TASKS, DataPaths, Settings, TaskData, TaskResult
 from care_sdk.bench.variants import VARIANT_LABELS, VARIANTS, Item, VariantScorer, record_done
@@ -44,12 +51,83 @@ from care_sdk.generator import RubricGenerator
 from care_sdk.jsonl import BadLine, append_jsonl, iter_jsonl, write_jsonl
 from care_sdk.prompts import PROMPT_VERSION
 
-__all__ = ["QualityReport", "QualityRunner", "file_sha256", "markdown_report"]
+__all__ = ["QualityReport", "QualityRunner", "Shard", "file_sha256", "markdown_report"]
 
 logger = logging.getLogger("care_sdk")
 
 RECORDS = "records.jsonl"
 RUN = "run.json"
+SHARD_RECORDS = "records.shard-*-of-*.jsonl"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One of ``count`` parts of a quality run, for scoring on several processes at once.
+
+    Shard ``index`` (1-based) holds the items whose position in their task's seeded order is
+    ``index - 1`` modulo ``count``, so the shards of one run split every task evenly and a shard
+    stopped part-way leaves a near-prefix of its items done. It appends its records to
+    :attr:`records_name` in the run's directory; the same run without a shard merges them.
+
+    Examples:
+        >>> shard = Shard.parse("2/3")
+        >>> shard, shard.records_name
+        (Shard(index=2, count=3), 'records.shard-2-of-3.jsonl')
+        >>> [p for p in range(7) if shard.holds(p)]
+        [1, 4]
+        >>> Shard.parse("4/3")
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.ConfigError: --shard '4/3': expected K/N with 1 <= K <= N, e.g. 1/2
+    """
+
+    index: int
+    """Which part, from 1."""
+    count: int
+    """How many parts the run is split into."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.index <= self.count:
+            raise ConfigError(f"--shard '{self.index}/{self.count}': expected K/N with 1 <= K <= N, e.g. 1/2")
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """A shard from ``K/N`` text (the ``--shard`` option)."""
+        match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+        if match is None:
+            raise ConfigError(f"--shard '{text}': expected K/N with 1 <= K <= N, e.g. 1/2")
+        return cls(int(match[1]), int(match[2]))
+
+    def holds(self, position: int) -> bool:
+        """Whether the item at ``position`` of its task's seeded order belongs to this shard."""
+        return position % self.count == self.index - 1
+
+    @property
+    def records_name(self) -> str:
+        """The file, in the run's directory, this shard appends its records to."""
+        return f"records.shard-{self.index}-of-{self.count}.jsonl"
+
+
+@contextmanager
+def _claimed(path: Path) -> Iterator[IO[str]]:
+    """``path`` opened for appending, locked against a second writer for as long as it is open.
+
+    Where the platform has no ``fcntl`` (Windows) the file is opened without a lock.
+    """
+    with path.open("a", encoding="utf-8") as handle:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            yield handle
+            return
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(
+                f"{path} is being written by another run (a shard or a run into the same --out) that is "
+                "still going; wait for it to finish"
+            ) from None
+        yield handle
 
 
 def file_sha256(path: Path) -> str:
@@ -142,12 +220,19 @@ def markdown_report(results: Sequence[TaskResult], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _load_records(path: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+def _load_records(*paths: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The records of ``paths`` by (task, key, variant).
+
+    A later record of a key replaces an earlier one, unless the earlier one finished and the later failed.
+    """
     records: dict[tuple[str, str, str], dict[str, Any]] = {}
-    if not path.exists():
-        return records
-    for _, record in iter_jsonl(path, on_bad=_rescore, check=_record_key):
-        records[(str(record["task"]), str(record["key"]), str(record["variant"]))] = record
+    for path in paths:
+        if not path.exists():
+            continue
+        for _, record in iter_jsonl(path, on_bad=_rescore, check=_record_key):
+            key = (str(record["task"]), str(record["key"]), str(record["variant"]))
+            if record.get("error") is None or records.get(key, record).get("error") is not None:
+                records[key] = record  # a finished record is never replaced by a failed one
     return records
 
 
@@ -173,6 +258,9 @@ class QualityRunner:
         context_fit: scale every model variant's reward by the reply's fit to its context
             (:mod:`care_sdk.context_fit`); ``care bench quality`` turns it on for the bundled
             ``default`` evaluator, as the reward factories do.
+        shard: score only this part of the items, into the shard's own records file, and write no
+            report (see :class:`Shard`); ``None`` (the default) scores everything that is missing,
+            after merging the records of finished shards, and writes the reports.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -193,7 +281,9 @@ class QualityRunner:
         batch_size: int = 8,
         model: str | None = None,
         context_fit: ContextFit | None = None,
+        shard: Shard | None = None,
     ) -> None:
+        self.shard = shard
         self.scorer = VariantScorer(generator, evaluator, variants, context_fit)
         self.context_fit = context_fit
         self.variants = self.scorer.variants
@@ -231,8 +321,10 @@ class QualityRunner:
                     f"{self.out_dir} holds records made with another {changed}; choose another output "
                     "directory (or delete it) instead of mixing results"
                 )
-        else:
-            run_file.write_text(json.dumps(mine, indent=2) + "\n", encoding="utf-8")
+        else:  # written whole at once: shards starting together read it complete or not at all
+            tmp = run_file.with_name(f"{RUN}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(mine, indent=2) + "\n", encoding="utf-8")
+            os.replace(tmp, run_file)
 
     def run(
         self,
@@ -253,6 +345,13 @@ class QualityRunner:
             on_load: called with each task's name and data once loaded (e.g. to report issues).
             on_start: called with the number of items left to score.
             progress: called with the number of items finished after each batch.
+
+        Returns:
+            The report; a shard's run (``shard=``) has no task results and writes no report files.
+
+        Raises:
+            ConfigError: another run is writing the same records file (a shard still going, when
+                this run is the one that merges), or the directory holds another model's records.
         """
         settings = settings or Settings()
         unknown = [t for t in tasks if t not in TASKS]
@@ -266,23 +365,34 @@ class QualityRunner:
                 on_load(name, loaded[name])
         self._check_out_dir()
         records_path = self.out_dir / RECORDS
-        store = _load_records(records_path)
+        target = records_path if self.shard is None else self.out_dir / self.shard.records_name
+        with _claimed(target) as handle:
+            if self.shard is None:
+                shard_files = sorted(self.out_dir.glob(SHARD_RECORDS))
+                for path in shard_files:
+                    with _claimed(path):  # refuses while that shard is still running
+                        pass
+                store = _load_records(records_path, *shard_files)
+            else:
+                shard_files = []
+                store = _load_records(records_path, target)
 
-        per_task: list[list[tuple[str, Item]]] = []
-        reused = 0
-        for name, data in loaded.items():
-            per_task.append([])
-            for item in data.items:
-                needed = [v for v in self.variants if item.needs_evaluation or v != "length"]
-                if all(record_done(store.get((name, item.key, v)), item.needs_evaluation) for v in needed):
-                    reused += 1
-                else:
-                    per_task[-1].append((name, item))
-        # Take the tasks in turn, so that a run stopped part-way has made progress on every task.
-        todo = [pair for row in zip_longest(*per_task) for pair in row if pair is not None]
-        if on_start:
-            on_start(len(todo))
-        with records_path.open("a", encoding="utf-8") as handle:
+            per_task: list[list[tuple[str, Item]]] = []
+            reused = 0
+            for name, data in loaded.items():
+                per_task.append([])
+                for position, item in enumerate(data.items):
+                    if self.shard is not None and not self.shard.holds(position):
+                        continue
+                    needed = [v for v in self.variants if item.needs_evaluation or v != "length"]
+                    if all(record_done(store.get((name, item.key, v)), item.needs_evaluation) for v in needed):
+                        reused += 1
+                    else:
+                        per_task[-1].append((name, item))
+            # Take the tasks in turn, so that a run stopped part-way has made progress on every task.
+            todo = [pair for row in zip_longest(*per_task) for pair in row if pair is not None]
+            if on_start:
+                on_start(len(todo))
             for start in range(0, len(todo), self.batch_size):
                 chunk = todo[start : start + self.batch_size]
                 for (name, item), by_variant in zip(chunk, self.scorer.score([i for _, i in chunk]), strict=True):
@@ -293,7 +403,12 @@ class QualityRunner:
                 handle.flush()
                 if progress:
                     progress(len(chunk))
-        self._compact(records_path, loaded, store)
+            if self.shard is not None:  # the run without a shard merges and reports
+                meta = self._meta(loaded, settings, time.perf_counter() - started)
+                return QualityReport([], meta, [], scored=len(todo), reused=reused)
+            self._compact(records_path, loaded, store)
+            for path in shard_files:  # their records are in records.jsonl now
+                path.unlink()
 
         results = []
         issues: list[LoadIssue] = []
