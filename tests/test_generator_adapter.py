@@ -1,12 +1,15 @@
-"""The GGUF LoRA adapter path: export from PEFT, llama.cpp against transformers, the bundled generator."""
+"""The GGUF LoRA adapter path: export from PEFT (one adapter or several stacked) and import back, llama.cpp against
+transformers, training from the shipped adapter, the bundled generator."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from care_sdk import RubricGenerator
+from care_sdk import Message, RubricEvaluator, RubricGenerator
 from care_sdk.adapters import bundled_adapter, read_adapter
 from care_sdk.backends.llamacpp import LlamaCppBackend, open_llama
 from care_sdk.data import load_esconv
@@ -48,11 +51,15 @@ def random_adapter(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
 
 
 def _export(adapter: Path, out: Path, prompt_version: str = GENERATOR_PROMPT_VERSION) -> Path:
+    return _export_many([adapter], out, prompt_version)
+
+
+def _export_many(adapters: list[Path], out: Path, prompt_version: str = GENERATOR_PROMPT_VERSION) -> Path:
     from care_sdk.backends.llamacpp import default_model_path
     from care_sdk.training.export_adapter import export_lora_gguf
 
     return export_lora_gguf(
-        adapter,
+        adapters if len(adapters) > 1 else adapters[0],
         out,
         base_gguf=default_model_path(),
         role="generator",
@@ -62,43 +69,147 @@ def _export(adapter: Path, out: Path, prompt_version: str = GENERATOR_PROMPT_VER
     )
 
 
+TEXT = "<|im_start|>user\nI lost my job today and I feel awful.<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _ids() -> Any:
+    from transformers import AutoTokenizer
+
+    from care_sdk.training.models import bundled_model_dir
+
+    return AutoTokenizer.from_pretrained(bundled_model_dir())(TEXT, return_tensors="pt").input_ids
+
+
+def transformers_logits(model: Any) -> Any:
+    """Logits of TEXT from a transformers model, or from the directory of one (a PEFT adapter is merged)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if not hasattr(model, "forward"):
+        model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    with torch.no_grad():
+        return model(_ids()).logits[0].numpy()
+
+
+def llama_logits(model_path: Path, lora: Path | None) -> Any:
+    import numpy as np
+
+    ids = _ids()
+    kwargs = {"lora_path": str(lora)} if lora else {}
+    llm = open_llama(model_path, n_ctx=256, logits_all=True, verbose=False, **kwargs)
+    llm.eval(ids[0].tolist())
+    scores = np.array(llm.scores[: ids.shape[1]])
+    llm.close()
+    return scores
+
+
+def same_change(hf: Any, hf_base: Any, ll: Any, ll_base: Any) -> None:
+    """What an adapter changes is the same in both runtimes (quantised activations make the rest differ)."""
+    import numpy as np
+
+    delta = np.corrcoef((hf - hf_base).ravel(), (ll - ll_base).ravel())[0, 1]
+    assert delta > 0.95, delta
+    assert (hf.argmax(-1) == ll.argmax(-1)).mean() >= 0.9
+    assert (hf.argmax(-1) != ll_base.argmax(-1)).any()  # the adapter does change the model
+
+
 def test_llamacpp_with_the_exported_adapter_matches_the_merged_transformers_model(
     random_adapter: tuple[Path, Path], tmp_path: Path, model_path: Path
 ) -> None:
-    import numpy as np
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from care_sdk.training.models import bundled_model_dir
 
     adapter_dir, merged_dir = random_adapter
     gguf = _export(adapter_dir, tmp_path / "a.gguf")
     info = read_adapter(gguf)
     assert (info.role, info.prompt_version, info.max_context_messages) == ("generator", GENERATOR_PROMPT_VERSION, 4)
-    tokenizer = AutoTokenizer.from_pretrained(merged_dir)
-    text = "<|im_start|>user\nI lost my job today and I feel awful.<|im_end|>\n<|im_start|>assistant\n"
-    ids = tokenizer(text, return_tensors="pt").input_ids
+    same_change(
+        transformers_logits(merged_dir),
+        transformers_logits(bundled_model_dir()),
+        llama_logits(model_path, gguf),
+        llama_logits(model_path, None),
+    )
 
-    def transformers_logits(path: Path) -> np.ndarray:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        with torch.no_grad():
-            return model(ids).logits[0].numpy()
 
-    def llama_logits(lora: Path | None) -> np.ndarray:
-        kwargs = {"lora_path": str(lora)} if lora else {}
-        llm = open_llama(model_path, n_ctx=256, logits_all=True, verbose=False, **kwargs)
-        llm.eval(ids[0].tolist())
-        scores = np.array(llm.scores[: ids.shape[1]])
-        llm.close()
-        return scores
+def _merged(adapter: Path) -> Any:
+    import torch
+    from peft import AutoPeftModelForCausalLM
 
-    hf_merged, hf_base = transformers_logits(merged_dir), transformers_logits(bundled_model_dir())
-    ll_adapter, ll_base = llama_logits(gguf), llama_logits(None)
-    # what the adapter changes, the same in both runtimes (quantised activations make the rest differ slightly)
-    delta = np.corrcoef((hf_merged - hf_base).ravel(), (ll_adapter - ll_base).ravel())[0, 1]
-    assert delta > 0.95, delta
-    assert (hf_merged.argmax(-1) == ll_adapter.argmax(-1)).mean() >= 0.9
-    assert (hf_merged.argmax(-1) != ll_base.argmax(-1)).any()  # the adapter does change the model
+    return AutoPeftModelForCausalLM.from_pretrained(str(adapter), dtype=torch.float32).merge_and_unload()
+
+
+def test_import_undoes_the_export(random_adapter: tuple[Path, Path], tmp_path: Path) -> None:
+    import json
+
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    from care_sdk.training.export_adapter import import_lora_gguf
+
+    adapter_dir, merged_dir = random_adapter
+    imported = import_lora_gguf(_export(adapter_dir, tmp_path / "a.gguf"), tmp_path / "imported")
+    original, back = (
+        load_file(str(adapter_dir / "adapter_model.safetensors")),
+        load_file(str(imported / "adapter_model.safetensors")),
+    )
+    assert original.keys() == back.keys() and len(original) == 2 * 7 * 3
+    for key, value in original.items():  # fp16 in the file; the query and key rows back in transformers' order
+        np.testing.assert_allclose(back[key], value, rtol=2e-3, atol=2e-4, err_msg=key)
+    records = json.loads((imported / "care_adapter.json").read_text())
+    assert (records["role"], records["max_context_messages"]) == ("generator", 4)
+    np.testing.assert_allclose(transformers_logits(_merged(imported)), transformers_logits(merged_dir), atol=5e-3)
+
+
+def test_adapters_trained_one_on_another_export_as_their_sum(
+    random_adapter: tuple[Path, Path], tmp_path: Path, model_path: Path
+) -> None:
+    """A second LoRA (other rank, layers and modules) trained on the merged first one, as pref-GRPO on SFT."""
+    import numpy as np
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from care_sdk.training.export_adapter import import_lora_gguf
+    from care_sdk.training.models import bundled_model_dir
+
+    first, first_merged = random_adapter
+    torch.manual_seed(1)
+    model = AutoModelForCausalLM.from_pretrained(first_merged, dtype=torch.float32)
+    config = LoraConfig(
+        r=2, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"], layers_to_transform=[20, 29]
+    )
+    second = get_peft_model(model, config)
+    with torch.no_grad():
+        for name, param in second.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn_like(param) * 0.2)
+    second.save_pretrained(tmp_path / "second")
+    both = transformers_logits(second.merge_and_unload())
+    gguf = _export_many([first, tmp_path / "second"], tmp_path / "both.gguf")
+    assert not np.allclose(both, transformers_logits(first_merged), atol=1e-2)  # the second one matters
+    same_change(
+        both, transformers_logits(bundled_model_dir()), llama_logits(model_path, gguf), llama_logits(model_path, None)
+    )
+    # read back: one adapter with each module's rank (4, 4 + 2, or 2) that gives the same model
+    imported = import_lora_gguf(gguf, tmp_path / "imported")
+    np.testing.assert_allclose(transformers_logits(_merged(imported)), both, atol=5e-3)
+
+
+def test_recipes_start_from_the_shipped_generator(model_path: Path) -> None:
+    from care_sdk.training._common import load_model
+    from care_sdk.training.models import bundled_model_dir, resolve_model
+
+    path = resolve_model("bundled:generator")
+    assert (path / "adapter_config.json").is_file() and resolve_model("bundled:generator") == path  # cached
+    model, _, _ = load_model("bundled:generator", "float32")
+    shipped = bundled_adapter("generator")
+    same_change(
+        transformers_logits(model),
+        transformers_logits(bundled_model_dir()),
+        llama_logits(model_path, shipped),
+        llama_logits(model_path, None),
+    )
+    with pytest.raises(ConfigError, match="ships no critic adapter"):
+        resolve_model("bundled:critic")
 
 
 def test_an_adapter_of_another_prompt_version_is_refused(
@@ -168,3 +279,56 @@ def test_an_early_and_a_late_turn_get_different_weights(shipped: RubricGenerator
     # greedy, so stable; measured on these 6 dialogues: the last reply's top dimension differs from
     # the second reply's in 5, and the second reply is cognitive in 5 (ESConv's mostly are)
     assert differ >= 5 and early_cognitive >= 3, (early_cognitive, differ)
+
+
+def test_pref_grpo_from_the_shipped_generator_exports_as_one_adapter(
+    small_build_data: Callable[[int], Path], tmp_path: Path, model_path: Path
+) -> None:
+    """A real pref-GRPO step on top of the shipped adapter, then ``care train export-adapter``: the GGUF holds
+    both adapters (the shipped one's rank 16 and the step's rank 4 side by side where both adapt a module) and
+    llama.cpp with it changes the model as the merged result of the run does."""
+    import gguf
+    import yaml
+
+    from care_sdk.cli import main
+    from care_sdk.testing import ScriptedBackend, evaluation_json
+    from care_sdk.training.config import PrefGRPOConfig
+    from care_sdk.training.models import bundled_model_dir
+    from care_sdk.training.pref_grpo import run_pref_grpo
+
+    settings = {
+        "data": str(small_build_data(3) / "pairs" / "train.jsonl"),
+        "model": "bundled:generator",
+        "output_dir": str(tmp_path / "grpo"),
+        "evaluator": "unused",
+        "max_examples": 2,
+        "max_context_messages": 4,
+        "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": MODULES, "layers_to_transform": [28, 29]},
+        "trl": {
+            "max_steps": 1,
+            "num_generations": 2,
+            "per_device_train_batch_size": 2,
+            "max_completion_length": 16,
+            "learning_rate": 5e-2,
+        },
+    }
+    evaluator = RubricEvaluator(ScriptedBackend(lambda request: evaluation_json([4] * 6)), max_attempts=1)
+    run_pref_grpo(PrefGRPOConfig(**settings), evaluator=evaluator, log=lambda s: None)
+    config = tmp_path / "grpo.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    assert main(["train", "export-adapter", "--config", str(config)]) == 0
+    exported = tmp_path / "grpo" / "generator.gguf"
+    info = read_adapter(exported)
+    assert info.role == "generator" and info.training["start"] == "bundled:generator"
+    ranks = {t.name: int(t.data.shape[0]) for t in gguf.GGUFReader(str(exported)).tensors if t.name.endswith("lora_a")}
+    assert ranks["blk.22.attn_q.weight.lora_a"] == 16 and ranks["blk.29.attn_q.weight.lora_a"] == 20
+    same_change(
+        transformers_logits(tmp_path / "grpo" / "merged"),
+        transformers_logits(bundled_model_dir()),
+        llama_logits(model_path, exported),
+        llama_logits(model_path, None),
+    )
+    rubric = RubricGenerator(LlamaCppBackend(model_path, adapter=exported, n_ctx=2048)).generate(
+        [Message(role="user", content="I lost my job today and I feel awful.")]
+    )
+    assert abs(sum(rubric.weights.values()) - 1) < 1e-6

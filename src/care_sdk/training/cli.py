@@ -53,11 +53,20 @@ def _export_adapter(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from care_sdk.backends.llamacpp import default_model_path
+    from care_sdk.errors import ConfigError
     from care_sdk.prompts import EVALUATOR_PROMPT_VERSION, GENERATOR_PROMPT_VERSION
-    from care_sdk.training.config import SFTStageConfig, load_config
-    from care_sdk.training.export_adapter import export_lora_gguf
+    from care_sdk.training.config import PrefGRPOConfig, SFTStageConfig, load_config
+    from care_sdk.training.export_adapter import adapter_chain, export_lora_gguf
 
-    config = load_config(SFTStageConfig, args.config, config_overrides(args))
+    config: SFTStageConfig | PrefGRPOConfig
+    try:
+        config = load_config(SFTStageConfig, args.config, config_overrides(args))
+    except ConfigError as sft_error:
+        try:
+            config = load_config(PrefGRPOConfig, args.config, config_overrides(args))
+        except ConfigError:
+            raise sft_error from None
+    role = config.role if isinstance(config, SFTStageConfig) else "generator"
     run = Path(config.output_dir)
     metrics_path = run / "metrics.json"
     metrics = json.loads(metrics_path.read_text(encoding="utf-8")) if metrics_path.is_file() else {}
@@ -65,6 +74,7 @@ def _export_adapter(args: argparse.Namespace) -> int:
     summary: dict[str, Any] = next((h for h in reversed(history) if "train_runtime" in h), {})
     training = {
         "config": str(args.config),
+        "start": config.model,
         "data": config.data,
         "records": metrics.get("examples"),
         "steps": summary.get("step") or max((h.get("step", 0) for h in history), default=0),
@@ -73,17 +83,19 @@ def _export_adapter(args: argparse.Namespace) -> int:
         "lora": config.lora.model_dump(mode="json"),
         "trl": config.trl,
     }
-    out = Path(args.out) if args.out else run / f"{config.role}.gguf"
+    out = Path(args.out) if args.out else run / f"{role}.gguf"
+    chain = adapter_chain(config.model, run / "adapter")
     export_lora_gguf(
-        run / "adapter",
+        chain,
         out,
         base_gguf=default_model_path(),
-        role=config.role,
-        prompt_version=GENERATOR_PROMPT_VERSION if config.role == "generator" else EVALUATOR_PROMPT_VERSION,
+        role=role,
+        prompt_version=GENERATOR_PROMPT_VERSION if role == "generator" else EVALUATOR_PROMPT_VERSION,
         max_context_messages=config.max_context_messages,
         training=training,
     )
-    print(f"export-adapter: wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
+    stacked = f", {len(chain)} adapters stacked" if len(chain) > 1 else ""
+    print(f"export-adapter: wrote {out} ({out.stat().st_size / 1e6:.1f} MB{stacked})")
     return 0
 
 
@@ -110,7 +122,12 @@ def add_train_commands(subparsers: argparse._SubParsersAction) -> None:  # type:
             ("build-data", _build_data, "build SFT rubric targets and preference pairs"),
             ("sft", _sft, "supervised fine-tuning on target rubrics (TRL SFTTrainer, LoRA or full)"),
             ("pref-grpo", _pref_grpo, "preference GRPO with format, r_pref and r_align rewards (TRL GRPOTrainer)"),
-            ("export-adapter", _export_adapter, "write a trained LoRA adapter as a GGUF adapter file for llama.cpp"),
+            (
+                "export-adapter",
+                _export_adapter,
+                "write a trained LoRA adapter (sft, or pref-grpo with the adapter it started from) as a GGUF "
+                "adapter file for llama.cpp",
+            ),
         ],
         trainers=("sft", "pref-grpo"),
     )

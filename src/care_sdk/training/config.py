@@ -169,8 +169,9 @@ class _StageConfig(_Config):
     written by build-data, or the build-data output directory."""
     model: str
     """The model to start from: a transformers directory, ``tiny`` (a tiny random SmolLM2-shaped
-    model), ``bundled`` (SmolLM2-135M-Instruct from the bundled GGUF), or for pref-grpo the SFT
-    output (merged directory, adapter directory, or the SFT ``output_dir``)."""
+    model), ``bundled`` (SmolLM2-135M-Instruct from the bundled GGUF), ``bundled:generator`` or
+    ``bundled:evaluator`` (it with the shipped adapter merged), or for pref-grpo the SFT output
+    (merged directory, adapter directory, or the SFT ``output_dir``)."""
     output_dir: str
     """Where to write the adapter (``adapter/``), the merged model (``merged/``) and logs (pref-grpo:
     also the reward log)."""

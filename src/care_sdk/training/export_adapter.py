@@ -1,4 +1,4 @@
-"""``care train export-adapter``: a trained PEFT LoRA adapter as a GGUF adapter file for llama.cpp.
+"""``care train export-adapter``: trained PEFT LoRA adapters as a GGUF adapter file for llama.cpp, and back.
 
 llama.cpp applies GGUF LoRA adapters on top of a (quantised) base model (``lora_path``). The file
 holds llama.cpp's adapter keys (``general.type = adapter``, ``adapter.type = lora``,
@@ -10,19 +10,27 @@ training summary).
 Llama-architecture GGUF files store the query and key projections with their rows permuted for
 llama.cpp's rotary layout; the ``lora_b`` factors of those projections get the same permutation,
 so the adapter reproduces the transformers model it was trained as.
+
+Several adapters trained one on top of another (a pref-GRPO LoRA trained on the merged SFT model)
+are written as one: their products add up, so the file holds each tensor's factors side by side
+(ranks concatenated, each ``lora_b`` scaled by its adapter's ``alpha / r``).
+
+:func:`import_lora_gguf` reads such a file back into a PEFT adapter directory, so training can go
+on from a shipped adapter (the recipes' ``model: bundled:generator``).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from care_sdk.adapters import gguf_metadata, read_adapter
 from care_sdk.errors import ConfigError, InputError, MissingDependencyError
 
-__all__ = ["GGUF_NAMES", "export_lora_gguf"]
+__all__ = ["GGUF_NAMES", "adapter_chain", "export_lora_gguf", "import_lora_gguf"]
 
 GGUF_NAMES = {
     "self_attn.q_proj": "attn_q",
@@ -36,6 +44,9 @@ GGUF_NAMES = {
 """PEFT module paths of a Llama decoder layer → llama.cpp's tensor names."""
 
 _KEY = re.compile(r"layers\.(\d+)\.(.+)\.lora_([AB])\.weight$")
+_GGUF_KEY = re.compile(r"^blk\.(\d+)\.(\w+)\.weight\.lora_([ab])$")
+CARE_ADAPTER = "care_adapter.json"
+"""The file of an imported adapter directory that keeps the GGUF adapter's ``care.*`` records."""
 
 
 def _permute(weights: Any, n_head: int) -> Any:
@@ -47,8 +58,85 @@ def _permute(weights: Any, n_head: int) -> Any:
     )
 
 
+def _unpermute(weights: Any, n_head: int) -> Any:
+    """The inverse of :func:`_permute`: transformers' row order back from llama.cpp's."""
+    return (
+        weights.reshape(n_head, weights.shape[0] // n_head // 2, 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
+
+
+def _heads(base_gguf: str | Path) -> tuple[str, int, int]:
+    base = gguf_metadata(base_gguf)
+    arch = base.get("general.architecture")
+    if arch != "llama":
+        raise ConfigError(f"{base_gguf}: expected a llama-architecture GGUF, got {arch!r}")
+    return arch, int(base["llama.attention.head_count"]), int(base["llama.attention.head_count_kv"])
+
+
+def _peft_factors(adapter_dir: Path) -> tuple[dict[tuple[int, str], tuple[Any, Any]], float]:
+    """One PEFT adapter's ``(layer, module) -> (A, B · scaling)`` in float32, and its ``lora_alpha``."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    config_path, weights_path = adapter_dir / "adapter_config.json", adapter_dir / "adapter_model.safetensors"
+    for path in (config_path, weights_path):
+        if not path.is_file():
+            raise InputError("missing adapter file", location=str(path))
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    if config.get("use_rslora") or config.get("use_dora"):
+        raise InputError("rsLoRA and DoRA adapters cannot be written as llama.cpp LoRA", location=str(config_path))
+    alpha, rank = float(config["lora_alpha"]), int(config["r"])
+    factors: dict[tuple[int, str], list[Any]] = {}
+    for key, value in load_file(str(weights_path)).items():
+        match = _KEY.search(key)
+        if match is None or match.group(2) not in GGUF_NAMES:
+            raise InputError(f"adapter tensor of an unknown module: {key}", location=str(weights_path))
+        layer, module, factor = match.groups()
+        factors.setdefault((int(layer), module), [None, None])[factor == "B"] = value.astype(np.float32)
+    out = {}
+    for (layer, module), (a, b) in factors.items():
+        if a is None or b is None:
+            raise InputError(f"layer {layer} {module}: lora_A or lora_B missing", location=str(weights_path))
+        out[(layer, module)] = (a, b * (alpha / rank))  # PEFT's scaling, alpha / r
+    return out, alpha
+
+
+def adapter_chain(model: str, adapter_dir: str | Path) -> list[Path]:
+    """The adapters that make a LoRA run's model out of the bundled base: the run's ``adapter_dir``,
+    after the adapter its ``model`` setting started from, when that was one.
+
+    A run from ``bundled`` is its own adapter; a run from ``bundled:generator`` (or any PEFT adapter
+    directory: an SFT run's ``adapter/``) trained on that adapter merged, so the two are written
+    together (:func:`export_lora_gguf`).
+
+    Raises:
+        ConfigError: the run started from a full model (a merged directory, another base), which a
+            GGUF adapter of the bundled base cannot hold, or it saved no adapter.
+
+    Examples:
+        >>> [p.name for p in adapter_chain("bundled", "runs/generator_sft/adapter")]
+        ['adapter']
+    """
+    from care_sdk.training.models import resolve_model
+
+    adapter_dir = Path(adapter_dir)
+    if model == "bundled":
+        return [adapter_dir]
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise ConfigError(f"{adapter_dir}: the run saved no LoRA adapter (finetune: lora writes one)")
+    start = resolve_model(model)
+    if not (start / "adapter_config.json").is_file():
+        raise ConfigError(
+            f"model: {model}: the run started from a full model, not the bundled base or a LoRA adapter of it; "
+            "a GGUF adapter of the bundled base cannot hold it"
+        )
+    return [start, adapter_dir]
+
+
 def export_lora_gguf(
-    adapter_dir: str | Path,
+    adapter_dir: str | Path | Sequence[str | Path],
     out: str | Path,
     *,
     base_gguf: str | Path,
@@ -60,7 +148,9 @@ def export_lora_gguf(
     """Write the PEFT LoRA adapter in ``adapter_dir`` as a GGUF adapter file for ``base_gguf``.
 
     Args:
-        adapter_dir: a PEFT adapter directory (``adapter_config.json``, ``adapter_model.safetensors``).
+        adapter_dir: a PEFT adapter directory (``adapter_config.json``, ``adapter_model.safetensors``),
+            or several, each trained on the model the ones before it merged into (base first): they
+            are written as one adapter whose change to the base is the sum of theirs.
         out: the GGUF file to write.
         base_gguf: the GGUF base model the adapter applies to (read for its architecture and heads).
         role: ``generator`` or ``evaluator``.
@@ -72,56 +162,152 @@ def export_lora_gguf(
         The written file.
 
     Raises:
-        InputError: the adapter directory is incomplete or holds tensors of an unknown module.
+        InputError: an adapter directory is incomplete or holds tensors of an unknown module.
         ConfigError: the base model is not a Llama-architecture GGUF.
 
     Examples:
         >>> export_lora_gguf("runs/generator_sft/adapter", "generator.gguf",  # doctest: +SKIP
         ...                  base_gguf=default_model_path(), role="generator", prompt_version="v2",
         ...                  max_context_messages=6)
+        >>> export_lora_gguf(["runs/sft/adapter", "runs/pref_grpo/adapter"], "g.gguf", ...)  # doctest: +SKIP
     """
     try:
         import gguf
         import numpy as np
-        from safetensors.numpy import load_file
     except ImportError as exc:
         raise MissingDependencyError(exc.name or "gguf", extra="train") from exc
-    adapter_dir, out = Path(adapter_dir), Path(out)
-    config_path, weights_path = adapter_dir / "adapter_config.json", adapter_dir / "adapter_model.safetensors"
-    for path in (config_path, weights_path):
-        if not path.is_file():
-            raise InputError("missing adapter file", location=str(path))
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    base = gguf_metadata(base_gguf)
-    arch = base.get("general.architecture")
-    if arch != "llama":
-        raise ConfigError(f"{base_gguf}: expected a llama-architecture GGUF, got {arch!r}")
-    n_head, n_kv = int(base["llama.attention.head_count"]), int(base["llama.attention.head_count_kv"])
-    tensors = load_file(str(weights_path))
+    dirs = [Path(adapter_dir)] if isinstance(adapter_dir, (str, Path)) else [Path(d) for d in adapter_dir]
+    if not dirs:
+        raise ConfigError("export_lora_gguf: no adapter directory given")
+    out = Path(out)
+    arch, n_head, n_kv = _heads(base_gguf)
+    stacked: dict[tuple[int, str], tuple[list[Any], list[Any]]] = {}
+    alpha = 0.0
+    for directory in dirs:
+        factors, adapter_alpha = _peft_factors(directory)
+        alpha = alpha or adapter_alpha  # the file's alpha: the first adapter's
+        for key, (a, b) in factors.items():
+            both = stacked.setdefault(key, ([], []))
+            both[0].append(a)
+            both[1].append(b)
     writer = gguf.GGUFWriter(str(out), arch=arch)
     writer.add_string(gguf.Keys.General.TYPE, gguf.GGUFType.ADAPTER)
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
-    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(config["lora_alpha"]))
+    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha)
     writer.add_string("care.role", role)
     writer.add_string("care.prompt_version", prompt_version)
     writer.add_uint32("care.max_context_messages", max_context_messages or 0)
     writer.add_string("care.base_model", Path(base_gguf).name)
     writer.add_string("care.training", json.dumps(training or {}, sort_keys=True))
-    for key in sorted(tensors, key=lambda k: (int(m.group(1)) if (m := _KEY.search(k)) else -1, k)):
-        match = _KEY.search(key)
-        if match is None or match.group(2) not in GGUF_NAMES:
-            raise InputError(f"adapter tensor of an unknown module: {key}", location=str(weights_path))
-        layer, module, factor = match.groups()
-        value = tensors[key].astype(np.float32)
-        if factor == "B" and module == "self_attn.q_proj":
-            value = _permute(value, n_head)
-        elif factor == "B" and module == "self_attn.k_proj":
-            value = _permute(value, n_kv)
-        name = f"blk.{layer}.{GGUF_NAMES[module]}.weight.lora_{factor.lower()}"
-        writer.add_tensor(name, np.ascontiguousarray(value).astype(np.float16))
+    for layer, module in sorted(stacked):
+        a_parts, b_parts = stacked[(layer, module)]
+        lora_a, lora_b = np.concatenate(a_parts, axis=0), np.concatenate(b_parts, axis=1)
+        # llama.cpp scales each tensor's product by alpha / rank: undo it, the scaling is in lora_b
+        lora_b = lora_b * (lora_a.shape[0] / alpha)
+        if module == "self_attn.q_proj":
+            lora_b = _permute(lora_b, n_head)
+        elif module == "self_attn.k_proj":
+            lora_b = _permute(lora_b, n_kv)
+        name = f"blk.{layer}.{GGUF_NAMES[module]}.weight"
+        writer.add_tensor(f"{name}.lora_a", np.ascontiguousarray(lora_a).astype(np.float16))
+        writer.add_tensor(f"{name}.lora_b", np.ascontiguousarray(lora_b).astype(np.float16))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     read_adapter(out)  # the records read back
     return out
+
+
+def import_lora_gguf(
+    path: str | Path, out_dir: str | Path, *, base_gguf: str | Path | None = None, base_model: str | Path | None = None
+) -> Path:
+    """A GGUF LoRA adapter file, as :func:`export_lora_gguf` writes it, as a PEFT adapter directory.
+
+    Training can then go on from a shipped adapter: the directory loads with
+    ``AutoPeftModelForCausalLM`` (and as a recipe's ``model``), its base being the transformers copy of
+    ``base_gguf``. The rotary row order of the query and key factors is undone, each module keeps
+    the rank it has in the file, and the ``care.*`` records go to ``care_adapter.json``.
+
+    Args:
+        path: the GGUF adapter file.
+        out_dir: the directory to write (``adapter_config.json``, ``adapter_model.safetensors``, the
+            tokenizer, ``care_adapter.json``).
+        base_gguf: the GGUF base model the adapter applies to (default: the bundled one).
+        base_model: its transformers directory (default: :func:`~care_sdk.training.models.bundled_model_dir`).
+
+    Returns:
+        ``out_dir``.
+
+    Raises:
+        ConfigError: the file is not a LoRA adapter, or the base is not a Llama-architecture GGUF.
+        InputError: a tensor of a module transformers' Llama does not have.
+
+    Examples:
+        >>> from care_sdk.adapters import bundled_adapter
+        >>> adapter = import_lora_gguf(bundled_adapter("generator"), "runs/generator_import")  # doctest: +SKIP
+        >>> sorted(p.name for p in adapter.glob("*.json"))[:2]  # doctest: +SKIP
+        ['adapter_config.json', 'care_adapter.json']
+    """
+    try:
+        import gguf
+        import numpy as np
+        from peft import LoraConfig
+        from safetensors.numpy import save_file
+        from transformers import AutoTokenizer
+    except ImportError as exc:
+        raise MissingDependencyError(exc.name or "gguf", extra="train") from exc
+    from care_sdk.backends.llamacpp import default_model_path
+    from care_sdk.training.models import bundled_model_dir
+
+    path, out_dir = Path(path), Path(out_dir)
+    meta = gguf_metadata(path)
+    if meta.get("general.type") != "adapter" or meta.get("adapter.type") != "lora":
+        raise ConfigError(f"{path}: not a GGUF LoRA adapter (general.type={meta.get('general.type')!r})")
+    _, n_head, n_kv = _heads(base_gguf or default_model_path())
+    alpha = float(meta.get("adapter.lora.alpha") or 0.0)
+    modules = {name: module for module, name in GGUF_NAMES.items()}
+    factors: dict[tuple[int, str], list[Any]] = {}
+    for tensor in gguf.GGUFReader(str(path)).tensors:
+        match = _GGUF_KEY.match(tensor.name)
+        if match is None or match.group(2) not in modules:
+            raise InputError(f"adapter tensor of an unknown module: {tensor.name}", location=str(path))
+        layer, name, factor = match.groups()
+        value = np.array(tensor.data, dtype=np.float32)
+        factors.setdefault((int(layer), modules[name]), [None, None])[factor == "b"] = value
+    tensors: dict[str, Any] = {}
+    ranks: dict[str, int] = {}
+    for (layer, module), (lora_a, lora_b) in sorted(factors.items()):
+        if lora_a is None or lora_b is None:
+            raise InputError(f"blk.{layer} {module}: lora_a or lora_b missing", location=str(path))
+        if module == "self_attn.q_proj":
+            lora_b = _unpermute(lora_b, n_head)
+        elif module == "self_attn.k_proj":
+            lora_b = _unpermute(lora_b, n_kv)
+        full = f"model.layers.{layer}.{module}"
+        ranks[full] = lora_a.shape[0]
+        tensors[f"base_model.model.{full}.lora_A.weight"] = np.ascontiguousarray(lora_a)
+        tensors[f"base_model.model.{full}.lora_B.weight"] = np.ascontiguousarray(lora_b)
+    if not tensors:
+        raise InputError("the adapter holds no LoRA tensors", location=str(path))
+    rank = max(set(ranks.values()), key=list(ranks.values()).count)
+    base_dir = Path(base_model) if base_model is not None else bundled_model_dir()
+    lora_alpha: Any = (int(alpha) if alpha.is_integer() else alpha) if alpha else rank  # llama.cpp: 0 is scale 1
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=lora_alpha,
+        lora_dropout=0.0,
+        target_modules=sorted(ranks),
+        rank_pattern={name: r for name, r in ranks.items() if r != rank},
+        alpha_pattern={} if alpha else {name: r for name, r in ranks.items() if r != rank},
+        task_type="CAUSAL_LM",
+        base_model_name_or_path=str(base_dir),
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(str(out_dir))
+    save_file(tensors, str(out_dir / "adapter_model.safetensors"), metadata={"format": "pt"})
+    AutoTokenizer.from_pretrained(str(base_dir), local_files_only=True).save_pretrained(str(out_dir))
+    records = {key.removeprefix("care."): value for key, value in meta.items() if key.startswith("care.")}
+    records["source"] = str(path)
+    (out_dir / CARE_ADAPTER).write_text(json.dumps(records, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return out_dir

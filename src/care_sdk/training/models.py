@@ -1,10 +1,11 @@
-"""The models a recipe names: :func:`resolve_model` turns a ``model`` setting (``tiny``, ``bundled``
-or a directory) into a transformers directory; :func:`tiny_model_dir` builds a tiny random
-SmolLM2-shaped model for tests and smoke runs; :func:`bundled_model_dir` the bundled SmolLM2 as a
-plain transformers directory.
+"""The models a recipe names: :func:`resolve_model` turns a ``model`` setting (``tiny``, ``bundled``,
+``bundled:generator``, ``bundled:evaluator`` or a directory) into a transformers or PEFT adapter
+directory; :func:`tiny_model_dir` builds a tiny random SmolLM2-shaped model for tests and smoke
+runs; :func:`bundled_model_dir` the bundled SmolLM2 as a plain transformers directory;
+:func:`bundled_adapter_dir` a shipped adapter as a PEFT adapter directory on it.
 
-The two built models are made from the bundled SmolLM2-135M-Instruct GGUF (no hub, no network)
-and cached on disk, so every recipe test can share them.
+The built models are made from the bundled SmolLM2-135M-Instruct GGUF and adapters (no hub, no
+network) and cached on disk, so every recipe test can share them.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from care_sdk.errors import MissingDependencyError
 
-__all__ = ["bundled_model_dir", "require_train", "resolve_model", "tiny_model_dir"]
+__all__ = ["bundled_adapter_dir", "bundled_model_dir", "require_train", "resolve_model", "tiny_model_dir"]
 
 _COMPLETE = "care-sdk-complete"
 
@@ -132,11 +134,56 @@ def tiny_model_dir(
         del config.quantization_config
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
+
+    def write(staging: Path) -> None:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+
+    return _build_once(target, settings, write)
+
+
+def bundled_adapter_dir(role: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The adapter shipped for ``role`` as a PEFT adapter directory on the bundled model.
+
+    What a recipe's ``model: bundled:generator`` (or ``bundled:evaluator``) loads: the bundled
+    model with the shipped adapter merged, to train on from there. The GGUF adapter is converted
+    once (:func:`~care_sdk.training.export_adapter.import_lora_gguf`) and cached by its contents.
+
+    Raises:
+        ConfigError: this build ships no adapter for ``role``.
+
+    Examples:
+        >>> path = bundled_adapter_dir("generator")  # doctest: +SKIP
+        >>> (path / "adapter_config.json").exists()  # doctest: +SKIP
+        True
+    """
+    require_train()
+    from care_sdk.adapters import bundled_adapter
+    from care_sdk.errors import ConfigError
+    from care_sdk.training.export_adapter import import_lora_gguf
+
+    gguf = bundled_adapter(role)
+    if gguf is None:
+        raise ConfigError(f"model: bundled:{role}: this build ships no {role} adapter (roles: generator, evaluator)")
+    key = hashlib.sha256(gguf.read_bytes()).hexdigest()[:12]
+    base = bundled_model_dir()
+    target = _cache_root(cache_dir) / f"adapter-{role}-{key}"
+
+    def write(staging: Path) -> None:
+        import_lora_gguf(gguf, staging, base_model=base)
+
+    return _build_once(target, {"adapter": gguf.name, "sha256": key}, write)
+
+
+def _build_once(target: Path, settings: dict[str, object], write: Callable[[Path], object]) -> Path:
+    """``target``, written by ``write`` into a staging directory and moved into place whole, unless a
+    complete one is there already; safe when several processes build it at once."""
+    if (target / _COMPLETE).exists():
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
+        write(staging)
         (staging / _COMPLETE).write_text(json.dumps(settings) + "\n", encoding="utf-8")
         try:
             os.replace(staging, target)
@@ -150,7 +197,9 @@ def tiny_model_dir(
 
 
 def resolve_model(name: str) -> Path:
-    """Resolve a recipe's ``model`` setting: ``tiny``, ``bundled``, or a directory.
+    """Resolve a recipe's ``model`` setting: ``tiny``, ``bundled``, ``bundled:generator`` or
+    ``bundled:evaluator`` (the bundled model with the shipped adapter, as a PEFT adapter directory:
+    :func:`bundled_adapter_dir`), or a directory.
 
     A training output directory resolves to its ``merged/`` model when it has one.
 
@@ -169,6 +218,8 @@ def resolve_model(name: str) -> Path:
         return tiny_model_dir()
     if name == "bundled":
         return bundled_model_dir()
+    if name.startswith("bundled:"):
+        return bundled_adapter_dir(name.removeprefix("bundled:"))
     path = Path(name)
     if not path.is_dir():
         raise ConfigError(f"model: no such directory: {name}")
