@@ -23,26 +23,34 @@ pytestmark = pytest.mark.slow
 MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+def random_lora(model_dir: Path, config: Any, *, scale: float, seed: int) -> Any:
+    """A PEFT LoRA on the model in ``model_dir`` with random ``lora_B`` factors (PEFT starts them at 0)."""
+    import torch
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), config)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn_like(param) * scale)
+    return model
+
+
 @pytest.fixture(scope="module")
 def random_adapter(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A PEFT LoRA with random ``lora_B`` factors (PEFT starts them at 0) on the top 3 layers of the bundled
     model, and its merged model."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from peft import LoraConfig
+    from transformers import AutoTokenizer
 
     from care_sdk.training.models import bundled_model_dir
 
     out = tmp_path_factory.mktemp("adapter")
-    torch.manual_seed(0)
     base = bundled_model_dir()
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     config = LoraConfig(r=4, lora_alpha=8, target_modules=MODULES, layers_to_transform=[27, 28, 29])
-    peft_model = get_peft_model(model, config)
-    with torch.no_grad():
-        for name, param in peft_model.named_parameters():
-            if "lora_B" in name:
-                param.copy_(torch.randn_like(param) * 0.3)
+    peft_model = random_lora(base, config, scale=0.3, seed=0)
     peft_model.save_pretrained(out / "adapter")
     merged = peft_model.merge_and_unload()
     merged.save_pretrained(out / "merged")
@@ -164,24 +172,16 @@ def test_adapters_trained_one_on_another_export_as_their_sum(
 ) -> None:
     """A second LoRA (other rank, layers and modules) trained on the merged first one, as pref-GRPO on SFT."""
     import numpy as np
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
+    from peft import LoraConfig
 
     from care_sdk.training.export_adapter import import_lora_gguf
     from care_sdk.training.models import bundled_model_dir
 
     first, first_merged = random_adapter
-    torch.manual_seed(1)
-    model = AutoModelForCausalLM.from_pretrained(first_merged, dtype=torch.float32)
     config = LoraConfig(
         r=2, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"], layers_to_transform=[20, 29]
     )
-    second = get_peft_model(model, config)
-    with torch.no_grad():
-        for name, param in second.named_parameters():
-            if "lora_B" in name:
-                param.copy_(torch.randn_like(param) * 0.2)
+    second = random_lora(first_merged, config, scale=0.2, seed=1)
     second.save_pretrained(tmp_path / "second")
     both = transformers_logits(second.merge_and_unload())
     gguf = _export_many([first, tmp_path / "second"], tmp_path / "both.gguf")

@@ -376,21 +376,7 @@ class QualityRunner:
             else:
                 shard_files = []
                 store = _load_records(records_path, target)
-
-            per_task: list[list[tuple[str, Item]]] = []
-            reused = 0
-            for name, data in loaded.items():
-                per_task.append([])
-                for position, item in enumerate(data.items):
-                    if self.shard is not None and not self.shard.holds(position):
-                        continue
-                    needed = [v for v in self.variants if item.needs_evaluation or v != "length"]
-                    if all(record_done(store.get((name, item.key, v)), item.needs_evaluation) for v in needed):
-                        reused += 1
-                    else:
-                        per_task[-1].append((name, item))
-            # Take the tasks in turn, so that a run stopped part-way has made progress on every task.
-            todo = [pair for row in zip_longest(*per_task) for pair in row if pair is not None]
+            todo, reused = self._todo(loaded, store)
             if on_start:
                 on_start(len(todo))
             for start in range(0, len(todo), self.batch_size):
@@ -427,6 +413,25 @@ class QualityRunner:
         )
         (self.out_dir / "quality.md").write_text(report.markdown() + "\n", encoding="utf-8")
         return report
+
+    def _todo(
+        self, loaded: dict[str, TaskData], store: dict[tuple[str, str, str], dict[str, Any]]
+    ) -> tuple[list[tuple[str, Item]], int]:
+        """This run's items (its shard's, if any) that lack a finished record, and how many do not."""
+        per_task: list[list[tuple[str, Item]]] = []
+        reused = 0
+        for name, data in loaded.items():
+            per_task.append([])
+            for position, item in enumerate(data.items):
+                if self.shard is not None and not self.shard.holds(position):
+                    continue
+                needed = [v for v in self.variants if item.needs_evaluation or v != "length"]
+                if all(record_done(store.get((name, item.key, v)), item.needs_evaluation) for v in needed):
+                    reused += 1
+                else:
+                    per_task[-1].append((name, item))
+        # Take the tasks in turn, so that a run stopped part-way has made progress on every task.
+        return [pair for row in zip_longest(*per_task) for pair in row if pair is not None], reused
 
     def _compact(
         self, path: Path, loaded: dict[str, TaskData], store: dict[tuple[str, str, str], dict[str, Any]]

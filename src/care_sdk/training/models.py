@@ -38,12 +38,12 @@ def require_train() -> None:
             raise MissingDependencyError(module, extra="train") from exc
 
 
-def _cache_root(cache_dir: str | os.PathLike[str] | None) -> Path:
+def _cache_root(cache_dir: str | os.PathLike[str] | None, kind: str = "tiny") -> Path:
     if cache_dir is not None:
         return Path(cache_dir)
     from care_sdk.backends._hf_load import default_cache_dir
 
-    return default_cache_dir().parent / "tiny"
+    return default_cache_dir().parent / kind
 
 
 def bundled_model_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -149,6 +149,10 @@ def bundled_adapter_dir(role: str, cache_dir: str | os.PathLike[str] | None = No
     model with the shipped adapter merged, to train on from there. The GGUF adapter is converted
     once (:func:`~care_sdk.training.export_adapter.import_lora_gguf`) and cached by its contents.
 
+    Args:
+        role: ``generator`` or ``evaluator``.
+        cache_dir: where to keep it (default ``~/.cache/care-sdk/adapters`` or ``$CARE_SDK_CACHE/adapters``).
+
     Raises:
         ConfigError: this build ships no adapter for ``role``.
 
@@ -167,7 +171,7 @@ def bundled_adapter_dir(role: str, cache_dir: str | os.PathLike[str] | None = No
         raise ConfigError(f"model: bundled:{role}: this build ships no {role} adapter (roles: generator, evaluator)")
     key = hashlib.sha256(gguf.read_bytes()).hexdigest()[:12]
     base = bundled_model_dir()
-    target = _cache_root(cache_dir) / f"adapter-{role}-{key}"
+    target = _cache_root(cache_dir, "adapters") / f"{role}-{key}"
 
     def write(staging: Path) -> None:
         import_lora_gguf(gguf, staging, base_model=base)
