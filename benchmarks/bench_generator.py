@@ -8,6 +8,9 @@ Rows (the same seeded sample of ESConv **test** supporter turns for every row):
 - ``majority class``: all weight on the dimension most often on top in ESConv train;
 - ``turn-position prior``: all weight on the dimension most often on top at this supporter-turn
   number in ESConv train (turn numbers from 15 on pooled).
+- with ``--adapter NAME=FILE`` (repeatable): the bundled model + that GGUF generator adapter (e.g. a
+  pref-GRPO run exported with ``care train export-adapter``), with its paired difference from the
+  shipped row and from the prior.
 
 Metrics: top-dimension match (:func:`care_sdk.rubric_checks.top_match`: ties count fractionally,
 the same rule for every row) with a 95 % bootstrap interval over dialogues; mean r_align; the share
@@ -20,6 +23,8 @@ weights-by-turn figure.
 
 Usage:
     python benchmarks/bench_generator.py --turns 500 --out runs/bench_generator
+    python benchmarks/bench_generator.py --turns 200 --base-turns 0 \
+        --adapter "pref-GRPO=runs/generator_pref_grpo/generator.gguf"
 Writes ``results.json``, ``results.md``, the rubrics per row (``rubrics_<row>.jsonl``, reused when
 the run is started again) and ``weights_by_turn.png``.
 """
@@ -73,16 +78,25 @@ def _row_files(out: Path, name: str) -> list[Path]:
     return sorted(out.glob(f"rubrics_{_slug(name)}.*jsonl"))
 
 
+def _backend(spec: str, threads: int) -> Any:
+    """A model row's backend: a spec, or ``adapter:FILE`` for the bundled model with that generator adapter."""
+    from care_sdk.backends import resolve_backend
+    from care_sdk.backends.llamacpp import LlamaCppBackend, default_model_path
+
+    if spec.startswith("adapter:"):
+        return LlamaCppBackend(default_model_path(), adapter=spec.removeprefix("adapter:"), n_threads=threads)
+    return resolve_backend(spec, role="generator", n_threads=threads)
+
+
 def generate_rows(name: str, spec: str, items: list[dict[str, Any]], out: Path, threads: int, shard: int = 0) -> str:
     """Write ``rubrics_<row>.<shard>.jsonl``: one rubric (or error) and its seconds per item; skips the
     items any shard of the row has done (a run that is started again resumes)."""
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     from care_sdk import RubricGenerator
-    from care_sdk.backends import resolve_backend
 
     path = out / f"rubrics_{_slug(name)}.{shard}.jsonl"
     done = set(_read_files(_row_files(out, name)))
-    generator = RubricGenerator(resolve_backend(spec, role="generator", n_threads=threads), cache=False)
+    generator = RubricGenerator(_backend(spec, threads), cache=False)
     with path.open("a", encoding="utf-8") as fh:
         for item in items:
             if item["key"] in done:
@@ -192,18 +206,19 @@ def _bucket_label(low: int, high: int | None) -> str:
 def against_prior(
     items: list[dict[str, Any]],
     model: Callable[[dict[str, Any]], dict[Dimension, float] | None],
-    prior: Callable[[dict[str, Any]], dict[Dimension, float]],
+    prior: Callable[[dict[str, Any]], dict[Dimension, float] | None],
 ) -> tuple[Estimate, list[dict[str, Any]]]:
-    """The model row against the turn-position prior on the same turns: the paired difference in top
-    match (95 % bootstrap over dialogues; an invalid rubric counts 0) and both by supporter turn, with
-    the model's top dimensions there."""
+    """The model row against the turn-position prior (or another row) on the same turns: the paired
+    difference in top match (95 % bootstrap over dialogues; an invalid rubric counts 0) and both by
+    supporter turn, with the model's top dimensions there."""
     model_match: dict[str, float] = {}
     prior_match: dict[str, float] = {}
     model_top: dict[str, str] = {}
     for item in items:
         weights = model(item)
         model_match[item["key"]] = 0.0 if weights is None else top_match(weights, item["counts"])
-        prior_match[item["key"]] = top_match(prior(item), item["counts"])
+        other = prior(item)
+        prior_match[item["key"]] = 0.0 if other is None else top_match(other, item["counts"])
         model_top[item["key"]] = "invalid" if weights is None else max(DIMENSIONS, key=lambda d: weights[d]).value
     diffs: dict[str, float | None] = {k: model_match[k] - prior_match[k] for k in model_match}
     buckets = []
@@ -278,6 +293,13 @@ def plot_weights_by_turn(items: list[dict[str, Any]], rows: dict[str, dict[str, 
     plt.close(fig)
 
 
+def _named(option: str) -> tuple[str, str]:
+    name, sep, path = option.partition("=")
+    if not sep or not name or not Path(path).is_file():
+        raise SystemExit(f"--adapter {option!r}: expected NAME=FILE with an existing GGUF adapter file")
+    return name, path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=500, help="ESConv test supporter turns (seeded sample)")
@@ -299,9 +321,20 @@ def main() -> None:
         type=int,
         default=None,
         help="run the untrained base on the first N sampled turns only (it often writes until max_tokens and "
-        "retries: several times slower); every row is then also reported on those N turns",
+        "retries: several times slower); every row is then also reported on those N turns (0: no base row)",
+    )
+    parser.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="another model row: the bundled model with this GGUF generator adapter (repeatable)",
     )
     args = parser.parse_args()
+    extra = dict(_named(a) for a in args.adapter)
+    model_rows = {**MODEL_ROWS, **{name: f"adapter:{path}" for name, path in extra.items()}}
+    if args.base_turns == 0:
+        del model_rows["untrained base"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     root = Path(args.data_dir) if args.data_dir else data_dir()
@@ -333,15 +366,18 @@ def main() -> None:
     print(f"{len(items)} ESConv test turns from {n_dialogues} dialogues; majority {majority.value}")
 
     subset = items[: args.base_turns] if args.base_turns else items
-    shipped, base = MODEL_ROWS["shipped"], MODEL_ROWS["untrained base"]
-    jobs = [  # (row, spec, items, shard): the shipped row in two shards, so both cores work on it first
+    shipped = MODEL_ROWS["shipped"]
+    jobs = [  # (row, spec, items, shard): each full row in two shards, so both cores work on it first
         ("shipped", shipped, items[0::2], 0),
         ("shipped", shipped, items[1::2], 1),
-        ("untrained base", base, subset, 0),
+        *[(name, model_rows[name], items[k::2], k) for name in extra for k in (0, 1)],
         ("shipped examples", shipped, examples, 0),
     ]
+    if "untrained base" in model_rows:
+        jobs.insert(2, ("untrained base", model_rows["untrained base"], subset, 0))
     if args.only:
-        generate_rows(args.only, MODEL_ROWS[args.only], items if args.only == "shipped" else subset, out, args.threads)
+        rows_of = items if args.only != "untrained base" else subset
+        generate_rows(args.only, model_rows[args.only], rows_of, out, args.threads)
         return
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=2) as pool:
@@ -349,7 +385,7 @@ def main() -> None:
         list(pool.map(generate_rows, *columns))
     wall = time.perf_counter() - started
 
-    generated = {name: _read_files(_row_files(out, name)) for name in ("shipped", "untrained base", "shipped examples")}
+    generated = {name: _read_files(_row_files(out, name)) for name in [*model_rows, "shipped examples"]}
     timing = time_models(items[: args.timing], args.threads) if args.timing else None
     agreement = runtime_agreement(items[: args.agreement], args.hf_adapter, args.threads) if args.hf_adapter else None
     contexts = {i["key"]: i["context"] for i in items + examples}
@@ -367,7 +403,7 @@ def main() -> None:
     def all_rows(on: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         keys = {i["key"] for i in on}
         rows: dict[str, dict[str, Any]] = {}
-        for name in MODEL_ROWS:
+        for name in model_rows:
             mine = {k: v for k, v in generated[name].items() if k in keys}
             if len(mine) == len(keys):
                 rows[name] = {**score_row(on, model_weights(name)), **sanity(mine, contexts)}
@@ -377,10 +413,18 @@ def main() -> None:
         return rows
 
     rows = all_rows(items)
-    subset_rows = all_rows(subset) if len(subset) < len(items) else None
+    subset_rows = all_rows(subset) if 0 < len(subset) < len(items) else None
     example_sanity = sanity(generated["shipped examples"], contexts)
     plot_weights_by_turn(items, generated["shipped"], out / "weights_by_turn.png")
     paired, by_turn_rows = against_prior(items, model_weights("shipped"), prior_weights)
+    extra_paired = {  # each adapter row against the shipped row and against the prior, paired
+        name: (
+            against_prior(items, model_weights(name), model_weights("shipped"))[0],
+            against_prior(items, model_weights(name), prior_weights)[0],
+        )
+        for name in extra
+        if name in rows
+    }
 
     def table_of(rows: dict[str, dict[str, Any]], n: int) -> list[str]:
         lines = [
@@ -400,11 +444,21 @@ def main() -> None:
     lines = table_of(rows, len(items))
     if subset_rows is not None:
         lines += ["", *table_of(subset_rows, len(subset))]
-    base_sanity = (subset_rows or rows)["untrained base"]
+    base_sanity = (subset_rows or rows).get("untrained base")
     keys = [k for k in rows["shipped"] if k.endswith("_share") and k not in ("single_top_share", "valid_share")]
-    lines += ["", "| sanity | shipped (ESConv test) | untrained base | shipped (examples/) |", "|---|---|---|---|"]
+    columns = ["shipped (ESConv test)", *(f"{n} (ESConv test)" for n in extra if n in rows)]
+    columns += ["untrained base"] * (base_sanity is not None) + ["shipped (examples/)"]
+    lines += ["", "| sanity | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for key in keys:
-        lines.append(f"| {key} | {rows['shipped'][key]:.3f} | {base_sanity[key]:.3f} | {example_sanity[key]:.3f} |")
+        cells = [rows["shipped"][key], *(rows[n][key] for n in extra if n in rows)]
+        cells += [base_sanity[key]] * (base_sanity is not None) + [example_sanity[key]]
+        lines.append(f"| {key} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells) + " |")
+    for name, (vs_shipped, vs_prior) in extra_paired.items():
+        lines += [
+            "",
+            f"{name} minus shipped, paired on the {len(items)} turns: {vs_shipped.format()}; "
+            f"minus the turn-position prior: {vs_prior.format()}",
+        ]
     lines += [
         "",
         f"Shipped minus turn-position prior, paired on the {len(items)} turns: {paired.format()}",
@@ -438,6 +492,10 @@ def main() -> None:
         "position_prior": {str(k): v.value for k, v in sorted(by_turn.items())},
         "rows": rows,
         "shipped_vs_prior": {"paired_difference": paired.to_json(), "by_turn": by_turn_rows},
+        "adapter_rows": {
+            name: {"file": extra[name], "minus_shipped": a.to_json(), "minus_prior": b.to_json()}
+            for name, (a, b) in extra_paired.items()
+        },
         "subset_rows": subset_rows,
         "subset_turns": len(subset),
         "examples_sanity": example_sanity,
