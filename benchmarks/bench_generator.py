@@ -447,11 +447,11 @@ def main() -> None:
     base_sanity = (subset_rows or rows).get("untrained base")
     keys = [k for k in rows["shipped"] if k.endswith("_share") and k not in ("single_top_share", "valid_share")]
     columns = ["shipped (ESConv test)", *(f"{n} (ESConv test)" for n in extra if n in rows)]
-    columns += ["untrained base"] * (base_sanity is not None) + ["shipped (examples/)"]
+    columns += (["untrained base"] if base_sanity is not None else []) + ["shipped (examples/)"]
     lines += ["", "| sanity | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for key in keys:
         cells = [rows["shipped"][key], *(rows[n][key] for n in extra if n in rows)]
-        cells += [base_sanity[key]] * (base_sanity is not None) + [example_sanity[key]]
+        cells += ([base_sanity[key]] if base_sanity is not None else []) + [example_sanity[key]]
         lines.append(f"| {key} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells) + " |")
     for name, (vs_shipped, vs_prior) in extra_paired.items():
         lines += [
