@@ -172,6 +172,7 @@ def test_adapters_trained_one_on_another_export_as_their_sum(
 ) -> None:
     """A second LoRA (other rank, layers and modules) trained on the merged first one, as pref-GRPO on SFT."""
     import numpy as np
+    from gguf import GGUFReader
     from peft import LoraConfig
 
     from care_sdk.training.export_adapter import import_lora_gguf
@@ -192,6 +193,14 @@ def test_adapters_trained_one_on_another_export_as_their_sum(
     # read back: one adapter with each module's rank (4, 4 + 2, or 2) that gives the same model
     imported = import_lora_gguf(gguf, tmp_path / "imported")
     np.testing.assert_allclose(transformers_logits(_merged(imported)), both, atol=5e-3)
+    # and written again (each module at its own rank), the same file
+    tensors = [
+        {t.name: np.array(t.data) for t in GGUFReader(str(f)).tensors}
+        for f in (gguf, _export(imported, tmp_path / "again.gguf"))
+    ]
+    assert tensors[0].keys() == tensors[1].keys()
+    for name, value in tensors[0].items():
+        np.testing.assert_allclose(tensors[1][name], value, rtol=1e-3, atol=1e-5, err_msg=name)
 
 
 def test_recipes_start_from_the_shipped_generator(model_path: Path) -> None:

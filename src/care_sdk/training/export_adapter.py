@@ -87,7 +87,8 @@ def _peft_factors(adapter_dir: Path) -> tuple[dict[tuple[int, str], tuple[Any, A
     config = json.loads(config_path.read_text(encoding="utf-8"))
     if config.get("use_rslora") or config.get("use_dora"):
         raise InputError("rsLoRA and DoRA adapters cannot be written as llama.cpp LoRA", location=str(config_path))
-    alpha, rank = float(config["lora_alpha"]), int(config["r"])
+    alpha = float(config["lora_alpha"])
+    alpha_pattern: dict[str, float] = config.get("alpha_pattern") or {}
     factors: dict[tuple[int, str], list[Any]] = {}
     for key, value in load_file(str(weights_path)).items():
         match = _KEY.search(key)
@@ -99,7 +100,9 @@ def _peft_factors(adapter_dir: Path) -> tuple[dict[tuple[int, str], tuple[Any, A
     for (layer, module), (a, b) in factors.items():
         if a is None or b is None:
             raise InputError(f"layer {layer} {module}: lora_A or lora_B missing", location=str(weights_path))
-        out[(layer, module)] = (a, b * (alpha / rank))  # PEFT's scaling, alpha / r
+        name = f"model.layers.{layer}.{module}"
+        own = [v for k, v in alpha_pattern.items() if name == k or name.endswith("." + k)]
+        out[(layer, module)] = (a, b * ((own[0] if own else alpha) / a.shape[0]))  # PEFT's scaling, alpha / r
     return out, alpha
 
 
