@@ -26,6 +26,7 @@ CLASSES = {
 OTHER = {  # configs of the bundled adapters
     "generator_data": BuildDataConfig,
     "generator_sft": SFTStageConfig,
+    "generator_pref_grpo": PrefGRPOConfig,
     "evaluator_data": BuildDataConfig,
     "evaluator_sft": SFTStageConfig,
 }
