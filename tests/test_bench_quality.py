@@ -398,6 +398,16 @@ def test_shard_option(capsys: pytest.CaptureFixture[str]) -> None:
     assert "argument --shard: expected K/N with 1 <= K <= N" in capsys.readouterr().err
 
 
+def test_a_run_of_some_variants_counts_failures_of_those_only(toy_data: DataPaths, tmp_path: Path) -> None:
+    sage = toy_data.sage_files[0]
+    sage.write_text(sage.read_text().replace("<BAD> 随便", "<FAIL> 随便"))
+    backend = ScriptedBackend(script)
+    variants = ["care", "length"]
+    two = QualityRunner(RubricGenerator(backend), RubricEvaluator(backend), out_dir=tmp_path, variants=variants)
+    result = two.run(["simulated"], toy_data, SETTINGS).results[0]
+    assert result.failed == {"care": 1, "length": 0}  # not the variants this run did not score
+
+
 def test_another_model_cannot_reuse_the_directory(toy_data: DataPaths, tmp_path: Path) -> None:
     out = tmp_path / "out"
     runner(out).run(["alignment"], toy_data, Settings(limit=1, resamples=10))

@@ -341,8 +341,10 @@ def _turn_item(prefix: str, turn: SupportTurn, number: int, reply: bool, **field
 
 
 def _failed(data: TaskData, records: Records, variants: Sequence[str]) -> dict[str, int]:
+    """Items without a finished record, per variant the run scored (``--variants`` may leave some out)."""
+    scored = {variant for per_item in records.values() for variant in per_item}
     out = {}
-    for variant in variants:
+    for variant in (v for v in variants if v in scored):
         out[variant] = sum(
             1 for item in data.items if not record_done(records.get(item.key, {}).get(variant), item.needs_evaluation)
         )
