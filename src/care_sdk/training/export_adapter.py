@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,17 @@ def _heads(base_gguf: str | Path) -> tuple[str, int, int]:
     return arch, int(base["llama.attention.head_count"]), int(base["llama.attention.head_count_kv"])
 
 
+def _paired(factors: Iterable[tuple[int, str, bool, Any]], location: str) -> dict[tuple[int, str], tuple[Any, Any]]:
+    """``(layer, module, is_b, value)`` factors as ``(layer, module) -> (A, B)``; a lone factor is an error."""
+    pairs: dict[tuple[int, str], list[Any]] = {}
+    for layer, module, is_b, value in factors:
+        pairs.setdefault((layer, module), [None, None])[is_b] = value
+    for (layer, module), (a, b) in pairs.items():
+        if a is None or b is None:
+            raise InputError(f"layer {layer} {module}: its LoRA A or B factor is missing", location=location)
+    return {key: (a, b) for key, (a, b) in pairs.items()}
+
+
 def _peft_factors(adapter_dir: Path) -> tuple[dict[tuple[int, str], tuple[Any, Any]], float]:
     """One PEFT adapter's ``(layer, module) -> (A, B · scaling)`` in float32, and its ``lora_alpha``."""
     import numpy as np
@@ -89,17 +100,17 @@ def _peft_factors(adapter_dir: Path) -> tuple[dict[tuple[int, str], tuple[Any, A
         raise InputError("rsLoRA and DoRA adapters cannot be written as llama.cpp LoRA", location=str(config_path))
     alpha = float(config["lora_alpha"])
     alpha_pattern: dict[str, float] = config.get("alpha_pattern") or {}
-    factors: dict[tuple[int, str], list[Any]] = {}
-    for key, value in load_file(str(weights_path)).items():
-        match = _KEY.search(key)
-        if match is None or match.group(2) not in GGUF_NAMES:
-            raise InputError(f"adapter tensor of an unknown module: {key}", location=str(weights_path))
-        layer, module, factor = match.groups()
-        factors.setdefault((int(layer), module), [None, None])[factor == "B"] = value.astype(np.float32)
+
+    def factors() -> Iterator[tuple[int, str, bool, Any]]:
+        for key, value in load_file(str(weights_path)).items():
+            match = _KEY.search(key)
+            if match is None or match.group(2) not in GGUF_NAMES:
+                raise InputError(f"adapter tensor of an unknown module: {key}", location=str(weights_path))
+            layer, module, factor = match.groups()
+            yield int(layer), module, factor == "B", value.astype(np.float32)
+
     out = {}
-    for (layer, module), (a, b) in factors.items():
-        if a is None or b is None:
-            raise InputError(f"layer {layer} {module}: lora_A or lora_B missing", location=str(weights_path))
+    for (layer, module), (a, b) in _paired(factors(), str(weights_path)).items():
         name = f"model.layers.{layer}.{module}"
         own = [v for k, v in alpha_pattern.items() if name == k or name.endswith("." + k)]
         out[(layer, module)] = (a, b * ((own[0] if own else alpha) / a.shape[0]))  # PEFT's scaling, alpha / r
@@ -184,11 +195,10 @@ def export_lora_gguf(
         raise ConfigError("export_lora_gguf: no adapter directory given")
     out = Path(out)
     arch, n_head, n_kv = _heads(base_gguf)
+    adapters = [_peft_factors(directory) for directory in dirs]
+    alpha = adapters[0][1]  # the file's alpha: the first adapter's (every B already holds its own scale)
     stacked: dict[tuple[int, str], tuple[list[Any], list[Any]]] = {}
-    alpha = 0.0
-    for directory in dirs:
-        factors, adapter_alpha = _peft_factors(directory)
-        alpha = alpha or adapter_alpha  # the file's alpha: the first adapter's
+    for factors, _ in adapters:
         for key, (a, b) in factors.items():
             both = stacked.setdefault(key, ([], []))
             both[0].append(a)
@@ -270,19 +280,18 @@ def import_lora_gguf(
     _, n_head, n_kv = _heads(base_gguf or default_model_path())
     alpha = float(meta.get("adapter.lora.alpha") or 0.0)
     modules = {name: module for module, name in GGUF_NAMES.items()}
-    factors: dict[tuple[int, str], list[Any]] = {}
-    for tensor in gguf.GGUFReader(str(path)).tensors:
-        match = _GGUF_KEY.match(tensor.name)
-        if match is None or match.group(2) not in modules:
-            raise InputError(f"adapter tensor of an unknown module: {tensor.name}", location=str(path))
-        layer, name, factor = match.groups()
-        value = np.array(tensor.data, dtype=np.float32)
-        factors.setdefault((int(layer), modules[name]), [None, None])[factor == "b"] = value
+
+    def factors() -> Iterator[tuple[int, str, bool, Any]]:
+        for tensor in gguf.GGUFReader(str(path)).tensors:
+            match = _GGUF_KEY.match(tensor.name)
+            if match is None or match.group(2) not in modules:
+                raise InputError(f"adapter tensor of an unknown module: {tensor.name}", location=str(path))
+            layer, name, factor = match.groups()
+            yield int(layer), modules[name], factor == "b", np.array(tensor.data, dtype=np.float32)
+
     tensors: dict[str, Any] = {}
     ranks: dict[str, int] = {}
-    for (layer, module), (lora_a, lora_b) in sorted(factors.items()):
-        if lora_a is None or lora_b is None:
-            raise InputError(f"blk.{layer} {module}: lora_a or lora_b missing", location=str(path))
+    for (layer, module), (lora_a, lora_b) in sorted(_paired(factors(), str(path)).items()):
         if module == "self_attn.q_proj":
             lora_b = _unpermute(lora_b, n_head)
         elif module == "self_attn.k_proj":
