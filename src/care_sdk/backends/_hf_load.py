@@ -11,14 +11,25 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from care_sdk.errors import ConfigError, MissingDependencyError
 
-__all__ = ["default_cache_dir", "gguf_cache_path", "load_gguf", "load_pretrained", "require_hf", "resolve_dtype"]
+__all__ = [
+    "COMPLETE",
+    "build_once",
+    "default_cache_dir",
+    "gguf_cache_path",
+    "load_gguf",
+    "load_pretrained",
+    "require_hf",
+    "resolve_dtype",
+]
 
-_COMPLETE = "care-sdk-complete"
+COMPLETE = "care-sdk-complete"
+"""The file that marks a cached model directory as completely written."""
 
 
 def require_hf() -> None:
@@ -118,7 +129,7 @@ def load_gguf(
     :func:`gguf_cache_path`; later loads read that copy.
     """
     target = gguf_cache_path(gguf_path, cache_dir)
-    if not (target / _COMPLETE).exists():
+    if not (target / COMPLETE).exists():
         _convert_gguf(Path(gguf_path).resolve(), target)
     return load_pretrained(str(target), dtype=dtype, local_files_only=True)
 
@@ -139,18 +150,41 @@ def _convert_gguf(path: Path, target: Path) -> None:
     setattr(model, "hf_quantizer", None)  # noqa: B010
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    staging.chmod(0o755)
-    try:
+
+    def write(staging: Path) -> None:
+        staging.chmod(0o755)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        (staging / _COMPLETE).write_text(str(path) + "\n", encoding="utf-8")
+
+    build_once(target, str(path), write)
+
+
+def build_once(target: Path, marker: str, write: Callable[[Path], object]) -> Path:
+    """``target``, written by ``write`` into a staging directory beside it and moved into place whole,
+    unless a complete one is there already; safe when several processes build it at once.
+
+    A complete directory holds the file ``care-sdk-complete`` (its text: ``marker``).
+
+    Examples:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> built = build_once(root / "x", "made once", lambda d: (d / "a").write_text("1"))
+        >>> sorted(p.name for p in built.iterdir()), build_once(root / "x", "again", print) == built
+        (['a', 'care-sdk-complete'], True)
+    """
+    if (target / COMPLETE).exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        write(staging)
+        (staging / COMPLETE).write_text(marker + "\n", encoding="utf-8")
         try:
             os.replace(staging, target)
         except OSError:
-            if not (target / _COMPLETE).exists():  # another process did not finish it either
+            if not (target / COMPLETE).exists():  # another process did not finish it either
                 shutil.rmtree(target, ignore_errors=True)
                 os.replace(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    return target

@@ -13,16 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
+from care_sdk.backends._hf_load import COMPLETE, build_once
 from care_sdk.errors import MissingDependencyError
 
 __all__ = ["bundled_adapter_dir", "bundled_model_dir", "require_train", "resolve_model", "tiny_model_dir"]
-
-_COMPLETE = "care-sdk-complete"
 
 
 def require_train() -> None:
@@ -63,7 +59,7 @@ def bundled_model_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
     gguf = default_model_path()
     target = gguf_cache_path(gguf, cache_dir)
-    if not (target / _COMPLETE).exists():
+    if not (target / COMPLETE).exists():
         load_gguf(gguf, dtype=None, cache_dir=cache_dir)
     return target
 
@@ -117,7 +113,7 @@ def tiny_model_dir(
     }
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     target = _cache_root(cache_dir) / f"smollm2-tiny-{layers}x{hidden}-{key}"
-    if (target / _COMPLETE).exists():
+    if (target / COMPLETE).exists():
         return target
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -139,7 +135,7 @@ def tiny_model_dir(
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
 
-    return _build_once(target, settings, write)
+    return build_once(target, json.dumps(settings), write)
 
 
 def bundled_adapter_dir(role: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -176,28 +172,7 @@ def bundled_adapter_dir(role: str, cache_dir: str | os.PathLike[str] | None = No
     def write(staging: Path) -> None:
         import_lora_gguf(gguf, staging, base_model=base)
 
-    return _build_once(target, {"adapter": gguf.name, "sha256": key}, write)
-
-
-def _build_once(target: Path, settings: dict[str, object], write: Callable[[Path], object]) -> Path:
-    """``target``, written by ``write`` into a staging directory and moved into place whole, unless a
-    complete one is there already; safe when several processes build it at once."""
-    if (target / _COMPLETE).exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        write(staging)
-        (staging / _COMPLETE).write_text(json.dumps(settings) + "\n", encoding="utf-8")
-        try:
-            os.replace(staging, target)
-        except OSError:
-            if not (target / _COMPLETE).exists():
-                shutil.rmtree(target, ignore_errors=True)
-                os.replace(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return build_once(target, json.dumps({"adapter": gguf.name, "sha256": key}), write)
 
 
 def resolve_model(name: str) -> Path:
