@@ -114,7 +114,7 @@ def _shard(text: str) -> Shard:
     try:
         return Shard.parse(text)
     except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--shard '{text}': ")) from None
+        raise argparse.ArgumentTypeError(str(exc).partition(": ")[2]) from None  # argparse names the option
 
 
 def add_bench_commands(subparsers: Any) -> None:

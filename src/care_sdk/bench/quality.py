@@ -58,6 +58,7 @@ logger = logging.getLogger("care_sdk")
 RECORDS = "records.jsonl"
 RUN = "run.json"
 SHARD_RECORDS = "records.shard-*-of-*.jsonl"
+_SHARD_FORM = "expected K/N with 1 <= K <= N, e.g. 1/2"
 
 
 @dataclass(frozen=True)
@@ -88,14 +89,14 @@ class Shard:
 
     def __post_init__(self) -> None:
         if not 1 <= self.index <= self.count:
-            raise ConfigError(f"--shard '{self.index}/{self.count}': expected K/N with 1 <= K <= N, e.g. 1/2")
+            raise ConfigError(f"--shard '{self.index}/{self.count}': {_SHARD_FORM}")
 
     @classmethod
     def parse(cls, text: str) -> Shard:
         """A shard from ``K/N`` text (the ``--shard`` option)."""
         match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
         if match is None:
-            raise ConfigError(f"--shard '{text}': expected K/N with 1 <= K <= N, e.g. 1/2")
+            raise ConfigError(f"--shard '{text}': {_SHARD_FORM}")
         return cls(int(match[1]), int(match[2]))
 
     def holds(self, position: int) -> bool:
