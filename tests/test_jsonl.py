@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from care_sdk.dialogues import read_dialogues
 from care_sdk.errors import InputError
-from care_sdk.jsonl import BadLine, iter_jsonl, read_jsonl, write_jsonl
+from care_sdk.jsonl import BadLine, iter_jsonl, read_jsonl, replace_jsonl, write_jsonl
 from care_sdk.plots.records import read_records
 from care_sdk.training._common import read_records as read_build_records
 from care_sdk.training.roles import write_roles
@@ -54,6 +55,23 @@ def test_write_and_read_round_trip(tmp_path: Path) -> None:
     assert write_jsonl(path, [{"n": 2}], append=True) == 1
     assert read_jsonl(path) == [{"text": "ça va"}, {"n": 2}]
     assert "ça va" in path.read_text(encoding="utf-8")
+
+
+def test_an_interrupted_rewrite_leaves_the_old_file_whole(tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    write_jsonl(path, [{"n": 1}, {"n": 2}])
+
+    def records() -> Iterator[dict[str, int]]:
+        yield {"n": 3}
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        replace_jsonl(path, records())
+    assert read_jsonl(path) == [{"n": 1}, {"n": 2}]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["records.jsonl"]
+    assert replace_jsonl(path, [{"n": 3}]) == 1
+    assert read_jsonl(path) == [{"n": 3}]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["records.jsonl"]
 
 
 def test_every_reader_reports_the_same_way(tmp_path: Path) -> None:

@@ -21,13 +21,14 @@ Examples:
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from care_sdk.errors import InputError
 
-__all__ = ["BadLine", "append_jsonl", "iter_jsonl", "read_jsonl", "write_jsonl"]
+__all__ = ["BadLine", "append_jsonl", "iter_jsonl", "read_jsonl", "replace_jsonl", "write_jsonl"]
 
 
 class BadLine(InputError):
@@ -132,4 +133,29 @@ def write_jsonl(path: str | Path, records: Iterable[Mapping[str, Any]], *, appen
         for record in records:
             append_jsonl(handle, record)
             count += 1
+    return count
+
+
+def replace_jsonl(path: str | Path, records: Iterable[Mapping[str, Any]]) -> int:
+    """Rewrite a JSONL file atomically: the records go to a temporary file beside it, which then
+    replaces it, so an interrupted rewrite leaves the old file whole (and no temporary file). Returns how many were written.
+
+    Examples:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "r.jsonl")
+        >>> write_jsonl(path, [{"id": "a"}, {"id": "b"}, {"id": "a"}])
+        3
+        >>> replace_jsonl(path, [{"id": "b"}, {"id": "a"}])
+        2
+        >>> [record["id"] for record in read_jsonl(path)], os.listdir(os.path.dirname(path))
+        (['b', 'a'], ['r.jsonl'])
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        count = write_jsonl(tmp, records)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return count

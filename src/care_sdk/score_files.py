@@ -12,7 +12,6 @@ input order, identical to an uninterrupted run.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 from care_sdk.dialogues import read_dialogues
 from care_sdk.errors import InputError
-from care_sdk.jsonl import BadLine, append_jsonl, iter_jsonl, write_jsonl
+from care_sdk.jsonl import BadLine, append_jsonl, iter_jsonl, replace_jsonl
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import DIMENSIONS, Dialogue, RewardResult, Turn
 
@@ -236,7 +235,5 @@ def score_file(
         for dim, weight in (record.get("rubric") or {}).get("weights", {}).items():
             summary.weights[dim].append(weight)
     if out_path:
-        tmp = out_path.with_name(out_path.name + ".tmp")
-        write_jsonl(tmp, ordered)
-        os.replace(tmp, out_path)
+        replace_jsonl(out_path, ordered)
     return summary

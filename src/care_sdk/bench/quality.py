@@ -48,7 +48,7 @@ from care_sdk.data import LoadIssue
 from care_sdk.errors import ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
-from care_sdk.jsonl import BadLine, append_jsonl, iter_jsonl, write_jsonl
+from care_sdk.jsonl import BadLine, append_jsonl, iter_jsonl, replace_jsonl
 from care_sdk.prompts import PROMPT_VERSION
 
 __all__ = ["QualityReport", "QualityRunner", "Shard", "file_sha256", "markdown_report"]
@@ -443,9 +443,7 @@ class QualityRunner:
             ordered += [(name, i.key, v) for i in data.items for v in self.variants if (name, i.key, v) in store]
         seen = set(ordered)
         ordered += [k for k in store if k not in seen]
-        tmp = path.with_name(path.name + ".tmp")
-        write_jsonl(tmp, (store[key] for key in ordered))
-        os.replace(tmp, path)
+        replace_jsonl(path, (store[key] for key in ordered))
 
     def _meta(self, loaded: dict[str, TaskData], settings: Settings, seconds: float) -> dict[str, Any]:
         from care_sdk.evals._run import run_meta

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import platform
 import sys
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from care_sdk.errors import ConfigError
-from care_sdk.jsonl import BadLine, iter_jsonl, write_jsonl
+from care_sdk.jsonl import BadLine, iter_jsonl
 
 logger = logging.getLogger("care_sdk")
 
@@ -77,13 +76,6 @@ def load_records(path: Path, key: Callable[[dict[str, Any]], Hashable]) -> dict[
         except KeyError as exc:
             logger.warning("%s: a record without %s; that item is scored again", path, exc)
     return records
-
-
-def compact(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
-    """Rewrite a records file atomically (in the given order)."""
-    tmp = path.with_name(path.name + ".tmp")
-    write_jsonl(tmp, records)
-    os.replace(tmp, path)
 
 
 def file_hashes(paths: Iterable[Path]) -> dict[str, str]:

@@ -42,7 +42,7 @@ from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.bench.metrics import Estimate, bootstrap, mean
 from care_sdk.errors import CareError
-from care_sdk.evals._run import check_identity, compact, file_hashes, load_records, run_meta
+from care_sdk.evals._run import check_identity, file_hashes, load_records, run_meta
 from care_sdk.evals.eqbench3 import (
     MIN_REPLY_CHARS,
     EqBench3Data,
@@ -60,6 +60,7 @@ from care_sdk.evals.eqbench3 import (
     task_rubric_score,
     turn_message,
 )
+from care_sdk.jsonl import replace_jsonl
 from care_sdk.types import Message
 
 __all__ = ["EQBENCH3_PROTOCOL", "EqBench3Report", "EqBench3Runner"]
@@ -265,8 +266,8 @@ class EqBench3Runner:
             self._pairwise_stage(pairs, chosen, transcripts, comparisons, handle, tick)
         wanted = set(keys)
         others = [r for k, r in transcripts.items() if k not in wanted]  # other scenarios of earlier runs
-        compact(t_path, [transcripts[k] for k in keys if k in transcripts] + others)
-        compact(p_path, list(comparisons.values()))
+        replace_jsonl(t_path, [transcripts[k] for k in keys if k in transcripts] + others)
+        replace_jsonl(p_path, list(comparisons.values()))
         meta = {
             **run_meta("care-eval-eqbench3", time.perf_counter() - started),
             **self.identity(),

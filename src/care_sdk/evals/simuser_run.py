@@ -29,9 +29,10 @@ from typing import Any
 
 from care_sdk.bench.metrics import Estimate, bootstrap, mean
 from care_sdk.errors import CareError
-from care_sdk.evals._run import RECORDS, check_identity, compact, file_hashes, load_records, run_meta
+from care_sdk.evals._run import RECORDS, check_identity, file_hashes, load_records, run_meta
 from care_sdk.evals.judge import DialogueJudge
 from care_sdk.evals.simuser import EmotionSimulator, run_sim_episodes
+from care_sdk.jsonl import replace_jsonl
 from care_sdk.training.policy.profiles import UserProfile
 from care_sdk.training.policy.rollout import BackendPolicy
 from care_sdk.types import Message
@@ -209,7 +210,7 @@ class SimUserRunner:
                     progress(len(chunk))
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         ids = [p.id for p in profiles]
-        compact(path, [store[i] for i in ids if i in store] + [r for k, r in store.items() if k not in set(ids)])
+        replace_jsonl(path, [store[i] for i in ids if i in store] + [r for k, r in store.items() if k not in set(ids)])
         done = [store[i] for i in ids if i in store]
         meta = {
             **run_meta("care-eval-sim-user", time.perf_counter() - started),

@@ -53,10 +53,11 @@ from typing import Any
 from care_sdk.bench.metrics import Estimate, PairOutcome, bootstrap, mean, pairwise_accuracy
 from care_sdk.bench.variants import Item, VariantScorer
 from care_sdk.errors import ConfigError
-from care_sdk.evals._run import RECORDS, check_identity, compact, file_hashes, load_records, run_meta
+from care_sdk.evals._run import RECORDS, check_identity, file_hashes, load_records, run_meta
 from care_sdk.evals.pairs import EvalPair, HeldOutPairs
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
+from care_sdk.jsonl import replace_jsonl
 from care_sdk.variants import VARIANT_LABELS, VARIANTS, needs_generator
 
 __all__ = ["WinRateReport", "WinRateResult", "WinRateRow", "WinRateRunner", "evaluator_identity", "pair_outcome"]
@@ -334,7 +335,7 @@ class WinRateRunner:
         cpu_seconds = time.process_time() - cpu_started
         order = [row.key(p.id) for p in held.pairs for row in self.rows]
         current = set(order)
-        compact(path, [store[k] for k in order if k in store] + [v for k, v in store.items() if k not in current])
+        replace_jsonl(path, [store[k] for k in order if k in store] + [v for k, v in store.items() if k not in current])
         results = self._results(held, store)
         meta = {
             **run_meta("care-eval-generator", time.perf_counter() - started),
