@@ -2,7 +2,10 @@
 
 Rows (the same seeded sample of ESConv **test** supporter turns for every row):
 
-- ``shipped``: the bundled SmolLM2-135M-Instruct + the bundled generator adapter (spec ``default``);
+- ``shipped``: the bundled SmolLM2-135M-Instruct + the bundled generator adapter (spec ``default``),
+  its weights read as expectations (``weights="auto"``, see :class:`care_sdk.RubricGenerator`);
+- ``shipped, decoded weights``: the same rubrics with the integer weights the model decoded
+  (``weights="decoded"``), with its paired difference from the shipped row and from the prior;
 - ``untrained base``: the same model without the adapter (spec ``base``, whole context);
 - ``uniform weights``: 1/3 each;
 - ``majority class``: all weight on the dimension most often on top in ESConv train;
@@ -52,6 +55,8 @@ from care_sdk.training.rubric_targets import POSITION_CAP, position_prior, turn_
 from care_sdk.types import DIMENSIONS, Dimension, Rubric
 
 MODEL_ROWS = {"shipped": "default", "untrained base": "base"}
+DECODED_ROW = "shipped, decoded weights"
+"""The shipped generator's rubrics with the integer weights it decoded instead of the expected weights."""
 
 
 def _slug(name: str) -> str:
@@ -90,20 +95,40 @@ def _backend(spec: str, threads: int) -> Any:
 
 def generate_rows(name: str, spec: str, items: list[dict[str, Any]], out: Path, threads: int, shard: int = 0) -> str:
     """Write ``rubrics_<row>.<shard>.jsonl``: one rubric (or error) and its seconds per item; skips the
-    items any shard of the row has done (a run that is started again resumes)."""
+    items any shard of the row has done (a run that is started again resumes).
+
+    Where the row's generator reads expected weights by default (a trained adapter on llama.cpp), the
+    rubric is decoded once and its weights read as :class:`~care_sdk.RubricGenerator` does by default
+    (``expected_weights_plan`` on the same request); the record keeps the decoded weights too
+    (``decoded_weights``), for the row of the same model with ``weights="decoded"``. A record from an
+    earlier run without them gets them read now, its rubric reused."""
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     from care_sdk import RubricGenerator
+    from care_sdk._engine import drive
+    from care_sdk._weights import expected_weights_plan
 
     path = out / f"rubrics_{_slug(name)}.{shard}.jsonl"
-    done = set(_read_files(_row_files(out, name)))
-    generator = RubricGenerator(_backend(spec, threads), cache=False)
+    done = _read_files(_row_files(out, name))
+    backend = _backend(spec, threads)
+    expected = RubricGenerator(backend).expected_weights
+    generator = RubricGenerator(backend, cache=False, weights="decoded")
     with path.open("a", encoding="utf-8") as fh:
         for item in items:
-            if item["key"] in done:
+            earlier = done.get(item["key"])
+            if earlier is not None and (not expected or "decoded_weights" in earlier or "rubric" not in earlier):
                 continue
             start = time.perf_counter()
-            result = generator.generate_batch([item["context"]])[0]
-            row: dict[str, Any] = {"key": item["key"], "seconds": time.perf_counter() - start}
+            result: Rubric | Exception
+            if earlier is not None:  # decoded by an earlier run: only its weights are read
+                result, seconds = Rubric.model_validate(earlier["rubric"]), earlier["seconds"]
+            else:
+                result, seconds = generator.generate_batch([item["context"]])[0], 0.0
+            row: dict[str, Any] = {"key": item["key"]}
+            if isinstance(result, Rubric) and expected:
+                weights = drive(expected_weights_plan([generator.request(item["context"])]), backend)[0]
+                row["decoded_weights"] = {d.value: w for d, w in result.weights.items()}
+                result = weights if isinstance(weights, Exception) else result.with_weights(_by_name(weights))
+            row["seconds"] = seconds + time.perf_counter() - start
             if isinstance(result, Rubric):
                 row["rubric"] = result.model_dump(mode="json")
             else:
@@ -111,6 +136,10 @@ def generate_rows(name: str, spec: str, items: list[dict[str, Any]], out: Path, 
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
             fh.flush()
     return str(path)
+
+
+def _by_name(weights: dict[Dimension, float]) -> dict[Dimension | str, float]:
+    return {d.value: w for d, w in weights.items()}
 
 
 def time_models(items: list[dict[str, Any]], threads: int) -> dict[str, Any]:
@@ -397,6 +426,14 @@ def main() -> None:
 
         return weights
 
+    def decoded_weights(item: dict[str, Any]) -> dict[Dimension, float] | None:
+        row = generated["shipped"].get(item["key"])
+        if row and "decoded_weights" in row:
+            return {Dimension(k): v for k, v in row["decoded_weights"].items()}
+        return None
+
+    read_expected = any("decoded_weights" in r for r in generated["shipped"].values())
+
     def prior_weights(item: dict[str, Any]) -> dict[Dimension, float]:
         return _one_hot(by_turn.get(min(item["turn"], POSITION_CAP), majority))
 
@@ -407,6 +444,8 @@ def main() -> None:
             mine = {k: v for k, v in generated[name].items() if k in keys}
             if len(mine) == len(keys):
                 rows[name] = {**score_row(on, model_weights(name)), **sanity(mine, contexts)}
+        if read_expected and "shipped" in rows:
+            rows[DECODED_ROW] = score_row(on, decoded_weights)
         rows["uniform weights"] = score_row(on, lambda i: {d: 1 / 3 for d in DIMENSIONS})
         rows["majority class"] = score_row(on, lambda i: _one_hot(majority))
         rows["turn-position prior"] = score_row(on, prior_weights)
@@ -425,6 +464,11 @@ def main() -> None:
         for name in extra
         if name in rows
     }
+    if read_expected:
+        extra_paired[DECODED_ROW] = (
+            against_prior(items, decoded_weights, model_weights("shipped"))[0],
+            against_prior(items, decoded_weights, prior_weights)[0],
+        )
 
     def table_of(rows: dict[str, dict[str, Any]], n: int) -> list[str]:
         lines = [
@@ -493,7 +537,7 @@ def main() -> None:
         "rows": rows,
         "shipped_vs_prior": {"paired_difference": paired.to_json(), "by_turn": by_turn_rows},
         "adapter_rows": {
-            name: {"file": extra[name], "minus_shipped": a.to_json(), "minus_prior": b.to_json()}
+            name: {"file": extra.get(name), "minus_shipped": a.to_json(), "minus_prior": b.to_json()}
             for name, (a, b) in extra_paired.items()
         },
         "subset_rows": subset_rows,

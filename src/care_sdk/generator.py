@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from care_sdk._engine import Plan, adrive, drive, fewer_messages, parse_plan, unwrap
+from care_sdk._weights import expected_weights_plan
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.cache import MemoryCache, RubricCache, context_key
@@ -18,9 +19,20 @@ from care_sdk.prompts import (
     rubric_schema,
     shown_messages,
 )
-from care_sdk.types import Message, Rubric, as_messages
+from care_sdk.types import Dimension, Message, Rubric, as_messages
 
-__all__ = ["RubricGenerator"]
+__all__ = ["GENERATOR_WEIGHTS", "RubricGenerator"]
+
+GENERATOR_WEIGHTS = ("auto", "expected", "decoded")
+"""How a generator's weights are read: ``decoded`` keeps the integers the model wrote; ``expected``
+takes each weight's expectation under the model's distribution over 0-10 at its slot (forced reads
+of the weight slots, following the first two slots' 3 likeliest values; needs a backend that
+:attr:`~care_sdk.backends.Backend.supports_forced_replies`); ``auto`` is ``expected`` where the
+backend carries a trained generator adapter and supports forced replies, else ``decoded``."""
+
+
+def _by_name(weights: dict[Dimension, float]) -> dict[Dimension | str, float]:
+    return {d.value: w for d, w in weights.items()}
 
 
 class RubricGenerator:
@@ -44,6 +56,10 @@ class RubricGenerator:
             backend was trained with, else the whole context. A prompt that does not fit the
             model's context window (:class:`~care_sdk.errors.ContextOverflowError`) is sent again
             with fewer messages, the oldest dropped first, down to the last one.
+        weights: one of :data:`GENERATOR_WEIGHTS`. With ``expected`` the criteria are the decoded
+            reply's and the weights are read from the model's distributions (on the bundled
+            generator this puts the top dimension on the reference's more often than the decoded
+            integers do; see the bundled generator's docs page). Costs 13 short forced reads a rubric.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, rubric_json
@@ -66,6 +82,7 @@ class RubricGenerator:
         max_attempts: int = 3,
         cache: RubricCache | bool | None = True,
         max_context_messages: int | None = None,
+        weights: str = "auto",
     ) -> None:
         if criteria_per_dimension < 1:
             raise ConfigError("criteria_per_dimension must be at least 1")
@@ -73,13 +90,21 @@ class RubricGenerator:
             raise ConfigError("max_attempts must be at least 1")
         if max_context_messages is not None and max_context_messages < 1:
             raise ConfigError("max_context_messages must be at least 1")
+        if weights not in GENERATOR_WEIGHTS:
+            raise ConfigError(f"weights must be one of {', '.join(GENERATOR_WEIGHTS)}, got {weights!r}")
         self.backend = resolve_backend(backend, role="generator")
+        forced = bool(getattr(self.backend, "supports_forced_replies", False))
+        if weights == "expected" and not forced:
+            raise ConfigError(
+                f"weights='expected' needs a backend that supports forced replies; {self.backend!r} does not"
+            )
         adapter = getattr(self.backend, "adapter", None)
         if adapter is not None:
             adapter.require(role="generator", prompt_version=GENERATOR_PROMPT_VERSION)
             if max_context_messages is None:
                 max_context_messages = adapter.max_context_messages
         self.max_context_messages = max_context_messages
+        self.expected_weights = weights == "expected" or (weights == "auto" and forced and adapter is not None)
         self.criteria_per_dimension = criteria_per_dimension
         self.temperature = temperature
         self.seed = seed
@@ -94,6 +119,7 @@ class RubricGenerator:
         return (
             f"{self.backend.identity}|prompt=generator-{GENERATOR_PROMPT_VERSION}|k={self.criteria_per_dimension}"
             f"|t={self.temperature}|seed={self.seed}|max_tokens={self.max_tokens}|keep={self.max_context_messages}"
+            + ("|weights=expected" if self.expected_weights else "")
         )
 
     def request(self, context: Context) -> GenerationRequest:
@@ -128,19 +154,42 @@ class RubricGenerator:
                 return parse_rubric(completion.text)
 
             contexts_todo = list(todo.values())
-            shorter = fewer_messages(  # a context that does not fit the window: its oldest messages dropped
+            fewer = fewer_messages(  # a context that does not fit the window: its oldest messages dropped
                 lambda i: shown_messages(contexts_todo[i], self.max_context_messages),
                 lambda i, keep: self._request(contexts_todo[i], keep),
             )
-            requests = [self.request(c) for c in contexts_todo]
+            sent = [self.request(c) for c in contexts_todo]
+
+            def shorter(i: int) -> GenerationRequest | None:
+                smaller = fewer(i)
+                if smaller is not None:
+                    sent[i] = smaller  # the weights are read on the messages the rubric was written on
+                return smaller
+
+            requests = list(sent)
             outcomes = yield from parse_plan(
                 requests, parse, what="rubric", max_attempts=self.max_attempts, shorter=shorter
             )
+            if self.expected_weights:
+                outcomes = yield from self._expected(outcomes, sent)
             for key, outcome in zip(todo, outcomes, strict=True):
                 found[key] = outcome
                 if self.cache is not None and isinstance(outcome, Rubric):
                     self.cache.put(key, outcome)
         return [found[k] for k in keys]
+
+    def _expected(self, outcomes: list[Rubric | CareError], sent: list[GenerationRequest]) -> Plan[Rubric]:
+        """The parsed rubrics with their weights read as expectations (an item whose reads fail is the error)."""
+        parsed = [i for i, outcome in enumerate(outcomes) if isinstance(outcome, Rubric)]
+        if not parsed:
+            return outcomes
+        read = yield from expected_weights_plan([sent[i] for i in parsed])
+        out = list(outcomes)
+        for i, weights in zip(parsed, read, strict=True):
+            rubric = out[i]
+            assert isinstance(rubric, Rubric)
+            out[i] = weights if isinstance(weights, CareError) else rubric.with_weights(_by_name(weights))
+        return out
 
     def generate(self, context: Context) -> Rubric:
         """Write the rubric for the reply that follows ``context``.

@@ -138,7 +138,8 @@ def write_jsonl(path: str | Path, records: Iterable[Mapping[str, Any]], *, appen
 
 def replace_jsonl(path: str | Path, records: Iterable[Mapping[str, Any]]) -> int:
     """Rewrite a JSONL file atomically: the records go to a temporary file beside it, which then
-    replaces it, so an interrupted rewrite leaves the old file whole (and no temporary file). Returns how many were written.
+    replaces it, so an interrupted rewrite leaves the old file whole (and no temporary file).
+    Returns how many were written.
 
     Examples:
         >>> import tempfile, os
