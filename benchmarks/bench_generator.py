@@ -3,9 +3,9 @@
 Rows (the same seeded sample of ESConv **test** supporter turns for every row):
 
 - ``shipped``: the bundled SmolLM2-135M-Instruct + the bundled generator adapter (spec ``default``),
-  its weights read as expectations (``weights="auto"``, see :class:`care_sdk.RubricGenerator`);
+  its weights read as expectations (its default ``expected_weights``, see :class:`care_sdk.RubricGenerator`);
 - ``shipped, decoded weights``: the same rubrics with the integer weights the model decoded
-  (``weights="decoded"``), with its paired difference from the shipped row and from the prior;
+  (``expected_weights=False``), with its paired difference from the shipped row and from the prior;
 - ``untrained base``: the same model without the adapter (spec ``base``, whole context);
 - ``uniform weights``: 1/3 each;
 - ``majority class``: all weight on the dimension most often on top in ESConv train;
@@ -100,7 +100,7 @@ def generate_rows(name: str, spec: str, items: list[dict[str, Any]], out: Path, 
     Where the row's generator reads expected weights by default (a trained adapter on llama.cpp), the
     rubric is decoded once and its weights read as :class:`~care_sdk.RubricGenerator` does by default
     (``expected_weights_plan`` on the same request); the record keeps the decoded weights too
-    (``decoded_weights``), for the row of the same model with ``weights="decoded"``. A record from an
+    (``decoded_weights``), for the row of the same model with ``expected_weights=False``. A record from an
     earlier run without them gets them read now, its rubric reused."""
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     from care_sdk import RubricGenerator
@@ -111,7 +111,7 @@ def generate_rows(name: str, spec: str, items: list[dict[str, Any]], out: Path, 
     done = _read_files(_row_files(out, name))
     backend = _backend(spec, threads)
     expected = RubricGenerator(backend).expected_weights
-    generator = RubricGenerator(backend, cache=False, weights="decoded")
+    generator = RubricGenerator(backend, cache=False, expected_weights=False)
     with path.open("a", encoding="utf-8") as fh:
         for item in items:
             earlier = done.get(item["key"])

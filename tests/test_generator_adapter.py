@@ -16,7 +16,7 @@ from care_sdk.data import load_esconv
 from care_sdk.errors import ConfigError
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION
 from care_sdk.rubric_checks import check_rubric
-from care_sdk.types import Dimension
+from care_sdk.types import Dimension, Rubric
 
 pytestmark = pytest.mark.slow
 
@@ -274,6 +274,23 @@ def test_shipped_rubrics_on_held_out_dialogues_are_valid_and_sane(shipped: Rubri
         assert not check.duplicate and not check.near_uniform
         grounded += check.grounded
     assert grounded >= len(turns) // 2
+
+
+def test_the_default_reads_expected_weights_beside_the_decoded_criteria(
+    shipped: RubricGenerator, data_dir: Path
+) -> None:
+    assert shipped.expected_weights and shipped.identity.endswith("|weights=expected")
+    decoded = RubricGenerator(shipped.backend, expected_weights=False)
+    dialogue = load_esconv(data_dir / "esconv" / "test.jsonl").records[5]
+    contexts = [t.context_messages() for t in dialogue.supporter_turns()[:4]]
+    pairs = list(zip(shipped.generate_batch(contexts), decoded.generate_batch(contexts), strict=True))
+    for expected, written in pairs:
+        assert isinstance(expected, Rubric) and isinstance(written, Rubric), (expected, written)
+        assert expected.criteria == written.criteria  # one decoded reply; only its weights are read again
+        assert abs(sum(expected.weights.values()) - 1) < 1e-6
+        assert not check_rubric(expected, []).near_uniform
+        assert all(abs(10 * w - round(10 * w)) < 1e-9 for w in written.weights.values())  # integers of 10
+    assert any(abs(10 * w - round(10 * w)) > 1e-3 for e, _ in pairs for w in e.weights.values())  # type: ignore[union-attr]
 
 
 def test_an_early_and_a_late_turn_get_different_weights(shipped: RubricGenerator, data_dir: Path) -> None:

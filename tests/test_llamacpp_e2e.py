@@ -55,6 +55,16 @@ def test_weights_load_into_plain_cpu_buffers(llama_backend: Backend) -> None:
     assert llama_backend.llama.model_params.use_extra_bufts is False  # type: ignore[attr-defined]
 
 
+def test_n_threads_holds_for_prompts_too(model_path: Path) -> None:
+    from care_sdk.backends.llamacpp import LlamaCppBackend
+
+    # llama.cpp's own default for prompt processing is every core, whatever n_threads says
+    with LlamaCppBackend(model_path, n_ctx=256, n_threads=1) as one:
+        assert (one.llama.n_threads, one.llama.n_threads_batch) == (1, 1)
+    with LlamaCppBackend(model_path, n_ctx=256, n_threads=1, n_threads_batch=2) as mixed:
+        assert mixed.llama.n_threads_batch == 2
+
+
 def test_same_seed_gives_the_same_rubric(llama_backend: Backend) -> None:
     first = RubricGenerator(llama_backend, seed=3, cache=False).generate(CONTEXT)
     second = RubricGenerator(llama_backend, seed=3, cache=False).generate(CONTEXT)

@@ -21,14 +21,7 @@ from care_sdk.prompts import (
 )
 from care_sdk.types import Dimension, Message, Rubric, as_messages
 
-__all__ = ["GENERATOR_WEIGHTS", "RubricGenerator"]
-
-GENERATOR_WEIGHTS = ("auto", "expected", "decoded")
-"""How a generator's weights are read: ``decoded`` keeps the integers the model wrote; ``expected``
-takes each weight's expectation under the model's distribution over 0-10 at its slot (forced reads
-of the weight slots, following the first two slots' 3 likeliest values; needs a backend that
-:attr:`~care_sdk.backends.Backend.supports_forced_replies`); ``auto`` is ``expected`` where the
-backend carries a trained generator adapter and supports forced replies, else ``decoded``."""
+__all__ = ["RubricGenerator"]
 
 
 def _by_name(weights: dict[Dimension, float]) -> dict[Dimension | str, float]:
@@ -56,10 +49,14 @@ class RubricGenerator:
             backend was trained with, else the whole context. A prompt that does not fit the
             model's context window (:class:`~care_sdk.errors.ContextOverflowError`) is sent again
             with fewer messages, the oldest dropped first, down to the last one.
-        weights: one of :data:`GENERATOR_WEIGHTS`. With ``expected`` the criteria are the decoded
-            reply's and the weights are read from the model's distributions (on the bundled
-            generator this puts the top dimension on the reference's more often than the decoded
-            integers do; see the bundled generator's docs page). Costs 13 short forced reads a rubric.
+        expected_weights: read the weights as expectations: the criteria are the decoded reply's,
+            and each weight is its expectation under the model's distribution over 0-10 at its slot
+            (forced reads of the three slots, following the first two slots' 3 likeliest values;
+            13 short reads a rubric, on a backend that
+            :attr:`~care_sdk.backends.Backend.supports_forced_replies`). ``False`` keeps the
+            integers the model wrote. Default (``None``): on where the backend carries a trained
+            generator adapter and supports forced replies (the bundled generator: see its docs
+            page for what it measured), else off.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, rubric_json
@@ -82,7 +79,7 @@ class RubricGenerator:
         max_attempts: int = 3,
         cache: RubricCache | bool | None = True,
         max_context_messages: int | None = None,
-        weights: str = "auto",
+        expected_weights: bool | None = None,
     ) -> None:
         if criteria_per_dimension < 1:
             raise ConfigError("criteria_per_dimension must be at least 1")
@@ -90,13 +87,11 @@ class RubricGenerator:
             raise ConfigError("max_attempts must be at least 1")
         if max_context_messages is not None and max_context_messages < 1:
             raise ConfigError("max_context_messages must be at least 1")
-        if weights not in GENERATOR_WEIGHTS:
-            raise ConfigError(f"weights must be one of {', '.join(GENERATOR_WEIGHTS)}, got {weights!r}")
         self.backend = resolve_backend(backend, role="generator")
         forced = bool(getattr(self.backend, "supports_forced_replies", False))
-        if weights == "expected" and not forced:
+        if expected_weights and not forced:
             raise ConfigError(
-                f"weights='expected' needs a backend that supports forced replies; {self.backend!r} does not"
+                f"expected_weights=True needs a backend that supports forced replies; {self.backend!r} does not"
             )
         adapter = getattr(self.backend, "adapter", None)
         if adapter is not None:
@@ -104,7 +99,7 @@ class RubricGenerator:
             if max_context_messages is None:
                 max_context_messages = adapter.max_context_messages
         self.max_context_messages = max_context_messages
-        self.expected_weights = weights == "expected" or (weights == "auto" and forced and adapter is not None)
+        self.expected_weights = forced and adapter is not None if expected_weights is None else expected_weights
         self.criteria_per_dimension = criteria_per_dimension
         self.temperature = temperature
         self.seed = seed

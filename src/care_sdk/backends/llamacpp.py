@@ -219,8 +219,11 @@ class LlamaCppBackend(Backend):
         model: a path to a ``.gguf`` file, or a ``llama_cpp.Llama`` you built (with
             :func:`open_llama` where the CPU has AMX).
         n_ctx: context window in tokens.
-        n_threads: CPU threads (default: llama.cpp's choice, half the logical cores, which stays
-            fast when other processes compete for the CPU).
+        n_threads: CPU threads, for decoding and for prompt processing alike (default: llama.cpp's
+            choice, half the logical cores for decoding and all of them for prompts). Set it when
+            several processes share the CPU: llama.cpp's own default for prompt processing ignores
+            ``n_threads``, and its threads then compete with the other processes' (forced replies,
+            which evaluate a few tokens at a time, ran several times slower that way).
         seed: default sampling seed for requests that give none.
         logprobs: keep logits for every position so requests can ask for ``top_logprobs``
             (costs about ``n_ctx x vocabulary`` floats of memory).
@@ -271,6 +274,8 @@ class LlamaCppBackend(Backend):
             if not path.is_file():
                 raise ConfigError(f"llamacpp: model file not found: {path}")
             self.model_path: str = str(path)
+            if n_threads is not None:
+                llama_kwargs.setdefault("n_threads_batch", n_threads)
             self.llama: Llama = open_llama(
                 self.model_path,
                 n_ctx=n_ctx,

@@ -1,0 +1,122 @@
+"""Expected rubric weights: the generator's weights read from its distributions at the weight slots."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from care_sdk import RubricGenerator
+from care_sdk.adapters import AdapterInfo
+from care_sdk.backends.base import GenerationRequest, GenerationResult
+from care_sdk.backends.forced import build_forced_reply, forced_completion
+from care_sdk.errors import BackendError, ConfigError, OutputError
+from care_sdk.prompts import GENERATOR_PROMPT_VERSION
+from care_sdk.testing import ScriptedBackend, rubric_json
+from care_sdk.types import DIMENSIONS, Rubric
+
+CONTEXT = [{"role": "user", "content": "I failed my exam and my parents will be furious."}]
+
+
+def per_char(text: str) -> tuple[list[int], list[int]]:
+    data = text.encode("utf-8")
+    return list(data), list(range(1, len(data) + 1))
+
+
+def slot_probabilities(text: str) -> dict[str, float]:
+    """A model of the weight slots: cognitive 2 (0.6) or 8 (0.4); then affective 5 after 2 and 1
+    after 8; then proactive the rest of 10. Inside a number (after its first digit) it ends it."""
+    if not text.endswith('": '):
+        return {}
+    picks = [int(p) for p in re.findall(r'": (\d+)', text)]
+    if not picks:
+        return {"2": 0.6, "8": 0.4}
+    if len(picks) == 1:
+        return {"5": 1.0} if picks[0] == 2 else {"1": 1.0}
+    return {str(10 - sum(picks)): 1.0}
+
+
+class WeightModel(ScriptedBackend):
+    """Decodes a rubric with weights 2/5/3 and reads the weight slots from :func:`slot_probabilities`;
+    a context containing "boom" fails its forced reads."""
+
+    supports_forced_replies = True
+
+    def __init__(self) -> None:
+        super().__init__(lambda request: rubric_json({"cognitive": 2, "affective": 5, "proactive": 3}))
+        self.forced_requests = 0
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        results = []
+        for request in requests:
+            if request.forced is None:
+                results += super().generate([request])
+                continue
+            self.forced_requests += 1
+            if any("boom" in m.content for m in request.messages):
+                results.append(GenerationResult(error=BackendError("engine failed", provider="test")))
+                continue
+
+            def next_logprobs(ids: Sequence[int], wanted: Sequence[int]) -> list[float]:
+                table = slot_probabilities(bytes(ids[1:]).decode("utf-8"))
+                return [math.log(table.get(chr(w), 1e-9)) for w in wanted]
+
+            built = build_forced_reply(request.forced, [0], per_char, next_logprobs)
+            results.append(GenerationResult(completions=(forced_completion(built, request.forced),)))
+        return results
+
+
+def test_expected_weights_are_the_slot_expectations_and_the_criteria_stay() -> None:
+    model = WeightModel()
+    rubric = RubricGenerator(model, expected_weights=True).generate(CONTEXT)
+    # cognitive 0.6*2 + 0.4*8 = 4.4; affective 0.6*5 + 0.4*1 = 3.4; proactive 0.6*3 + 0.4*1 = 2.2
+    assert [rubric.weights[d] for d in DIMENSIONS] == pytest.approx([0.44, 0.34, 0.22], abs=1e-6)
+    assert model.forced_requests == 1 + 3 + 9  # the first two slots followed on their 3 likeliest values
+    decoded = RubricGenerator(WeightModel(), expected_weights=False).generate(CONTEXT)
+    assert [decoded.weights[d] for d in DIMENSIONS] == pytest.approx([0.2, 0.5, 0.3])
+    assert rubric.criteria == decoded.criteria
+    assert rubric.top_dimension != decoded.top_dimension  # greedy follows the likelier first digit only
+
+
+def test_a_failed_read_fails_its_item_only() -> None:
+    results = RubricGenerator(WeightModel(), expected_weights=True).generate_batch(
+        [CONTEXT, [{"role": "user", "content": "boom"}]]
+    )
+    assert isinstance(results[0], Rubric)
+    assert isinstance(results[1], BackendError) and "engine failed" in str(results[1])
+
+
+def test_a_reply_without_a_distribution_is_an_output_error() -> None:
+    class NoDistribution(WeightModel):
+        def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+            out = super().generate(requests)
+            return [
+                GenerationResult(completions=(type(r.completions[0])(text="2"),)) if q.forced else r
+                for q, r in zip(requests, out, strict=True)
+            ]
+
+    result = RubricGenerator(NoDistribution(), expected_weights=True).generate_batch([CONTEXT])[0]
+    assert isinstance(result, OutputError) and "no distribution" in str(result)
+
+
+def test_the_default_reads_expected_weights_only_for_a_trained_adapter_that_can_force(tmp_path: Path) -> None:
+    plain = RubricGenerator(WeightModel())
+    assert not plain.expected_weights and "weights=" not in plain.identity
+    trained = WeightModel()
+    trained.adapter = AdapterInfo(  # type: ignore[attr-defined]
+        path=tmp_path / "g.gguf", role="generator", prompt_version=GENERATOR_PROMPT_VERSION, max_context_messages=4
+    )
+    generator = RubricGenerator(trained)
+    assert generator.expected_weights and generator.identity.endswith("|weights=expected")
+    assert [generator.generate(CONTEXT).weights[d] for d in DIMENSIONS] == pytest.approx([0.44, 0.34, 0.22])
+    assert not RubricGenerator(trained, expected_weights=False).expected_weights
+
+
+def test_expected_weights_need_forced_replies() -> None:
+    scripted = ScriptedBackend([rubric_json({"cognitive": 1, "affective": 1, "proactive": 1})])
+    with pytest.raises(ConfigError, match="supports forced replies"):
+        RubricGenerator(scripted, expected_weights=True)
+    assert not RubricGenerator(scripted).expected_weights  # the default: decoded where it cannot force
