@@ -12,18 +12,12 @@ import pytest
 from care_sdk import RubricGenerator
 from care_sdk.adapters import AdapterInfo
 from care_sdk.backends.base import GenerationRequest, GenerationResult
-from care_sdk.backends.forced import build_forced_reply, forced_completion
 from care_sdk.errors import BackendError, ConfigError, OutputError
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION
 from care_sdk.testing import ScriptedBackend, rubric_json
 from care_sdk.types import DIMENSIONS, Rubric
 
 CONTEXT = [{"role": "user", "content": "I failed my exam and my parents will be furious."}]
-
-
-def per_char(text: str) -> tuple[list[int], list[int]]:
-    data = text.encode("utf-8")
-    return list(data), list(range(1, len(data) + 1))
 
 
 def slot_probabilities(text: str) -> dict[str, float]:
@@ -43,30 +37,25 @@ class WeightModel(ScriptedBackend):
     """Decodes a rubric with weights 2/5/3 and reads the weight slots from :func:`slot_probabilities`;
     a context containing "boom" fails its forced reads."""
 
-    supports_forced_replies = True
-
     def __init__(self) -> None:
-        super().__init__(lambda request: rubric_json({"cognitive": 2, "affective": 5, "proactive": 3}))
+        super().__init__(
+            lambda request: rubric_json({"cognitive": 2, "affective": 5, "proactive": 3}), forced=self.read
+        )
         self.forced_requests = 0
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        results = []
-        for request in requests:
-            if request.forced is None:
-                results += super().generate([request])
-                continue
-            self.forced_requests += 1
-            if any("boom" in m.content for m in request.messages):
-                results.append(GenerationResult(error=BackendError("engine failed", provider="test")))
-                continue
+        self.forced_requests += sum(r.forced is not None for r in requests)
+        failing = [any("boom" in m.content for m in r.messages) and r.forced is not None for r in requests]
+        fine = super().generate([r for r, fail in zip(requests, failing, strict=True) if not fail])
+        return [
+            GenerationResult(error=BackendError("engine failed", provider="test")) if fail else fine.pop(0)
+            for fail in failing
+        ]
 
-            def next_logprobs(ids: Sequence[int], wanted: Sequence[int]) -> list[float]:
-                table = slot_probabilities(bytes(ids[1:]).decode("utf-8"))
-                return [math.log(table.get(chr(w), 1e-9)) for w in wanted]
-
-            built = build_forced_reply(request.forced, [0], per_char, next_logprobs)
-            results.append(GenerationResult(completions=(forced_completion(built, request.forced),)))
-        return results
+    @staticmethod
+    def read(text: str, chars: Sequence[str]) -> list[float]:
+        table = slot_probabilities(text)
+        return [math.log(table.get(c, 1e-9)) for c in chars]
 
 
 def test_expected_weights_are_the_slot_expectations_and_the_criteria_stay() -> None:

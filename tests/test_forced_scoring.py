@@ -12,7 +12,7 @@ import pytest
 
 from care_sdk import RubricEvaluator
 from care_sdk._core import SCORES
-from care_sdk.backends.base import Backend, ForcedReply, GenerationRequest, GenerationResult
+from care_sdk.backends.base import Backend, ForcedReply, GenerationRequest
 from care_sdk.backends.forced import build_forced_reply, choice_tokens, common_prefix, forced_completion
 from care_sdk.errors import BackendError, ConfigError
 from care_sdk.evaluator import expected_scores, forced_evaluation
@@ -154,26 +154,16 @@ def test_forced_evaluation_text_parses_and_completion_feeds_expected_scores() ->
 class CharModel(ScriptedBackend):
     """A backend that builds forced replies over a per-character tokeniser; prefers "4" everywhere."""
 
-    supports_forced_replies = True
-
     def __init__(self) -> None:
-        super().__init__(lambda request: evaluation_json([1] * 6))
-        self.forced_requests = 0
+        super().__init__(lambda request: evaluation_json([1] * 6), forced=self.prefer_4)
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        results = []
-        for request in requests:
-            if request.forced is None:
-                results += super().generate([request])
-                continue
-            self.forced_requests += 1
+    @staticmethod
+    def prefer_4(text: str, chars: Sequence[str]) -> list[float]:
+        return [-0.2 if c == "4" else -3.0 for c in chars]
 
-            def next_logprobs(ids: Sequence[int], wanted: Sequence[int]) -> list[float]:
-                return [-0.2 if w == ord("4") else -3.0 for w in wanted]
-
-            built = build_forced_reply(request.forced, [0], per_char, next_logprobs)
-            results.append(GenerationResult(completions=(forced_completion(built, request.forced),)))
-        return results
+    @property
+    def forced_requests(self) -> int:
+        return sum(r.forced is not None for r in self.requests)
 
 
 def test_auto_mode_forces_where_the_backend_can_and_decodes_elsewhere() -> None:

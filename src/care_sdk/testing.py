@@ -84,20 +84,38 @@ class ScriptedBackend(Backend):
     script raises) or a function ``request -> reply`` called for every completion. A reply that
     is a :class:`~care_sdk.errors.BackendError` fails that request.
 
+    With ``forced``, the backend also :attr:`~care_sdk.backends.Backend.supports_forced_replies`:
+    it builds a forced reply itself, one token per character (ASCII text), asking
+    ``forced(reply_so_far, next_characters)`` for the log-probability of each next character; a
+    :class:`~care_sdk.errors.BackendError` it raises fails that request.
+
     Examples:
         >>> backend = ScriptedBackend(lambda req: "ok")
         >>> backend.generate([GenerationRequest(messages=())])[0].text
         'ok'
         >>> len(backend.requests)
         1
+        >>> from care_sdk.backends.base import ForcedReply
+        >>> def likes_4(text, chars):
+        ...     return [0.0 if c == "4" else -3.0 for c in chars]
+        >>> prefers_4 = ScriptedBackend(lambda req: "ok", forced=likes_4)
+        >>> slot = ForcedReply(segments=("score: ", "."), choices=("3", "4"))
+        >>> prefers_4.generate([GenerationRequest(messages=(), forced=slot)])[0].text
+        'score: 4.'
     """
 
     provider = "scripted"
     supports_seed = True
 
     def __init__(
-        self, script: Iterable[Reply] | Callable[[GenerationRequest], Reply], *, name: str = "scripted"
+        self,
+        script: Iterable[Reply] | Callable[[GenerationRequest], Reply],
+        *,
+        name: str = "scripted",
+        forced: Callable[[str, Sequence[str]], Sequence[float]] | None = None,
     ) -> None:
+        self._forced = forced
+        self.supports_forced_replies = forced is not None
         self._fn = script if callable(script) else None
         self._queue = [] if callable(script) else list(script)
         self._lock = threading.Lock()
@@ -121,6 +139,9 @@ class ScriptedBackend(Backend):
         with self._lock:
             for request in requests:
                 self.requests.append(request)
+                if request.forced is not None and self._forced is not None:
+                    results.append(self._build_forced(request.forced, self._forced))
+                    continue
                 completions: list[Completion] = []
                 error: BackendError | None = None
                 for _ in range(request.n):
@@ -135,6 +156,24 @@ class ScriptedBackend(Backend):
                     GenerationResult(error=error) if error else GenerationResult(completions=tuple(completions))
                 )
         return results
+
+    @staticmethod
+    def _build_forced(
+        forced: base.ForcedReply, logprobs: Callable[[str, Sequence[str]], Sequence[float]]
+    ) -> GenerationResult:
+        from care_sdk.backends.forced import build_forced_reply, forced_completion
+
+        def per_character(text: str) -> tuple[list[int], list[int]]:
+            return [ord(ch) for ch in text], list(range(1, len(text) + 1))
+
+        def next_logprobs(ids: Sequence[int], wanted: Sequence[int]) -> list[float]:
+            return list(logprobs("".join(map(chr, ids[1:])), [chr(w) for w in wanted]))
+
+        try:
+            built = build_forced_reply(forced, [0], per_character, next_logprobs)
+        except BackendError as exc:
+            return GenerationResult(error=exc)
+        return GenerationResult(completions=(forced_completion(built, forced),))
 
 
 class RecordingBackend(ForwardingBackend):

@@ -1,0 +1,140 @@
+"""What context fit should compare a reply's likelihood against, on ESConv **valid** pairs.
+
+Context fit reads ``log p(reply | context) - log p(reply | baseline)`` with the bundled base model
+(:class:`care_sdk.ContextFit`); the baseline is one neutral message, ``"Hi."``. A reply that would
+suit any support conversation ("That sounds hard, how are you coping?") is likely after any such
+conversation but not after "Hi.", so it earns evidence it has not earned. This benchmark reads each
+reply of ``--pairs`` valid pairs (a context's reference reply, and a reply from another valid
+dialogue, as the shipped gate was fitted on) after its context and after several baselines, and
+reports for each way of combining them the share of pairs where the reference gets the larger PMI
+(95 % bootstrap interval over pairs), and the paired difference from ``"Hi."``:
+
+- ``"Hi."`` alone (the shipped setting);
+- eight one-message openers on varied topics (``OPENERS``), alone and pooled;
+- ``--train-contexts`` contexts of ESConv **train** (their last 6 messages, seeded), pooled;
+- both pooled. Pooling is ``log mean exp`` (the baseline is the mixture of the pooled contexts).
+
+Usage:
+    python benchmarks/bench_pmi_baselines.py --pairs 200 --seed 7 --out runs/pmi_baselines.jsonl
+The per-reply log-probabilities are written to ``--out`` (JSON lines), the table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench_evaluator import valid_pairs
+
+from care_sdk import ContextFit
+from care_sdk.backends import resolve_backend
+from care_sdk.bench.metrics import bootstrap
+from care_sdk.data import data_dir, load_esconv
+from care_sdk.types import Message, as_messages
+
+OPENERS = (
+    "I've been feeling really stressed about work lately and I don't know what to do.",
+    "My partner and I broke up last week and I can't stop thinking about it.",
+    "I'm so anxious about my exams, I can't sleep.",
+    "Since I moved to a new city I feel lonely all the time.",
+    "I lost my job because of the pandemic and money is getting tight.",
+    "My mother is sick and I'm worried about her.",
+    "I had a fight with my best friend and now she won't talk to me.",
+    "I feel like nobody in my family listens to me.",
+)
+
+
+def _pooled(values: Sequence[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values) / len(values))
+
+
+def read_all(pairs: list[tuple[Any, str, str]], train_contexts: int, seed: int) -> list[dict[str, Any]]:
+    """Each reply's summed log-probability after its context (``given``), after "Hi." (``hi``), after
+    each opener (``opener<j>``) and after each train context (``train<j>``); ``None`` where a read failed."""
+    fit = ContextFit(resolve_backend("default", n_threads=1))
+    train = [t for d in load_esconv(data_dir() / "esconv" / "train.jsonl").records for t in d.supporter_turns()]
+    picked = random.Random(seed).sample([t for t in train if t.index >= 3], train_contexts)
+    baselines: dict[str, tuple[Message, ...]] = {"hi": (Message(role="user", content="Hi."),)}
+    baselines |= {f"opener{j}": (Message(role="user", content=o),) for j, o in enumerate(OPENERS)}
+    baselines |= {f"train{j}": tuple(as_messages(t.context_messages()))[-6:] for j, t in enumerate(picked)}
+    rows = []
+    for i, (context, reference, other) in enumerate(pairs):
+        for kind, reply in (("reference", reference), ("other", other)):
+            messages, read = fit._read_as(context, reply)
+            given = fit._read_fitting(messages, read)
+            rows.append(
+                {"pair": i, "kind": kind, "read": read, "given": sum(given) if isinstance(given, list) else None}
+            )
+    for name, messages in baselines.items():  # one baseline at a time: its prompt stays cached
+        for row in rows:
+            value = fit._read_fitting(messages, row["read"])
+            row[name] = sum(value) if isinstance(value, list) else None
+    return rows
+
+
+def table(rows: list[dict[str, Any]], train_contexts: int) -> list[str]:
+    """The share of pairs ordered right for each baseline, and its paired difference from "Hi."."""
+    by_pair: dict[int, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        by_pair.setdefault(row["pair"], {})[row["kind"]] = row
+    openers = [f"opener{j}" for j in range(len(OPENERS))]
+    trains = [f"train{j}" for j in range(train_contexts)]
+    variants = {
+        '"Hi." (shipped)': ["hi"],
+        "8 openers, pooled": openers,
+        f"{train_contexts} train contexts, pooled": trains,
+    }
+    variants |= {"openers + train contexts, pooled": openers + trains}
+    variants |= {f"opener {j} alone": [f"opener{j}"] for j in range(len(OPENERS))}
+
+    def wins(keys: list[str]) -> dict[int, float]:
+        def pmi(row: dict[str, Any]) -> float | None:
+            values = [row[k] for k in keys]
+            if row["given"] is None or any(v is None for v in values):
+                return None
+            return float(row["given"]) - _pooled(values)
+
+        out = {}
+        for i, pair in by_pair.items():
+            a, b = pmi(pair["reference"]), pmi(pair["other"])
+            if a is not None and b is not None:
+                out[i] = 0.5 if a == b else float(a > b)
+        return out
+
+    mean: Callable[[list[float]], float] = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    hi = wins(["hi"])
+    lines = ['| baseline | pairs | reference first [95% CI] | minus "Hi.", paired |', "|---|---|---|---|"]
+    for name, keys in variants.items():
+        mine = wins(keys)
+        common = [i for i in mine if i in hi]
+        share = bootstrap(list(mine.values()), mean, resamples=1000, seed=0)
+        diff = bootstrap([mine[i] - hi[i] for i in common], mean, resamples=1000, seed=0)
+        lines.append(f"| {name} | {len(mine)} | {share.format()} | {'-' if keys == ['hi'] else diff.format()} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=200, help="ESConv valid pairs")
+    parser.add_argument("--seed", type=int, default=7, help="seed of the pairs")
+    parser.add_argument("--train-contexts", type=int, default=4, help="ESConv train contexts pooled as a baseline")
+    parser.add_argument("--out", default="runs/pmi_baselines.jsonl")
+    args = parser.parse_args()
+    out = Path(args.out)
+    if out.exists():
+        rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    else:
+        rows = read_all(valid_pairs(args.pairs, args.seed), args.train_contexts, seed=11)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    print("\n".join(table(rows, args.train_contexts)))
+
+
+if __name__ == "__main__":
+    main()
