@@ -1,6 +1,7 @@
 """The bundled rubric generator on held-out ESConv test turns, against its baselines, in one run.
 
-Rows (the same seeded sample of ESConv **test** supporter turns for every row):
+Rows (the same seeded sample of ESConv **test** supporter turns for every row; ``--split valid``
+takes valid turns instead, to choose a setting without touching test):
 
 - ``shipped``: the bundled SmolLM2-135M-Instruct + the bundled generator adapter (spec ``default``),
   its weights read as expectations (its default ``expected_weights``, see :class:`care_sdk.RubricGenerator`);
@@ -26,6 +27,7 @@ weights-by-turn figure.
 
 Usage:
     python benchmarks/bench_generator.py --turns 500 --out runs/bench_generator
+    python benchmarks/bench_generator.py --split valid --turns 300 --base-turns 0 --out runs/bench_generator_valid
     python benchmarks/bench_generator.py --turns 200 --base-turns 0 \
         --adapter "pref-GRPO=runs/generator_pref_grpo/generator.gguf"
 Writes ``results.json``, ``results.md``, the rubrics per row (``rubrics_<row>.jsonl``, reused when
@@ -291,7 +293,9 @@ def sanity(rows: dict[str, dict[str, Any]], contexts: dict[str, Any]) -> dict[st
     }
 
 
-def plot_weights_by_turn(items: list[dict[str, Any]], rows: dict[str, dict[str, Any]], path: Path) -> None:
+def plot_weights_by_turn(
+    items: list[dict[str, Any]], rows: dict[str, dict[str, Any]], path: Path, split: str = "test"
+) -> None:
     """Mean weight per dimension by supporter-turn number: the shipped generator beside the reference."""
     import matplotlib
 
@@ -316,7 +320,7 @@ def plot_weights_by_turn(items: list[dict[str, Any]], rows: dict[str, dict[str, 
         ax.set_xlabel(f"supporter turn (>= {POSITION_CAP} pooled)")
     axes[0].set_ylabel("mean weight / share")
     axes[0].legend()
-    fig.suptitle("ESConv test: priorities by turn")
+    fig.suptitle(f"ESConv {split}: priorities by turn")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -331,10 +335,16 @@ def _named(option: str) -> tuple[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--turns", type=int, default=500, help="ESConv test supporter turns (seeded sample)")
+    parser.add_argument("--turns", type=int, default=500, help="ESConv supporter turns (seeded sample)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/bench_generator")
     parser.add_argument("--data-dir", default=None, help="the data directory (default: $CARE_DATA_DIR)")
+    parser.add_argument(
+        "--split",
+        choices=("test", "valid"),
+        default="test",
+        help="the ESConv split the turns come from: test to measure, valid to choose a setting",
+    )
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads per model row")
     parser.add_argument("--examples", default="examples/dialogues.jsonl", help="dialogues for the sanity rows")
     parser.add_argument(
@@ -368,10 +378,10 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     root = Path(args.data_dir) if args.data_dir else data_dir()
     train = [t for d in load_esconv(root / "esconv" / "train.jsonl").records for t in d.supporter_turns()]
-    test = [t for d in load_esconv(root / "esconv" / "test.jsonl").records for t in d.supporter_turns()]
-    test = [t for t in test if t.labelled and any(t.counts.values())]
-    random.Random(args.seed).shuffle(test)
-    chosen = test[: args.turns]
+    pool = [t for d in load_esconv(root / "esconv" / f"{args.split}.jsonl").records for t in d.supporter_turns()]
+    pool = [t for t in pool if t.labelled and any(t.counts.values())]
+    random.Random(args.seed).shuffle(pool)
+    chosen = pool[: args.turns]
     items = [
         {
             "key": f"{t.dialogue_id}:{t.index}",
@@ -392,7 +402,7 @@ def main() -> None:
                 )
     majority, by_turn = fit_priors([t for t in train if t.labelled and any(t.counts.values())])
     n_dialogues = len({i["dialogue"] for i in items})
-    print(f"{len(items)} ESConv test turns from {n_dialogues} dialogues; majority {majority.value}")
+    print(f"{len(items)} ESConv {args.split} turns from {n_dialogues} dialogues; majority {majority.value}")
 
     subset = items[: args.base_turns] if args.base_turns else items
     shipped = MODEL_ROWS["shipped"]
@@ -454,7 +464,7 @@ def main() -> None:
     rows = all_rows(items)
     subset_rows = all_rows(subset) if 0 < len(subset) < len(items) else None
     example_sanity = sanity(generated["shipped examples"], contexts)
-    plot_weights_by_turn(items, generated["shipped"], out / "weights_by_turn.png")
+    plot_weights_by_turn(items, generated["shipped"], out / "weights_by_turn.png", args.split)
     paired, by_turn_rows = against_prior(items, model_weights("shipped"), prior_weights)
     extra_paired = {  # each adapter row against the shipped row and against the prior, paired
         name: (
@@ -490,7 +500,7 @@ def main() -> None:
         lines += ["", *table_of(subset_rows, len(subset))]
     base_sanity = (subset_rows or rows).get("untrained base")
     keys = [k for k in rows["shipped"] if k.endswith("_share") and k not in ("single_top_share", "valid_share")]
-    columns = ["shipped (ESConv test)", *(f"{n} (ESConv test)" for n in extra if n in rows)]
+    columns = [f"shipped (ESConv {args.split})", *(f"{n} (ESConv {args.split})" for n in extra if n in rows)]
     columns += (["untrained base"] if base_sanity is not None else []) + ["shipped (examples/)"]
     lines += ["", "| sanity | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for key in keys:

@@ -65,6 +65,18 @@ def test_n_threads_holds_for_prompts_too(model_path: Path) -> None:
         assert mixed.llama.n_threads_batch == 2
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+def test_a_process_pinned_to_one_core_uses_one_thread(model_path: Path) -> None:
+    # llama.cpp's defaults count every core of the machine, whatever the process may run on
+    code = (
+        "import os, sys; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "from care_sdk.backends.llamacpp import LlamaCppBackend\n"
+        "with LlamaCppBackend(sys.argv[1], n_ctx=256) as b: print(b.llama.n_threads, b.llama.n_threads_batch)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(model_path)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "1"]
+
+
 def test_same_seed_gives_the_same_rubric(llama_backend: Backend) -> None:
     first = RubricGenerator(llama_backend, seed=3, cache=False).generate(CONTEXT)
     second = RubricGenerator(llama_backend, seed=3, cache=False).generate(CONTEXT)

@@ -173,6 +173,13 @@ def plain_cpu_buffers() -> Iterator[None]:
             module.llama_model_default_params = default
 
 
+def _usable_cores() -> int:
+    """How many cores this process may run on (its CPU affinity where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
 def open_llama(model_path: str | os.PathLike[str], **kwargs: Any) -> Llama:
     """``llama_cpp.Llama(model_path, **kwargs)`` with the weights in plain CPU buffers (see
     :func:`plain_cpu_buffers`). Every model this package loads goes through this function.
@@ -219,11 +226,12 @@ class LlamaCppBackend(Backend):
         model: a path to a ``.gguf`` file, or a ``llama_cpp.Llama`` you built (with
             :func:`open_llama` where the CPU has AMX).
         n_ctx: context window in tokens.
-        n_threads: CPU threads, for decoding and for prompt processing alike (default: llama.cpp's
-            choice, half the logical cores for decoding and all of them for prompts). Set it when
-            several processes share the CPU: llama.cpp's own default for prompt processing ignores
-            ``n_threads``, and its threads then compete with the other processes' (forced replies,
-            which evaluate a few tokens at a time, ran several times slower that way).
+        n_threads: CPU threads, for decoding and for prompt processing alike. Default: half the
+            cores this process may run on for decoding and all of them for prompts (on Linux, the
+            cores of its CPU affinity, so a process pinned with ``taskset -c K`` uses one thread).
+            llama.cpp's own defaults count every core of the machine and take no notice of
+            ``n_threads`` for prompts; processes sharing the CPU then compete for it, and forced
+            replies, which evaluate a few tokens at a time, ran several times slower that way.
         seed: default sampling seed for requests that give none.
         logprobs: keep logits for every position so requests can ask for ``top_logprobs``
             (costs about ``n_ctx x vocabulary`` floats of memory).
@@ -274,8 +282,11 @@ class LlamaCppBackend(Backend):
             if not path.is_file():
                 raise ConfigError(f"llamacpp: model file not found: {path}")
             self.model_path: str = str(path)
-            if n_threads is not None:
-                llama_kwargs.setdefault("n_threads_batch", n_threads)
+            if n_threads is None:  # llama.cpp's own defaults count every core, even those the process may not use
+                usable = _usable_cores()
+                n_threads = max(1, usable // 2)
+                llama_kwargs.setdefault("n_threads_batch", usable)
+            llama_kwargs.setdefault("n_threads_batch", n_threads)
             self.llama: Llama = open_llama(
                 self.model_path,
                 n_ctx=n_ctx,
