@@ -129,7 +129,7 @@ def generate_rows(name: str, spec: str, items: list[dict[str, Any]], out: Path, 
             if isinstance(result, Rubric) and expected:
                 weights = drive(expected_weights_plan([generator.request(item["context"])]), backend)[0]
                 row["decoded_weights"] = {d.value: w for d, w in result.weights.items()}
-                result = weights if isinstance(weights, Exception) else result.with_weights(_by_name(weights))
+                result = weights if isinstance(weights, Exception) else result.with_weights(weights)
             row["seconds"] = seconds + time.perf_counter() - start
             if isinstance(result, Rubric):
                 row["rubric"] = result.model_dump(mode="json")
@@ -138,10 +138,6 @@ def generate_rows(name: str, spec: str, items: list[dict[str, Any]], out: Path, 
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
             fh.flush()
     return str(path)
-
-
-def _by_name(weights: dict[Dimension, float]) -> dict[Dimension | str, float]:
-    return {d.value: w for d, w in weights.items()}
 
 
 def time_models(items: list[dict[str, Any]], threads: int) -> dict[str, Any]:

@@ -19,13 +19,9 @@ from care_sdk.prompts import (
     rubric_schema,
     shown_messages,
 )
-from care_sdk.types import Dimension, Message, Rubric, as_messages
+from care_sdk.types import Message, Rubric, as_messages
 
 __all__ = ["RubricGenerator"]
-
-
-def _by_name(weights: dict[Dimension, float]) -> dict[Dimension | str, float]:
-    return {d.value: w for d, w in weights.items()}
 
 
 class RubricGenerator:
@@ -183,7 +179,7 @@ class RubricGenerator:
         for i, weights in zip(parsed, read, strict=True):
             rubric = out[i]
             assert isinstance(rubric, Rubric)
-            out[i] = weights if isinstance(weights, CareError) else rubric.with_weights(_by_name(weights))
+            out[i] = weights if isinstance(weights, CareError) else rubric.with_weights(weights)
         return out
 
     def generate(self, context: Context) -> Rubric:

@@ -233,7 +233,7 @@ class Rubric(_Frozen):
         """
         return max(DIMENSIONS, key=lambda d: self.weights[d])
 
-    def with_weights(self, weights: Mapping[Dimension | str, float]) -> Rubric:
+    def with_weights(self, weights: Mapping[Dimension, float] | Mapping[str, float]) -> Rubric:
         """Return a copy with other weights (normalised), keeping the criteria.
 
         Examples:
