@@ -20,6 +20,7 @@ from care_sdk.errors import ConfigError, MissingDependencyError
 __all__ = [
     "COMPLETE",
     "build_once",
+    "cache_gguf",
     "default_cache_dir",
     "gguf_cache_path",
     "load_gguf",
@@ -128,10 +129,20 @@ def load_gguf(
     the quantisation settings and saves a plain copy (weights, config, tokenizer) under
     :func:`gguf_cache_path`; later loads read that copy.
     """
+    return load_pretrained(str(cache_gguf(gguf_path, cache_dir)), dtype=dtype, local_files_only=True)
+
+
+def cache_gguf(gguf_path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The plain transformers copy of a GGUF model (see :func:`load_gguf`), converted on first use.
+
+    Examples:
+        >>> (cache_gguf("SmolLM2-135M-Instruct.Q4_1.gguf") / "config.json").exists()  # doctest: +SKIP
+        True
+    """
     target = gguf_cache_path(gguf_path, cache_dir)
-    if not (target / COMPLETE).exists():
+    if not (target / COMPLETE).exists():  # converting loads the whole GGUF: only when it is not cached
         _convert_gguf(Path(gguf_path).resolve(), target)
-    return load_pretrained(str(target), dtype=dtype, local_files_only=True)
+    return target
 
 
 def _convert_gguf(path: Path, target: Path) -> None:

@@ -54,14 +54,10 @@ def bundled_model_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
         True
     """
     require_train()
-    from care_sdk.backends._hf_load import gguf_cache_path, load_gguf
+    from care_sdk.backends._hf_load import cache_gguf
     from care_sdk.backends.llamacpp import default_model_path
 
-    gguf = default_model_path()
-    target = gguf_cache_path(gguf, cache_dir)
-    if not (target / COMPLETE).exists():
-        load_gguf(gguf, dtype=None, cache_dir=cache_dir)
-    return target
+    return cache_gguf(default_model_path(), cache_dir)
 
 
 def tiny_model_dir(
