@@ -37,8 +37,9 @@ logprob-expected scores (keeping logits for every position makes llama.cpp about
 With stage ``context-fit``, more rows on every item (see :mod:`care_sdk.context_fit`): the
 reply's PMI with its context on the bundled base model (nats), alone; and the shipped reward
 with context fit (``fitted_reward``, the default floor), through the shipped gate
-(``BUNDLED_GATE``) and through a gate fitted in this run on ``--valid-pairs`` ESConv ``valid``
-pairs (reference against another valid dialogue's reply), never on the items measured; the same
+(``BUNDLED_GATE``, or ``SUPPORT_GATE`` with ``--baselines support``) and through a gate fitted in
+this run on ``--valid-pairs`` ESConv ``valid`` pairs (reference against another valid dialogue's
+reply), never on the items measured; the same
 on the logprob-expected scores; and the plain product of the two (floor 0), the first form.
 Rewards here are the reward formula on the evaluation, without the pre-checks of
 :class:`~care_sdk.guards.Guards`, so that the model itself is measured; two rows apply the default
@@ -52,6 +53,7 @@ Usage:
         [--compare-evaluator runs/other_evaluator.gguf]   # with stage compare: another adapter, more rows
         [--valid-pairs 150]                               # with stage context-fit: pairs the gate is fitted on
         [--esconv-split valid --tasks esconv]             # ESConv valid groups only: to choose a setting
+        [--baselines support]                             # context fit against SUPPORT_CONVERSATIONS (its own --out)
 Every model call's result is cached under ``--out`` (JSON lines), so a run resumes where it stopped
 and stages can run in separate processes. Writes ``results.json`` and ``results.md``.
 """
@@ -74,7 +76,7 @@ from _evaluator_items import items as load_items
 from care_sdk import ContextFit, RubricEvaluator, RubricGenerator
 from care_sdk.backends import resolve_backend
 from care_sdk.bench.metrics import Estimate, bootstrap, pairwise_accuracy, preference_pairs, score_pairs, spearman
-from care_sdk.context_fit import BUNDLED_GATE, DEFAULT_FLOOR, Gate, fitted_reward
+from care_sdk.context_fit import DEFAULT_FLOOR, NEUTRAL, SUPPORT_CONVERSATIONS, Gate, bundled_gate, fitted_reward
 from care_sdk.evaluator import expected_scores
 from care_sdk.guards import EMPTY_REPLY, NO_WORDS, Guards, own_share, policy_reward, screen
 from care_sdk.prompts import parse_evaluation
@@ -171,11 +173,12 @@ def evaluations(
     return done
 
 
-def valid_pairs(count: int, seed: int) -> list[tuple[list[dict[str, Any]], str, str]]:
+def valid_pairs(count: int, seed: int, split: str = "valid") -> list[tuple[list[dict[str, Any]], str, str]]:
     """``(context, reference reply, reply from another dialogue)`` for ``count`` ESConv valid turns,
-    one turn per dialogue, seeded: what the context-fit gate is fitted on."""
+    one turn per dialogue, seeded: what the context-fit gate is fitted on (``split``: the same from
+    another split, to measure on)."""
     rng = random.Random(seed)
-    turns = turn_per_dialogue("valid", rng)
+    turns = turn_per_dialogue(split, rng)
     out = []
     for turn in turns[:count]:
         other = rng.choice([t for t in turns if t.dialogue_id != turn.dialogue_id])
@@ -187,8 +190,17 @@ def _fit_cache(out: Path, strip_copies: bool = True) -> Path:
     return out / ("context_fit.jsonl" if strip_copies else "context_fit_as_written.jsonl")
 
 
+BASELINES = {"neutral": NEUTRAL, "support": SUPPORT_CONVERSATIONS}
+"""What ``--baselines`` names: the contexts context fit compares a reply against."""
+
+
 def context_fit(
-    items: list[dict[str, Any]], out: Path, valid_count: int, seed: int, strip_copies: bool = True
+    items: list[dict[str, Any]],
+    out: Path,
+    valid_count: int,
+    seed: int,
+    strip_copies: bool = True,
+    baselines: str = "neutral",
 ) -> dict[str, Any]:
     """The PMI of every item's reply with its context on the bundled base model
     (:class:`~care_sdk.ContextFit`, words repeated from the context stripped unless ``strip_copies``
@@ -197,7 +209,9 @@ def context_fit(
     prefilled once; cached in ``context_fit.jsonl`` (``context_fit_as_written.jsonl``)."""
     path = _fit_cache(out, strip_copies)
     done = _cache(path)
-    fit = ContextFit(resolve_backend("default", n_threads=THREADS), strip_copies=strip_copies)
+    fit = ContextFit(
+        resolve_backend("default", n_threads=THREADS), strip_copies=strip_copies, baselines=BASELINES[baselines]
+    )
     groups: dict[str, list[tuple[str, Any, str]]] = defaultdict(list)
     for it in items:
         groups[it["group"]].append((it["key"], it["context"], it["reply"]))
@@ -335,10 +349,18 @@ FLOOR_SWEEP = (0.25, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
 def report(
-    items: list[dict[str, Any]], out: Path, base_subsample: set[str], resamples: int, sweep_floors: bool = False
+    items: list[dict[str, Any]],
+    out: Path,
+    base_subsample: set[str],
+    resamples: int,
+    sweep_floors: bool = False,
+    baselines: str = "neutral",
 ) -> dict[str, Any]:
     """Every row's metrics, written as ``results.json`` and ``results.md``; with ``sweep_floors``,
-    the shipped reward with context fit (shipped gate) at every floor of :data:`FLOOR_SWEEP`."""
+    the shipped reward with context fit (shipped gate) at every floor of :data:`FLOOR_SWEEP`. The
+    shipped gate is the bundled one for the ``baselines`` the context-fit stage read with."""
+    shipped_gate = bundled_gate(BASELINES[baselines])
+    assert shipped_gate is not None
     shipped_rubrics = _cache(out / "rubrics_default.jsonl")
     base_rubrics = _cache(out / "rubrics_base.jsonl")
     sub = [it for it in items if it["group"] in base_subsample]
@@ -391,15 +413,15 @@ def report(
         rows["bundled base model: context PMI (nats)"] = dict(pmi)
         greedy = rows["shipped: care"]
         forms = [
-            ("shipped gate", BUNDLED_GATE, DEFAULT_FLOOR, greedy),
+            ("shipped gate", shipped_gate, DEFAULT_FLOOR, greedy),
             ("gate fitted here", gate, DEFAULT_FLOOR, greedy),
-            ("shipped gate, plain product (floor 0)", BUNDLED_GATE, 0.0, greedy),
+            ("shipped gate, plain product (floor 0)", shipped_gate, 0.0, greedy),
         ]
         expected = rows.get("shipped: care, expected scores")
         if expected is not None:
-            forms.append(("shipped gate, expected scores", BUNDLED_GATE, DEFAULT_FLOOR, expected))
+            forms.append(("shipped gate, expected scores", shipped_gate, DEFAULT_FLOOR, expected))
         if sweep_floors:
-            forms += [(f"shipped gate, floor {floor}", BUNDLED_GATE, floor, greedy) for floor in FLOOR_SWEEP]
+            forms += [(f"shipped gate, floor {floor}", shipped_gate, floor, greedy) for floor in FLOOR_SWEEP]
         own = {it["key"]: own_share(it["reply"], [m["content"] for m in it["context"]]) for it in items}
         for name, use, floor, care in forms:
             rows[f"shipped: care with context fit, {name}"] = {
@@ -409,7 +431,7 @@ def report(
         if as_written:
             rows["shipped: care with context fit, shipped gate, copies not discounted"] = {
                 k: (
-                    fitted_reward(r, BUNDLED_GATE(as_written[k]), DEFAULT_FLOOR)
+                    fitted_reward(r, shipped_gate(as_written[k]), DEFAULT_FLOOR)
                     if r is not None and k in as_written
                     else None
                 )
@@ -432,11 +454,11 @@ def report(
     }
     if gate is not None:
         counts["context-fit valid pairs"] = sum(k.startswith("valid:") for k in pmi) // 2
-        timing["context fit (two reads of the reply)"] = _seconds(fitted)
+        timing["context fit (reads after the context and each baseline)"] = _seconds(fitted)
     payload = {
         "counts": counts,
         "median seconds per evaluation": timing,
-        "context-fit gate": {"fitted here": vars(gate), "shipped": vars(BUNDLED_GATE)} if gate else None,
+        "context-fit gate": {"fitted here": vars(gate), "shipped": vars(shipped_gate)} if gate else None,
         "rows": results,
     }
     (out / "results.json").write_text(json.dumps(payload, indent=2), encoding="utf-8")
@@ -474,6 +496,13 @@ def main() -> None:
     )
     parser.add_argument(
         "--valid-pairs", type=int, default=150, help="ESConv valid pairs the context-fit gate is fitted on"
+    )
+    parser.add_argument(
+        "--baselines",
+        choices=sorted(BASELINES),
+        default="neutral",
+        help='what context fit compares a reply against: "Hi." (neutral, the default) or SUPPORT_CONVERSATIONS; '
+        "give it to the context-fit stages and the report, in a directory of its own",
     )
     stages = [
         "rubrics", "base", "shipped", "shipped-fixed", "shipped-logprobs", "compare", "context-fit",
@@ -519,15 +548,17 @@ def main() -> None:
             if args.compare_evaluator
             else None
         ),
-        "context-fit": lambda: context_fit(items, out, args.valid_pairs, args.seed),
-        "context-fit-as-written": lambda: context_fit(items, out, args.valid_pairs, args.seed, strip_copies=False),
+        "context-fit": lambda: context_fit(items, out, args.valid_pairs, args.seed, baselines=args.baselines),
+        "context-fit-as-written": lambda: context_fit(
+            items, out, args.valid_pairs, args.seed, strip_copies=False, baselines=args.baselines
+        ),
     }
     for stage in stages:
         if args.stage in (stage, "all"):
             print(f"{stage}: {len(items)} items", flush=True)
             run[stage]()
     if args.stage in ("report", "all"):
-        report(items, out, subsample, args.resamples, sweep_floors=args.esconv_split == "valid")
+        report(items, out, subsample, args.resamples, args.esconv_split == "valid", args.baselines)
 
 
 if __name__ == "__main__":

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +33,12 @@ from bench_evaluator import valid_pairs
 from care_sdk import ContextFit
 from care_sdk.backends import resolve_backend
 from care_sdk.bench.metrics import bootstrap
+from care_sdk.context_fit import SUPPORT_CONVERSATIONS, _log_mean_exp
 from care_sdk.data import data_dir, load_esconv
+from care_sdk.jsonl import replace_jsonl
 from care_sdk.types import Message, as_messages
 
-OPENERS = (
+OPENERS: tuple[str, ...] = (
     "I've been feeling really stressed about work lately and I don't know what to do.",
     "My partner and I broke up last week and I can't stop thinking about it.",
     "I'm so anxious about my exams, I can't sleep.",
@@ -47,34 +48,42 @@ OPENERS = (
     "I had a fight with my best friend and now she won't talk to me.",
     "I feel like nobody in my family listens to me.",
 )
+"""One user message each: how a support conversation opens (a probe only: pooled, they put the
+reference first less often than "Hi.")."""
 
 
-def _pooled(values: Sequence[float]) -> float:
-    top = max(values)
-    return top + math.log(sum(math.exp(v - top) for v in values) / len(values))
-
-
-def read_all(pairs: list[tuple[Any, str, str]], train_contexts: int, seed: int) -> list[dict[str, Any]]:
-    """Each reply's summed log-probability after its context (``given``), after "Hi." (``hi``), after
-    each opener (``opener<j>``) and after each train context (``train<j>``); ``None`` where a read failed."""
-    fit = ContextFit(resolve_backend("default", n_threads=1))
+def baselines(train_contexts: int, seed: int) -> dict[str, tuple[Message, ...]]:
+    """Every baseline read: "Hi.", each opener, each written conversation, each sampled train context."""
     train = [t for d in load_esconv(data_dir() / "esconv" / "train.jsonl").records for t in d.supporter_turns()]
     picked = random.Random(seed).sample([t for t in train if t.index >= 3], train_contexts)
-    baselines: dict[str, tuple[Message, ...]] = {"hi": (Message(role="user", content="Hi."),)}
-    baselines |= {f"opener{j}": (Message(role="user", content=o),) for j, o in enumerate(OPENERS)}
-    baselines |= {f"train{j}": tuple(as_messages(t.context_messages()))[-6:] for j, t in enumerate(picked)}
-    rows = []
-    for i, (context, reference, other) in enumerate(pairs):
-        for kind, reply in (("reference", reference), ("other", other)):
-            messages, read = fit._read_as(context, reply)
-            given = fit._read_fitting(messages, read)
-            rows.append(
-                {"pair": i, "kind": kind, "read": read, "given": sum(given) if isinstance(given, list) else None}
-            )
-    for name, messages in baselines.items():  # one baseline at a time: its prompt stays cached
+    out: dict[str, tuple[Message, ...]] = {"hi": (Message(role="user", content="Hi."),)}
+    out |= {f"opener{j}": (Message(role="user", content=o),) for j, o in enumerate(OPENERS)}
+    out |= {f"conv{j}": conversation for j, conversation in enumerate(SUPPORT_CONVERSATIONS)}
+    out |= {f"train{j}": tuple(as_messages(t.context_messages()))[-6:] for j, t in enumerate(picked)}
+    return out
+
+
+def read_all(
+    pairs: list[tuple[Any, str, str]], rows: list[dict[str, Any]], train_contexts: int, seed: int
+) -> list[dict[str, Any]]:
+    """Each reply's summed log-probability after its context (``given``) and after each baseline of
+    :func:`baselines` (``hi``, ``opener<j>``, ``conv<j>``, ``train<j>``); ``None`` where a read failed.
+    ``rows`` from an earlier run are kept, and only the reads they lack are made."""
+    fit = ContextFit(resolve_backend("default", n_threads=1))
+    if not rows:
+        for i, (context, reference, other) in enumerate(pairs):
+            for kind, reply in (("reference", reference), ("other", other)):
+                messages, read = fit._read_as(context, reply)
+                given = fit._read_fitting(messages, read)
+                rows.append({"pair": i, "kind": kind, "given": sum(given) if isinstance(given, list) else None})
+    for row in rows:  # the reply as context fit reads it
+        context, reference, other = pairs[row["pair"]]
+        row["read"] = fit._read_as(context, reference if row["kind"] == "reference" else other)[1]
+    for name, messages in baselines(train_contexts, seed).items():  # one at a time: its prompt stays cached
         for row in rows:
-            value = fit._read_fitting(messages, row["read"])
-            row[name] = sum(value) if isinstance(value, list) else None
+            if name not in row:
+                value = fit._read_fitting(messages, row["read"])
+                row[name] = sum(value) if isinstance(value, list) else None
     return rows
 
 
@@ -84,13 +93,18 @@ def table(rows: list[dict[str, Any]], train_contexts: int) -> list[str]:
     for row in rows:
         by_pair.setdefault(row["pair"], {})[row["kind"]] = row
     openers = [f"opener{j}" for j in range(len(OPENERS))]
+    convs = [f"conv{j}" for j in range(len(SUPPORT_CONVERSATIONS))]
     trains = [f"train{j}" for j in range(train_contexts)]
     variants = {
-        '"Hi." (shipped)': ["hi"],
+        '"Hi."': ["hi"],
         "8 openers, pooled": openers,
+        f"{len(convs)} written conversations, pooled": convs,
         f"{train_contexts} train contexts, pooled": trains,
     }
     variants |= {"openers + train contexts, pooled": openers + trains}
+    variants |= {"openers + written conversations, pooled": openers + convs}
+    variants |= {'openers + written conversations + "Hi.", pooled': openers + convs + ["hi"]}
+    variants |= {f"conversation {j} alone": [f"conv{j}"] for j in range(len(SUPPORT_CONVERSATIONS))}
     variants |= {f"opener {j} alone": [f"opener{j}"] for j in range(len(OPENERS))}
 
     def wins(keys: list[str]) -> dict[int, float]:
@@ -98,7 +112,7 @@ def table(rows: list[dict[str, Any]], train_contexts: int) -> list[str]:
             values = [row[k] for k in keys]
             if row["given"] is None or any(v is None for v in values):
                 return None
-            return float(row["given"]) - _pooled(values)
+            return float(row["given"]) - _log_mean_exp(values)
 
         out = {}
         for i, pair in by_pair.items():
@@ -123,16 +137,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=200, help="ESConv valid pairs")
     parser.add_argument("--seed", type=int, default=7, help="seed of the pairs")
+    parser.add_argument("--split", choices=["valid", "test"], default="valid", help="ESConv split of the pairs")
     parser.add_argument("--train-contexts", type=int, default=4, help="ESConv train contexts pooled as a baseline")
     parser.add_argument("--out", default="runs/pmi_baselines.jsonl")
     args = parser.parse_args()
     out = Path(args.out)
-    if out.exists():
-        rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
-    else:
-        rows = read_all(valid_pairs(args.pairs, args.seed), args.train_contexts, seed=11)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
+    rows = read_all(valid_pairs(args.pairs, args.seed, args.split), rows, args.train_contexts, seed=11)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    replace_jsonl(out, rows)
     print("\n".join(table(rows, args.train_contexts)))
 
 

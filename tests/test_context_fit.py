@@ -16,7 +16,7 @@ import pytest
 
 from care_sdk import AdaptiveReward, ContextFit, Rubric, RubricEvaluator
 from care_sdk.backends import Backend
-from care_sdk.context_fit import Gate
+from care_sdk.context_fit import BUNDLED_GATE, SUPPORT_CONVERSATIONS, SUPPORT_GATE, Gate
 from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
 from care_sdk.testing import ScriptedBackend, evaluation_json
 from care_sdk.types import Message
@@ -63,9 +63,12 @@ def test_the_gate_is_a_logistic_curve_and_fit_recovers_one() -> None:
         Gate.fit([0.0, 0.0], [0.0])
 
 
+HI = ["Hi."]  # one neutral baseline, so that PMI values are easy to count
+
+
 def test_pmi_sums_the_evidence_over_the_reply_against_the_neutral_context() -> None:
     model = OverlapModel()
-    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0))
+    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0), baselines=HI)
     context = "my dog died yesterday"
     # "dog" and "died" appear in the context, not in the neutral "Hi.": (-1 - -3) nats each
     assert fit.pmi(context, "dog died") == pytest.approx(4.0)
@@ -73,19 +76,40 @@ def test_pmi_sums_the_evidence_over_the_reply_against_the_neutral_context() -> N
     assert fit.pmi(context, "dog exams") == pytest.approx(2.0)
     assert fit.pmi(context, "dog died dog died") == pytest.approx(8.0)  # a longer on-topic reply earns more
     assert fit.score(context, "dog died") == pytest.approx(1 / (1 + math.exp(-4.0)))
-    assert fit.pmi(context, "") == 0.0
+    assert fit.pmi(context, "") == 0.0 and fit.pmi([], "dog died") == 0.0  # nothing read, no evidence
+
+
+def test_the_baselines_are_pooled_as_a_mixture() -> None:
+    model = OverlapModel()
+    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0), baselines=["my cat", "a dog barked"])
+    # after "my dog": -1 -1; after "my cat": -1 -3; after "a dog barked": -3 -1
+    mixture = math.log((math.exp(-4.0) + math.exp(-4.0)) / 2)
+    assert fit.pmi("my dog", "my dog") == pytest.approx(-2.0 - mixture)
+    # a reply that fits one of the baselines as well as its context earns less than against "Hi." alone
+    assert fit.pmi("my dog", "my dog") < ContextFit(OverlapModel(), baselines=HI).pmi("my dog", "my dog")
+    assert ContextFit(model).identity == ContextFit(model, baselines=HI).identity  # "Hi." is the default
+    assert "baselines=" not in ContextFit(model).identity  # so values read before the option keep their identity
+    assert fit.identity != ContextFit(model).identity != ContextFit(model, baselines=SUPPORT_CONVERSATIONS).identity
+    assert ContextFit(model).gate == BUNDLED_GATE and ContextFit(model, baselines=["Hi."]).gate == BUNDLED_GATE
+    assert ContextFit(model, baselines=SUPPORT_CONVERSATIONS).gate == SUPPORT_GATE  # each bundled pool its own gate
+    with pytest.raises(ConfigError, match="no bundled gate"):  # a gate belongs to its baselines
+        ContextFit(model, baselines=["my cat"])
+    with pytest.raises(ConfigError, match="baselines"):
+        ContextFit(model, baselines=[])
+    with pytest.raises(ConfigError, match="baselines"):
+        ContextFit(model, baselines=[[]])
 
 
 def test_words_repeated_from_the_context_are_not_read_as_evidence() -> None:
     context = "my dog died yesterday and the flat is so quiet"
     echo = "your dog died yesterday and the flat is so quiet"  # the user's words turned around
     model = OverlapModel()
-    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0))
+    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0), baselines=HI)
     assert fit.pmi(context, echo) == 0.0 and model.reads == []  # nothing left to read
     assert fit.pmi(context, f"{echo}. walks help") == pytest.approx(0.0)  # only the added words count
     assert model.reads[0][1] == "walks help"
     assert fit.pmi(context, "so quiet without the dog") == pytest.approx(8.0)  # no four-word run: read whole
-    unstripped = ContextFit(OverlapModel(), gate=Gate(slope=1.0, intercept=0.0), strip_copies=False)
+    unstripped = ContextFit(OverlapModel(), gate=Gate(slope=1.0, intercept=0.0), baselines=HI, strip_copies=False)
     assert unstripped.pmi(context, echo) == pytest.approx(18.0)  # 9 of its 10 words are in the context
     assert "copies discounted" in fit.identity and "copies discounted" not in unstripped.identity
     # the fit is scaled by the reply's own share: appending the user's words halves a reply's fit
@@ -96,9 +120,9 @@ def test_words_repeated_from_the_context_are_not_read_as_evidence() -> None:
     assert unstripped.own_share(context, echo) == 1.0
 
 
-def test_a_context_is_read_once_per_group_and_every_neutral_read_comes_after() -> None:
+def test_a_context_is_read_once_per_group_and_every_baseline_read_comes_after() -> None:
     model = OverlapModel()
-    fit = ContextFit(model, window=2)
+    fit = ContextFit(model, window=2, baselines=["b1", [{"role": "user", "content": "b2"}]], gate=Gate(1.0, 0.0))
     long_context = [
         {"role": "user", "content": "first"},
         {"role": "assistant", "content": "second"},
@@ -108,13 +132,16 @@ def test_a_context_is_read_once_per_group_and_every_neutral_read_comes_after() -
     fit.pmi_batch(items)
     prompts = [p for p, _ in model.reads]
     assert prompts[:4] == [("a b",), ("a b",), ("second", "third"), ("second", "third")]  # grouped, window of 2
-    assert prompts[4:] == [("Hi.",)] * 4
+    assert prompts[4:] == [("b1",)] * 4 + [("b2",)] * 4  # one baseline at a time
     assert [r for _, r in model.reads[:4]] == ["x", "z", "y", "w"]
+    model.reads.clear()
+    fit.pmi_batch([("c d", "x"), ("e f", "x"), ("e f", "v")])  # "x" is read once after each baseline
+    assert [r for p, r in model.reads if p[0].startswith("b")] == ["x", "v", "x", "v"]
 
 
 def test_a_reply_met_again_in_the_same_context_is_not_read_again() -> None:
     model = OverlapModel()
-    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0))
+    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0), baselines=HI)
     first = fit.pmi_batch([("my dog died", "dog"), ("my dog died", "cat")])
     reads = len(model.reads)
     again = fit.pmi_batch([("my dog died", "cat"), ("my dog died", "dog"), ("my cat died", "dog")])
@@ -127,7 +154,7 @@ def test_a_reply_met_again_in_the_same_context_is_not_read_again() -> None:
 
 def test_a_window_that_does_not_fit_the_model_is_read_from_its_last_messages_that_do() -> None:
     model = OverlapModel(max_words=8)  # a context window of 8 words
-    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0))
+    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0), baselines=HI)
     context = [
         {"role": "user", "content": "my dog died last week"},
         {"role": "assistant", "content": "I am so sorry"},
@@ -149,7 +176,7 @@ def test_a_window_that_does_not_fit_the_model_is_read_from_its_last_messages_tha
 
 
 def test_a_failed_read_is_that_items_error_only() -> None:
-    fit = ContextFit(OverlapModel(fail_on="boom"))
+    fit = ContextFit(OverlapModel(fail_on="boom"), baselines=HI)
     values = fit.pmi_batch([("a", "a"), ("a", "boom"), ("a", "b")])
     assert values[0] == pytest.approx(2.0) and values[2] == pytest.approx(0.0)  # one token each
     assert isinstance(values[1], BackendError) and "does not fit" in str(values[1])
@@ -254,7 +281,7 @@ def test_the_quality_variants_share_one_read_of_each_reply() -> None:
 
     model = OverlapModel()
     backend = ScriptedBackend(script)
-    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0))
+    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0), baselines=HI)
     variants = ["care", "fixed_rubric"]
     scorer = VariantScorer(RubricGenerator(backend), RubricEvaluator(backend), variants, context_fit=fit)
     context = (Message(role="user", content="my dog died"),)
@@ -262,4 +289,4 @@ def test_the_quality_variants_share_one_read_of_each_reply() -> None:
     gate = Gate(1.0, 0.0)(4.0)
     assert records["care"]["context_fit"] == records["fixed_rubric"]["context_fit"] == pytest.approx(gate)
     assert records["fixed_rubric"]["reward"] == pytest.approx(gate * (0.5 + 0.5 * 0.5))
-    assert len(model.reads) == 2  # one conditional and one neutral read for both variants
+    assert len(model.reads) == 2  # one conditional and one baseline read for both variants

@@ -3,15 +3,19 @@
 A reply written for another conversation can meet every criterion of a rubric on paper (it asks
 an open question, it names a feeling) while answering nothing the user said. The bundled 135M
 evaluator does not tell such a reply from the real one; the same model read as a language model
-does: a reply written for this context is likelier after it than after a neutral one. The reply's
-pointwise mutual information with its context,
+does: a reply written for this context is likelier after it than after other support
+conversations. The reply's pointwise mutual information with its context,
 
-    pmi = log p(reply | context) - log p(reply | neutral context)   (nats, summed over the reply),
+    pmi = log p(reply | context) - log mean_k p(reply | baseline_k)   (nats, summed over the reply),
 
 is the evidence, as a log Bayes factor, that the reply was written for this context rather than
-for any. It is read with a backend that holds the model
-(:attr:`~care_sdk.backends.Backend.supports_reply_logprobs`: llama.cpp, transformers) in two
-prefills and no decoding, and a logistic :class:`Gate` fitted on held-out pairs turns it into a
+for any. The baseline is the one message ``"Hi."`` by default; several baselines are pooled as a
+mixture (``ContextFit(baselines=...)``, e.g. :data:`SUPPORT_CONVERSATIONS`), so that a reply that
+would suit any support conversation ("That sounds so hard, how are you coping?") earns little
+evidence, at the cost of one more read of the reply per baseline. It is read with a backend that
+holds the model (:attr:`~care_sdk.backends.Backend.supports_reply_logprobs`: llama.cpp,
+transformers), one prefill of the reply after its context and one after each baseline, no
+decoding; a logistic :class:`Gate` fitted on held-out pairs turns it into a
 number in (0, 1): how likely the reply was written for this context. ``AdaptiveReward(...,
 context_fit=ContextFit())`` then pays ``fit * (floor + (1 - floor) * rubric reward)``: a reply
 earns only as much as it answers this conversation; of that, it gets the floor's share (half by
@@ -30,6 +34,7 @@ Examples:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import threading
 from collections import OrderedDict
@@ -37,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from care_sdk._baselines import CONVERSATIONS
 from care_sdk.backends import Backend, is_default_spec, resolve_backend
 from care_sdk.errors import BackendError, CareError, ConfigError, ContextOverflowError
 from care_sdk.guards import own_share, strip_copied
@@ -47,8 +53,12 @@ __all__ = [
     "BUNDLED_GATE",
     "DEFAULT_FLOOR",
     "MEMO_SIZE",
+    "NEUTRAL",
+    "SUPPORT_CONVERSATIONS",
+    "SUPPORT_GATE",
     "ContextFit",
     "Gate",
+    "bundled_gate",
     "context_fit_for",
     "fitted_reward",
 ]
@@ -131,6 +141,56 @@ data. A reply with 13.3 nats of evidence gets 0.5; the median valid reference ha
 median reply from another dialogue 7.1 (0.27)."""
 
 
+NEUTRAL: tuple[Context, ...] = ("Hi.",)
+"""The default baseline: one neutral user message, the setting :data:`BUNDLED_GATE` was fitted with."""
+
+SUPPORT_CONVERSATIONS: tuple[tuple[Message, ...], ...] = tuple(
+    tuple(Message(role=role, content=text) for role, text in conversation) for conversation in CONVERSATIONS
+)
+"""Eight short support conversations written for this package (a user and a supporter, on varied
+topics and at several stages, each ending with the user's message), to pool as the baseline:
+``ContextFit(baselines=SUPPORT_CONVERSATIONS)``. A reply that would suit any support conversation
+is likely after them too, so it earns less evidence than against ``"Hi."``; each reply then costs
+nine reads instead of two. Its gate is :data:`SUPPORT_GATE`. Measured in
+``docs/guides/context_fit.md``.
+
+Examples:
+    >>> len(SUPPORT_CONVERSATIONS), SUPPORT_CONVERSATIONS[0][-1].role
+    (8, 'user')
+"""
+
+
+SUPPORT_GATE = Gate(slope=0.2468, intercept=-0.7108)
+"""The gate of the bundled SmolLM2-135M-Instruct on llama.cpp (window 6) with
+:data:`SUPPORT_CONVERSATIONS` as the baselines, fitted on 195 ESConv ``valid`` pairs (seed 7) by
+``benchmarks/bench_pmi_baselines.py``. Against a pool of support conversations the evidence is
+smaller than against ``"Hi."``: a reply with 2.9 nats gets 0.5; the median valid reference had 8.1
+(0.78), the median reply from another dialogue -2.2 (0.21)."""
+
+
+def bundled_gate(baselines: Sequence[Context]) -> Gate | None:
+    """The bundled model's gate for these baselines: :data:`BUNDLED_GATE` for :data:`NEUTRAL`,
+    :data:`SUPPORT_GATE` for :data:`SUPPORT_CONVERSATIONS`, ``None`` for any other.
+
+    Examples:
+        >>> bundled_gate(["Hi."]) == BUNDLED_GATE, bundled_gate(SUPPORT_CONVERSATIONS) == SUPPORT_GATE
+        (True, True)
+        >>> bundled_gate(["Hello."]) is None
+        True
+    """
+    gates = {_as_baselines(NEUTRAL): BUNDLED_GATE, SUPPORT_CONVERSATIONS: SUPPORT_GATE}
+    return gates.get(_as_baselines(baselines))
+
+
+def _as_baselines(baselines: Sequence[Context]) -> tuple[tuple[Message, ...], ...]:
+    return tuple(tuple(as_messages(b)) for b in baselines)
+
+
+def _log_mean_exp(values: Sequence[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values) / len(values))
+
+
 MEMO_SIZE = 4096
 """PMI values a :class:`ContextFit` keeps, so a reply met again in the same context (a repeated
 sample in a GRPO group, the same reply under several reward variants) is not read twice."""
@@ -143,10 +203,15 @@ class ContextFit:
         backend: a backend that can read the log-probability of a given reply (llama.cpp,
             transformers): an object or a spec. ``"default"`` is the bundled base model without
             adapters, the model :data:`BUNDLED_GATE` was fitted on.
-        gate: turns PMI into a probability; fit one for another model with :meth:`Gate.fit`.
+        gate: turns PMI into a probability; fit one for another model or other baselines with
+            :meth:`Gate.fit`. ``None``: the bundled model's gate for the baselines,
+            :data:`BUNDLED_GATE` for :data:`NEUTRAL` and :data:`SUPPORT_GATE` for
+            :data:`SUPPORT_CONVERSATIONS`; other baselines need one.
         window: how many of the context's last messages the model reads (fewer when they do not
             fit the model's context window with the reply: the oldest are dropped first).
-        neutral: the one user message a reply is compared against.
+        baselines: the contexts a reply is compared against (a string is one user message); with
+            several, the reply's likelihood after them is their mixture's (``log mean exp``), and
+            each costs one more read of every reply. :data:`SUPPORT_CONVERSATIONS` is a ready pool.
         floor: the share of the fit a reply gets whatever the rubric says (see :func:`fitted_reward`);
             ``0`` makes the reward the plain product of the two.
         strip_copies: what the reply repeats from the context earns no fit: the model reads the
@@ -156,7 +221,8 @@ class ContextFit:
             the context but says nothing new; read as it is, it would earn the highest fit.
 
     Raises:
-        ConfigError: the backend cannot read the log-probability of a given reply.
+        ConfigError: the backend cannot read the log-probability of a given reply; other
+            baselines than the two bundled ones without a gate.
 
     Examples:
         >>> fit = ContextFit()  # doctest: +SKIP
@@ -169,9 +235,9 @@ class ContextFit:
         self,
         backend: str | Backend | Any = "default",
         *,
-        gate: Gate = BUNDLED_GATE,
+        gate: Gate | None = None,
         window: int = 6,
-        neutral: str = "Hi.",
+        baselines: Sequence[Context] = NEUTRAL,
         floor: float = DEFAULT_FLOOR,
         strip_copies: bool = True,
     ) -> None:
@@ -185,30 +251,42 @@ class ContextFit:
             raise ConfigError(f"context fit: window must be at least 1, got {window}")
         if not 0.0 <= floor <= 1.0:
             raise ConfigError(f"context fit: floor must be in [0, 1], got {floor}")
-        self.gate = gate
         self.floor = floor
         self.strip_copies = strip_copies
         self.window = window
-        self.neutral = (Message(role="user", content=neutral),)
+        self.baselines = _as_baselines(baselines)
+        if not self.baselines or not all(self.baselines):
+            raise ConfigError("context fit: baselines must hold at least one context, and no empty one")
+        gate = gate if gate is not None else bundled_gate(self.baselines)
+        if gate is None:
+            raise ConfigError(
+                "context fit: these baselines have no bundled gate; fit one on held-out pairs "
+                "(care_sdk.context_fit.Gate.fit) and pass it as gate="
+            )
+        self.gate = gate
         self._memo: OrderedDict[tuple[tuple[Message, ...], str], float] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
     def identity(self) -> str:
-        """The model, window, gate and floor that determine the values."""
+        """The model, window, baselines (when not :data:`NEUTRAL`), gate and floor that determine the values."""
         copies = "|copies discounted" if self.strip_copies else ""
-        return f"{self.backend.identity}|window={self.window}|{self.gate}|floor={self.floor}{copies}"
+        baselines = ""
+        if self.baselines != _as_baselines(NEUTRAL):
+            text = repr([[(m.role, m.content) for m in b] for b in self.baselines])
+            baselines = f"|baselines={len(self.baselines)}:{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+        return f"{self.backend.identity}|window={self.window}{baselines}|{self.gate}|floor={self.floor}{copies}"
 
     def _read_as(self, context: Context, reply: str) -> tuple[tuple[Message, ...], str]:
         """The messages the model reads before the reply, and the reply as it is read."""
         messages = tuple(as_messages(context))
         if self.strip_copies:
             reply = strip_copied(reply, [m.content for m in messages])
-        return messages[-self.window :] or self.neutral, reply
+        return messages[-self.window :], reply
 
     def pmi(self, context: Context, reply: str) -> float:
-        """The reply's PMI with its context in nats, summed over its tokens (0 for a reply without
-        tokens, and for one that only repeats the context when ``strip_copies`` is on).
+        """The reply's PMI with its context in nats, summed over its tokens (0 for an empty context,
+        a reply without tokens, and one that only repeats the context when ``strip_copies`` is on).
 
         Raises:
             CareError: the backend could not read the reply (a context longer than its window, ...).
@@ -225,11 +303,15 @@ class ContextFit:
     def pmi_batch(self, items: Sequence[tuple[Context, str]]) -> list[float | CareError]:
         """:meth:`pmi` for many ``(context, reply)`` pairs; an item the backend could not read is
         its error, the others are unaffected. Pairs that share a context are read one after
-        another, and every neutral read after them, so each prompt is prefilled once.
+        another, then every reply after each baseline in turn, so each prompt is prefilled once
+        (and a reply met under several contexts is read once after each baseline).
         """
         keyed = [self._read_as(context, reply) for context, reply in items]
         with self._lock:
             known = {key: self._memo[key] for key in keyed if key in self._memo}
+        for key in keyed:
+            if not key[0] or not key[1]:  # an empty context or reply: no evidence either way
+                known[key] = 0.0
         todo = [i for i, key in enumerate(keyed) if key not in known]
         first_seen: dict[tuple[Message, ...], int] = {}
         for i in todo:
@@ -237,6 +319,8 @@ class ContextFit:
         conditional: dict[int, list[float] | CareError] = {}
         for i in sorted(todo, key=lambda i: (first_seen[keyed[i][0]], i)):
             conditional[i] = self._read_fitting(*keyed[i])
+        replies = list(dict.fromkeys(keyed[i][1] for i in todo if not isinstance(conditional[i], CareError)))
+        pooled = self._baseline_logprobs(replies)
         out: list[float | CareError] = []
         for i, key in enumerate(keyed):
             if key in known:
@@ -246,17 +330,31 @@ class ContextFit:
             if isinstance(given, CareError):
                 out.append(given)
                 continue
-            neutral = self._read(self.neutral, key[1])
-            if isinstance(neutral, CareError):
-                out.append(neutral)
+            baseline = pooled[key[1]]
+            if isinstance(baseline, CareError):
+                out.append(baseline)
                 continue
-            known[key] = sum(given) - sum(neutral)
+            known[key] = sum(given) - baseline
             out.append(known[key])
             with self._lock:
                 self._memo[key] = known[key]
                 while len(self._memo) > MEMO_SIZE:
                     self._memo.popitem(last=False)
         return out
+
+    def _baseline_logprobs(self, replies: Sequence[str]) -> dict[str, float | CareError]:
+        """Each reply's log-probability under the baselines' mixture, ``log mean_k p(reply |
+        baseline_k)``, or the first error met reading it; one baseline at a time, so its prompt is
+        prefilled once."""
+        reads: dict[str, list[float] | CareError] = {reply: [] for reply in replies}
+        for baseline in self.baselines:
+            for reply in replies:
+                so_far = reads[reply]
+                if isinstance(so_far, CareError):
+                    continue
+                value = self._read_fitting(baseline, reply)
+                reads[reply] = value if isinstance(value, CareError) else [*so_far, sum(value)]
+        return {reply: v if isinstance(v, CareError) else _log_mean_exp(v) for reply, v in reads.items()}
 
     def _read_fitting(self, messages: tuple[Message, ...], reply: str) -> list[float] | CareError:
         """The reply read after ``messages``; when they do not fit the model's context with it
