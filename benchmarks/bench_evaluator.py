@@ -53,7 +53,7 @@ Usage:
         [--compare-evaluator runs/other_evaluator.gguf]   # with stage compare: another adapter, more rows
         [--valid-pairs 150]                               # with stage context-fit: pairs the gate is fitted on
         [--esconv-split valid --tasks esconv]             # ESConv valid groups only: to choose a setting
-        [--baselines support]                             # context fit against SUPPORT_CONVERSATIONS (its own --out)
+        [--baselines support|train]                       # context fit against other baselines (its own --out)
 Every model call's result is cached under ``--out`` (JSON lines), so a run resumes where it stopped
 and stages can run in separate processes. Writes ``results.json`` and ``results.md``.
 """
@@ -66,7 +66,7 @@ import random
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +76,16 @@ from _evaluator_items import items as load_items
 from care_sdk import ContextFit, RubricEvaluator, RubricGenerator
 from care_sdk.backends import resolve_backend
 from care_sdk.bench.metrics import Estimate, bootstrap, pairwise_accuracy, preference_pairs, score_pairs, spearman
-from care_sdk.context_fit import DEFAULT_FLOOR, NEUTRAL, SUPPORT_CONVERSATIONS, Gate, bundled_gate, fitted_reward
+from care_sdk.context_fit import (
+    DEFAULT_FLOOR,
+    NEUTRAL,
+    SUPPORT_CONVERSATIONS,
+    Gate,
+    bundled_gate,
+    fitted_reward,
+    sample_baselines,
+)
+from care_sdk.data import data_dir, load_esconv
 from care_sdk.evaluator import expected_scores
 from care_sdk.guards import EMPTY_REPLY, NO_WORDS, Guards, own_share, policy_reward, screen
 from care_sdk.prompts import parse_evaluation
@@ -190,8 +199,18 @@ def _fit_cache(out: Path, strip_copies: bool = True) -> Path:
     return out / ("context_fit.jsonl" if strip_copies else "context_fit_as_written.jsonl")
 
 
-BASELINES = {"neutral": NEUTRAL, "support": SUPPORT_CONVERSATIONS}
+BASELINES = ("neutral", "support", "train")
 """What ``--baselines`` names: the contexts context fit compares a reply against."""
+
+
+def baseline_contexts(name: str) -> Sequence[Any]:
+    """``"Hi."`` (``neutral``), :data:`~care_sdk.context_fit.SUPPORT_CONVERSATIONS` (``support``), or
+    four ESConv **train** contexts (``train``: :func:`~care_sdk.context_fit.sample_baselines`, seed
+    11, as ``bench_pmi_baselines.py`` draws them), which have no bundled gate."""
+    if name == "train":
+        train = load_esconv(data_dir() / "esconv" / "train.jsonl").records
+        return sample_baselines([d.to_dialogue() for d in train], 4, seed=11)
+    return {"neutral": NEUTRAL, "support": SUPPORT_CONVERSATIONS}[name]
 
 
 def context_fit(
@@ -210,7 +229,10 @@ def context_fit(
     path = _fit_cache(out, strip_copies)
     done = _cache(path)
     fit = ContextFit(
-        resolve_backend("default", n_threads=THREADS), strip_copies=strip_copies, baselines=BASELINES[baselines]
+        resolve_backend("default", n_threads=THREADS),
+        strip_copies=strip_copies,
+        baselines=baseline_contexts(baselines),
+        gate=Gate(1.0, 0.0),  # the PMI is what is cached; the report applies the gates
     )
     groups: dict[str, list[tuple[str, Any, str]]] = defaultdict(list)
     for it in items:
@@ -359,8 +381,7 @@ def report(
     """Every row's metrics, written as ``results.json`` and ``results.md``; with ``sweep_floors``,
     the shipped reward with context fit (shipped gate) at every floor of :data:`FLOOR_SWEEP`. The
     shipped gate is the bundled one for the ``baselines`` the context-fit stage read with."""
-    shipped_gate = bundled_gate(BASELINES[baselines])
-    assert shipped_gate is not None
+    shipped_gate = bundled_gate(baseline_contexts(baselines))
     shipped_rubrics = _cache(out / "rubrics_default.jsonl")
     base_rubrics = _cache(out / "rubrics_base.jsonl")
     sub = [it for it in items if it["group"] in base_subsample]
@@ -410,6 +431,8 @@ def report(
             [pmi[f"{h}:reference"] for h in heads if f"{h}:reference" in pmi],
             [pmi[f"{h}:other"] for h in heads if f"{h}:other" in pmi],
         )
+        bundled = shipped_gate is not None
+        shipped_gate = shipped_gate or gate  # baselines without a bundled gate: its rows use the one fitted here
         rows["bundled base model: context PMI (nats)"] = dict(pmi)
         greedy = rows["shipped: care"]
         forms = [
@@ -458,7 +481,9 @@ def report(
     payload = {
         "counts": counts,
         "median seconds per evaluation": timing,
-        "context-fit gate": {"fitted here": vars(gate), "shipped": vars(shipped_gate)} if gate else None,
+        "context-fit gate": (
+            {"fitted here": vars(gate), "shipped": vars(shipped_gate) if bundled else None} if gate else None
+        ),
         "rows": results,
     }
     (out / "results.json").write_text(json.dumps(payload, indent=2), encoding="utf-8")
@@ -499,10 +524,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--baselines",
-        choices=sorted(BASELINES),
+        choices=BASELINES,
         default="neutral",
-        help='what context fit compares a reply against: "Hi." (neutral, the default) or SUPPORT_CONVERSATIONS; '
-        "give it to the context-fit stages and the report, in a directory of its own",
+        help='what context fit compares a reply against: "Hi." (neutral, the default), SUPPORT_CONVERSATIONS '
+        "(support) or four ESConv train contexts (train, gate fitted here); give it to the context-fit stages "
+        "and the report, in a directory of its own",
     )
     stages = [
         "rubrics", "base", "shipped", "shipped-fixed", "shipped-logprobs", "compare", "context-fit",

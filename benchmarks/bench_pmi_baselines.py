@@ -1,29 +1,34 @@
-"""What context fit should compare a reply's likelihood against, on ESConv **valid** pairs.
+"""What context fit should compare a reply's likelihood against, chosen on ESConv **valid** pairs.
 
-Context fit reads ``log p(reply | context) - log p(reply | baseline)`` with the bundled base model
-(:class:`care_sdk.ContextFit`); the baseline is one neutral message, ``"Hi."``. A reply that would
-suit any support conversation ("That sounds hard, how are you coping?") is likely after any such
-conversation but not after "Hi.", so it earns evidence it has not earned. This benchmark reads each
-reply of ``--pairs`` valid pairs (a context's reference reply, and a reply from another valid
-dialogue, as the shipped gate was fitted on) after its context and after several baselines, and
-reports for each way of combining them the share of pairs where the reference gets the larger PMI
-(95 % bootstrap interval over pairs), and the paired difference from ``"Hi."``:
+Context fit reads ``log p(reply | context) - log p(reply | baselines)`` with the bundled base
+model (:class:`care_sdk.ContextFit`); by default the baseline is one neutral message, ``"Hi."``.
+A reply that would suit any support conversation ("That sounds hard, how are you coping?") is
+likely after any such conversation but not after "Hi.", so it earns evidence it has not earned.
+This benchmark reads each reply of ``--pairs`` pairs (a context's reference reply, and a reply
+from another dialogue of the split, as the shipped gate was fitted on) after its context and after
+several baselines, and reports for each way of pooling them the share of pairs where the reference
+gets the larger PMI (95 % bootstrap interval over pairs), and the paired difference from ``"Hi."``:
 
-- ``"Hi."`` alone (the shipped setting);
+- ``"Hi."`` alone (the default);
+- ``SUPPORT_CONVERSATIONS``: eight short conversations written for the package, alone and pooled;
 - eight one-message openers on varied topics (``OPENERS``), alone and pooled;
 - ``--train-contexts`` contexts of ESConv **train** (their last 6 messages, seeded), pooled;
-- both pooled. Pooling is ``log mean exp`` (the baseline is the mixture of the pooled contexts).
+- unions of these. Pooling is ``log mean exp`` (the baseline is the mixture of the pooled contexts).
+
+On ``valid`` it also fits the gate of "Hi." and of ``SUPPORT_CONVERSATIONS`` on the pairs
+(``SUPPORT_GATE`` is the latter). ``--split test`` measures the same rows once on test pairs.
 
 Usage:
     python benchmarks/bench_pmi_baselines.py --pairs 200 --seed 7 --out runs/pmi_baselines.jsonl
-The per-reply log-probabilities are written to ``--out`` (JSON lines), the table to stdout.
+    python benchmarks/bench_pmi_baselines.py --split test --pairs 200 --seed 7 --out runs/pmi_baselines_test.jsonl
+The per-reply log-probabilities are written to ``--out`` (JSON lines; a rerun reads only what it
+lacks), the table to stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,10 +38,10 @@ from bench_evaluator import valid_pairs
 from care_sdk import ContextFit
 from care_sdk.backends import resolve_backend
 from care_sdk.bench.metrics import bootstrap
-from care_sdk.context_fit import SUPPORT_CONVERSATIONS, _log_mean_exp
+from care_sdk.context_fit import SUPPORT_CONVERSATIONS, Gate, _log_mean_exp, sample_baselines
 from care_sdk.data import data_dir, load_esconv
 from care_sdk.jsonl import replace_jsonl
-from care_sdk.types import Message, as_messages
+from care_sdk.types import Message
 
 OPENERS: tuple[str, ...] = (
     "I've been feeling really stressed about work lately and I don't know what to do.",
@@ -54,12 +59,11 @@ reference first less often than "Hi.")."""
 
 def baselines(train_contexts: int, seed: int) -> dict[str, tuple[Message, ...]]:
     """Every baseline read: "Hi.", each opener, each written conversation, each sampled train context."""
-    train = [t for d in load_esconv(data_dir() / "esconv" / "train.jsonl").records for t in d.supporter_turns()]
-    picked = random.Random(seed).sample([t for t in train if t.index >= 3], train_contexts)
+    train = [d.to_dialogue() for d in load_esconv(data_dir() / "esconv" / "train.jsonl").records]
     out: dict[str, tuple[Message, ...]] = {"hi": (Message(role="user", content="Hi."),)}
     out |= {f"opener{j}": (Message(role="user", content=o),) for j, o in enumerate(OPENERS)}
     out |= {f"conv{j}": conversation for j, conversation in enumerate(SUPPORT_CONVERSATIONS)}
-    out |= {f"train{j}": tuple(as_messages(t.context_messages()))[-6:] for j, t in enumerate(picked)}
+    out |= {f"train{j}": c for j, c in enumerate(sample_baselines(train, train_contexts, seed))}
     return out
 
 
@@ -87,6 +91,32 @@ def read_all(
     return rows
 
 
+def pmi(row: dict[str, Any], keys: list[str]) -> float | None:
+    """The row's PMI against the pool of baselines ``keys`` (``log mean exp``); ``None`` if a read failed."""
+    values = [row[k] for k in keys]
+    if row["given"] is None or any(v is None for v in values):
+        return None
+    return float(row["given"]) - _log_mean_exp(values)
+
+
+def gates(rows: list[dict[str, Any]]) -> list[str]:
+    """The gate fitted on these pairs for "Hi." and for ``SUPPORT_CONVERSATIONS`` (what
+    ``SUPPORT_GATE`` is, on the valid pairs)."""
+    lines = []
+    for name, keys in (
+        ('"Hi."', ["hi"]),
+        ("SUPPORT_CONVERSATIONS", [f"conv{j}" for j in range(len(SUPPORT_CONVERSATIONS))]),
+    ):
+        by_kind: dict[str, list[float]] = {"reference": [], "other": []}
+        for row in rows:
+            value = pmi(row, keys)
+            if value is not None:
+                by_kind[row["kind"]].append(value)
+        gate = Gate.fit(by_kind["reference"], by_kind["other"])
+        lines.append(f"gate fitted on these pairs, {name}: slope={gate.slope:.4f}, intercept={gate.intercept:.4f}")
+    return lines
+
+
 def table(rows: list[dict[str, Any]], train_contexts: int) -> list[str]:
     """The share of pairs ordered right for each baseline, and its paired difference from "Hi."."""
     by_pair: dict[int, dict[str, dict[str, Any]]] = {}
@@ -98,7 +128,7 @@ def table(rows: list[dict[str, Any]], train_contexts: int) -> list[str]:
     variants = {
         '"Hi."': ["hi"],
         "8 openers, pooled": openers,
-        f"{len(convs)} written conversations, pooled": convs,
+        f"SUPPORT_CONVERSATIONS ({len(convs)} written), pooled": convs,
         f"{train_contexts} train contexts, pooled": trains,
     }
     variants |= {"openers + train contexts, pooled": openers + trains}
@@ -108,15 +138,9 @@ def table(rows: list[dict[str, Any]], train_contexts: int) -> list[str]:
     variants |= {f"opener {j} alone": [f"opener{j}"] for j in range(len(OPENERS))}
 
     def wins(keys: list[str]) -> dict[int, float]:
-        def pmi(row: dict[str, Any]) -> float | None:
-            values = [row[k] for k in keys]
-            if row["given"] is None or any(v is None for v in values):
-                return None
-            return float(row["given"]) - _log_mean_exp(values)
-
         out = {}
         for i, pair in by_pair.items():
-            a, b = pmi(pair["reference"]), pmi(pair["other"])
+            a, b = pmi(pair["reference"], keys), pmi(pair["other"], keys)
             if a is not None and b is not None:
                 out[i] = 0.5 if a == b else float(a > b)
         return out
@@ -147,6 +171,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     replace_jsonl(out, rows)
     print("\n".join(table(rows, args.train_contexts)))
+    if args.split == "valid":  # a gate is never fitted on test pairs
+        print("\n".join(gates(rows)))
 
 
 if __name__ == "__main__":

@@ -36,9 +36,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import random
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,7 @@ from care_sdk._baselines import CONVERSATIONS
 from care_sdk.backends import Backend, is_default_spec, resolve_backend
 from care_sdk.errors import BackendError, CareError, ConfigError, ContextOverflowError
 from care_sdk.guards import own_share, strip_copied
-from care_sdk.types import Context, Message, as_messages
+from care_sdk.types import Context, Dialogue, Message, as_messages
 
 __all__ = [
     "AUTO",
@@ -61,6 +62,7 @@ __all__ = [
     "bundled_gate",
     "context_fit_for",
     "fitted_reward",
+    "sample_baselines",
 ]
 
 
@@ -180,6 +182,30 @@ def bundled_gate(baselines: Sequence[Context]) -> Gate | None:
     """
     gates = {_as_baselines(NEUTRAL): BUNDLED_GATE, SUPPORT_CONVERSATIONS: SUPPORT_GATE}
     return gates.get(_as_baselines(baselines))
+
+
+def sample_baselines(
+    dialogues: Iterable[Dialogue], count: int = 4, seed: int = 0, window: int = 6, min_index: int = 3
+) -> tuple[tuple[Message, ...], ...]:
+    """``count`` contexts drawn from your own dialogues (seeded), to pool as the baselines: the last
+    ``window`` messages before an assistant turn at position ``min_index`` or later. Contexts from
+    the data a reward will score are the baseline that helped most: four ESConv train contexts put
+    the reference first in 0.918 of 195 ESConv test pairs, against 0.836 for ``"Hi."`` and 0.867
+    for :data:`SUPPORT_CONVERSATIONS` (``docs/guides/context_fit.md``). Draw them from a training
+    split, and fit their gate (:meth:`Gate.fit`) on held-out pairs.
+
+    Raises:
+        ValueError: fewer than ``count`` such turns.
+
+    Examples:
+        >>> chat = Dialogue(messages=[{"role": r, "content": f"m{i}"} for i, r in enumerate(["user", "assistant"] * 3)])
+        >>> [[m.content for m in c] for c in sample_baselines([chat], count=2, window=2)]
+        [['m3', 'm4'], ['m1', 'm2']]
+    """
+    turns = [t for d in dialogues for t in d.turns() if t.index >= min_index]
+    if len(turns) < count:
+        raise ValueError(f"sample_baselines: {count} contexts asked, only {len(turns)} assistant turns qualify")
+    return tuple(tuple(t.context[-window:]) for t in random.Random(seed).sample(turns, count))
 
 
 def _as_baselines(baselines: Sequence[Context]) -> tuple[tuple[Message, ...], ...]:
