@@ -424,22 +424,26 @@ def report(
     fitted = _cache(_fit_cache(out))
     pmi = {key: value["pmi"] for key, value in fitted.items() if "pmi" in value}
     as_written = {k: v["pmi"] for k, v in _cache(_fit_cache(out, strip_copies=False)).items() if "pmi" in v}
-    gate = None
+    gate: Gate | None = None
+    bundled = shipped_gate is not None
     if pmi:
         heads = {key.rsplit(":", 1)[0] for key in pmi if key.startswith("valid:")}
-        gate = Gate.fit(
-            [pmi[f"{h}:reference"] for h in heads if f"{h}:reference" in pmi],
-            [pmi[f"{h}:other"] for h in heads if f"{h}:other" in pmi],
-        )
-        bundled = shipped_gate is not None
+        if heads:  # none with --valid-pairs 0
+            gate = Gate.fit(
+                [pmi[f"{h}:reference"] for h in heads if f"{h}:reference" in pmi],
+                [pmi[f"{h}:other"] for h in heads if f"{h}:other" in pmi],
+            )
         shipped_gate = shipped_gate or gate  # baselines without a bundled gate: its rows use the one fitted here
+        if shipped_gate is None:
+            raise SystemExit("these baselines have no bundled gate: run the context-fit stage with --valid-pairs")
         rows["bundled base model: context PMI (nats)"] = dict(pmi)
         greedy = rows["shipped: care"]
         forms = [
             ("shipped gate", shipped_gate, DEFAULT_FLOOR, greedy),
-            ("gate fitted here", gate, DEFAULT_FLOOR, greedy),
             ("shipped gate, plain product (floor 0)", shipped_gate, 0.0, greedy),
         ]
+        if gate is not None:
+            forms.insert(1, ("gate fitted here", gate, DEFAULT_FLOOR, greedy))
         expected = rows.get("shipped: care, expected scores")
         if expected is not None:
             forms.append(("shipped gate, expected scores", shipped_gate, DEFAULT_FLOOR, expected))
@@ -481,9 +485,10 @@ def report(
     payload = {
         "counts": counts,
         "median seconds per evaluation": timing,
-        "context-fit gate": (
-            {"fitted here": vars(gate), "shipped": vars(shipped_gate) if bundled else None} if gate else None
-        ),
+        "context-fit gate": {
+            "fitted here": vars(gate) if gate else None,
+            "shipped": vars(shipped_gate) if bundled and shipped_gate else None,
+        },
         "rows": results,
     }
     (out / "results.json").write_text(json.dumps(payload, indent=2), encoding="utf-8")
