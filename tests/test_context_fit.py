@@ -16,7 +16,7 @@ import pytest
 
 from care_sdk import AdaptiveReward, ContextFit, Rubric, RubricEvaluator
 from care_sdk.backends import Backend
-from care_sdk.context_fit import BUNDLED_GATE, SUPPORT_CONVERSATIONS, SUPPORT_GATE, Gate
+from care_sdk.context_fit import BUNDLED_GATE, NEUTRAL, SUPPORT_CONVERSATIONS, SUPPORT_GATE, Gate
 from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
 from care_sdk.testing import ScriptedBackend, evaluation_json
 from care_sdk.types import Message
@@ -87,11 +87,13 @@ def test_the_baselines_are_pooled_as_a_mixture() -> None:
     assert fit.pmi("my dog", "my dog") == pytest.approx(-2.0 - mixture)
     # a reply that fits one of the baselines as well as its context earns less than against "Hi." alone
     assert fit.pmi("my dog", "my dog") < ContextFit(OverlapModel(), baselines=HI).pmi("my dog", "my dog")
-    assert ContextFit(model).identity == ContextFit(model, baselines=HI).identity  # "Hi." is the default
-    assert "baselines=" not in ContextFit(model).identity  # so values read before the option keep their identity
-    assert fit.identity != ContextFit(model).identity != ContextFit(model, baselines=SUPPORT_CONVERSATIONS).identity
-    assert ContextFit(model).gate == BUNDLED_GATE and ContextFit(model, baselines=["Hi."]).gate == BUNDLED_GATE
-    assert ContextFit(model, baselines=SUPPORT_CONVERSATIONS).gate == SUPPORT_GATE  # each bundled pool its own gate
+    default = ContextFit(model)
+    assert default.baselines == SUPPORT_CONVERSATIONS and default.gate == SUPPORT_GATE  # each pool its own gate
+    assert default.identity == ContextFit(model, baselines=SUPPORT_CONVERSATIONS).identity
+    # "Hi." alone (NEUTRAL) keeps the identity context fit had before baselines could be chosen
+    assert "baselines=" not in ContextFit(model, baselines=HI).identity and "baselines=8:" in default.identity
+    assert ContextFit(model, baselines=NEUTRAL).gate == BUNDLED_GATE
+    assert len({fit.identity, default.identity, ContextFit(model, baselines=HI).identity}) == 3
     with pytest.raises(ConfigError, match="no bundled gate"):  # a gate belongs to its baselines
         ContextFit(model, baselines=["my cat"])
     with pytest.raises(ConfigError, match="baselines"):
