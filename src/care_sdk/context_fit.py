@@ -157,7 +157,9 @@ topics and at several stages, each ending with the user's message), pooled as th
 default of :class:`ContextFit`. A reply that would suit any support conversation is likely after
 them too, so it earns less evidence than against ``"Hi."`` (:data:`NEUTRAL`); each reply then
 costs nine reads instead of two. Its gate is :data:`SUPPORT_GATE`. Chosen on ESConv ``valid``
-contexts and measured on test in ``docs/guides/context_fit.md``.
+contexts; on 144 ESConv test contexts the bundled reward with it puts the reference above another
+conversation's reply 0.836 of the time, against 0.782 with ``"Hi."``
+(``docs/guides/context_fit.md``).
 
 Examples:
     >>> len(SUPPORT_CONVERSATIONS), SUPPORT_CONVERSATIONS[0][-1].role
