@@ -1,7 +1,7 @@
 """What context fit should compare a reply's likelihood against, chosen on ESConv **valid** pairs.
 
 Context fit reads ``log p(reply | context) - log p(reply | baselines)`` with the bundled base
-model (:class:`care_sdk.ContextFit`); by default the baseline is one neutral message, ``"Hi."``.
+model (:class:`care_sdk.ContextFit`); the first baseline was one neutral message, ``"Hi."``.
 A reply that would suit any support conversation ("That sounds hard, how are you coping?") is
 likely after any such conversation but not after "Hi.", so it earns evidence it has not earned.
 This benchmark reads each reply of ``--pairs`` pairs (a context's reference reply, and a reply
@@ -9,8 +9,9 @@ from another dialogue of the split, as the shipped gate was fitted on) after its
 several baselines, and reports for each way of pooling them the share of pairs where the reference
 gets the larger PMI (95 % bootstrap interval over pairs), and the paired difference from ``"Hi."``:
 
-- ``"Hi."`` alone (the default);
-- ``SUPPORT_CONVERSATIONS``: eight short conversations written for the package, alone and pooled;
+- ``"Hi."`` alone (``NEUTRAL``, the first form);
+- ``SUPPORT_CONVERSATIONS``: eight short conversations written for the package, alone and pooled
+  (pooled, the default since);
 - eight one-message openers on varied topics (``OPENERS``), alone and pooled;
 - ``--train-contexts`` contexts of ESConv **train** (their last 6 messages, seeded), pooled;
 - unions of these. Pooling is ``log mean exp`` (the baseline is the mixture of the pooled contexts).
