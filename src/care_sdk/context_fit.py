@@ -147,7 +147,12 @@ median reply from another dialogue 7.1 (0.27)."""
 NEUTRAL: tuple[Context, ...] = ("Hi.",)
 """One neutral user message as the only baseline, the setting :data:`BUNDLED_GATE` was fitted with
 (the default before :data:`SUPPORT_CONVERSATIONS`): two reads a reply, and values and identities
-as context fit gave before baselines could be chosen."""
+as context fit gave before baselines could be chosen.
+
+Examples:
+    >>> NEUTRAL, bundled_gate(NEUTRAL) == BUNDLED_GATE
+    (('Hi.',), True)
+"""
 
 SUPPORT_CONVERSATIONS: tuple[tuple[Message, ...], ...] = tuple(
     tuple(Message(role=role, content=text) for role, text in conversation) for conversation in CONVERSATIONS
@@ -172,7 +177,12 @@ SUPPORT_GATE = Gate(slope=0.2468, intercept=-0.7108)
 :data:`SUPPORT_CONVERSATIONS` as the baselines, fitted on 195 ESConv ``valid`` pairs (seed 7) by
 ``benchmarks/bench_pmi_baselines.py``. Against a pool of support conversations the evidence is
 smaller than against ``"Hi."``: a reply with 2.9 nats gets 0.5; the median valid reference had 8.1
-(0.78), the median reply from another dialogue -2.2 (0.21)."""
+(0.78), the median reply from another dialogue -2.2 (0.21).
+
+Examples:
+    >>> round(SUPPORT_GATE(2.88), 2), round(SUPPORT_GATE(8.1), 2)
+    (0.5, 0.78)
+"""
 
 
 def bundled_gate(baselines: Sequence[Context]) -> Gate | None:
