@@ -36,9 +36,9 @@ slower), and the shipped reward read two ways from the same calls, the greedy sc
 logprob-expected scores (keeping logits for every position makes llama.cpp about 3x slower).
 With stage ``context-fit``, more rows on every item (see :mod:`care_sdk.context_fit`): the
 reply's PMI with its context on the bundled base model (nats), alone; and the shipped reward
-with context fit (``fitted_reward``, the default floor, against the default baselines
-``SUPPORT_CONVERSATIONS`` or those of ``--baselines``), through the shipped gate (``SUPPORT_GATE``,
-``BUNDLED_GATE`` with ``--baselines neutral``) and through a gate fitted in
+with context fit (``fitted_reward``, the default floor, against the default baseline ``"Hi."`` or
+those of ``--baselines``), through the shipped gate (``BUNDLED_GATE``, ``SUPPORT_GATE`` with
+``--baselines support``) and through a gate fitted in
 this run on ``--valid-pairs`` ESConv ``valid`` pairs (reference against another valid dialogue's
 reply), never on the items measured; the same
 on the logprob-expected scores; and the plain product of the two (floor 0), the first form.
@@ -54,7 +54,7 @@ Usage:
         [--compare-evaluator runs/other_evaluator.gguf]   # with stage compare: another adapter, more rows
         [--valid-pairs 150]                               # with stage context-fit: pairs the gate is fitted on
         [--esconv-split valid --tasks esconv]             # ESConv valid groups only: to choose a setting
-        [--baselines neutral|train]                       # context fit against other baselines (its own --out)
+        [--baselines support|train]                       # context fit against other baselines (its own --out)
 Every model call's result is cached under ``--out`` (JSON lines), so a run resumes where it stopped
 and stages can run in separate processes. Writes ``results.json`` and ``results.md``.
 """
@@ -200,7 +200,7 @@ def _fit_cache(out: Path, strip_copies: bool = True) -> Path:
     return out / ("context_fit.jsonl" if strip_copies else "context_fit_as_written.jsonl")
 
 
-BASELINES = ("support", "neutral", "train")
+BASELINES = ("neutral", "support", "train")
 """What ``--baselines`` names: the contexts context fit compares a reply against."""
 
 
@@ -220,7 +220,7 @@ def context_fit(
     valid_count: int,
     seed: int,
     strip_copies: bool = True,
-    baselines: str = "support",
+    baselines: str = "neutral",
 ) -> dict[str, Any]:
     """The PMI of every item's reply with its context on the bundled base model
     (:class:`~care_sdk.ContextFit`, words repeated from the context stripped unless ``strip_copies``
@@ -377,7 +377,7 @@ def report(
     base_subsample: set[str],
     resamples: int,
     sweep_floors: bool = False,
-    baselines: str = "support",
+    baselines: str = "neutral",
 ) -> dict[str, Any]:
     """Every row's metrics, written as ``results.json`` and ``results.md``; with ``sweep_floors``,
     the shipped reward with context fit (shipped gate) at every floor of :data:`FLOOR_SWEEP`. The
@@ -531,9 +531,9 @@ def main() -> None:
     parser.add_argument(
         "--baselines",
         choices=BASELINES,
-        default="support",
-        help="what context fit compares a reply against: SUPPORT_CONVERSATIONS (support, the default), "
-        '"Hi." (neutral) or four ESConv train contexts (train, gate fitted here); give it to the context-fit '
+        default="neutral",
+        help='what context fit compares a reply against: "Hi." (neutral, the default), SUPPORT_CONVERSATIONS '
+        "(support) or four ESConv train contexts (train, gate fitted here); give it to the context-fit "
         "stages and the report, in a directory of its own",
     )
     stages = [

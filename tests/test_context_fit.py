@@ -88,12 +88,12 @@ def test_the_baselines_are_pooled_as_a_mixture() -> None:
     # a reply that fits one of the baselines as well as its context earns less than against "Hi." alone
     assert fit.pmi("my dog", "my dog") < ContextFit(OverlapModel(), baselines=HI).pmi("my dog", "my dog")
     default = ContextFit(model)
-    assert default.baselines == SUPPORT_CONVERSATIONS and default.gate == SUPPORT_GATE  # each pool its own gate
-    assert default.identity == ContextFit(model, baselines=SUPPORT_CONVERSATIONS).identity
-    # "Hi." alone (NEUTRAL) keeps the identity context fit had before baselines could be chosen
-    assert "baselines=" not in ContextFit(model, baselines=HI).identity and "baselines=8:" in default.identity
-    assert ContextFit(model, baselines=NEUTRAL).gate == BUNDLED_GATE
-    assert len({fit.identity, default.identity, ContextFit(model, baselines=HI).identity}) == 3
+    assert default.baselines == ContextFit(model, baselines=NEUTRAL).baselines and default.gate == BUNDLED_GATE
+    # "Hi." alone (the default) keeps the identity context fit had before baselines could be chosen
+    assert default.identity == ContextFit(model, baselines=HI).identity and "baselines=" not in default.identity
+    support = ContextFit(model, baselines=SUPPORT_CONVERSATIONS)
+    assert support.gate == SUPPORT_GATE and "baselines=8:" in support.identity  # each pool its own gate
+    assert len({fit.identity, default.identity, support.identity}) == 3
     with pytest.raises(ConfigError, match="no bundled gate"):  # a gate belongs to its baselines
         ContextFit(model, baselines=["my cat"])
     with pytest.raises(ConfigError, match="baselines"):

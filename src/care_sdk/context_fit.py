@@ -9,11 +9,10 @@ conversations. The reply's pointwise mutual information with its context,
     pmi = log p(reply | context) - log mean_k p(reply | baseline_k)   (nats, summed over the reply),
 
 is the evidence, as a log Bayes factor, that the reply was written for this context rather than
-for any. The baselines are pooled as a mixture; by default they are eight support conversations
-written for this package (:data:`SUPPORT_CONVERSATIONS`), so that a reply that would suit any
-support conversation ("That sounds so hard, how are you coping?") earns little evidence. Each
-baseline costs one more read of the reply; ``ContextFit(baselines=NEUTRAL)`` compares against the
-one message ``"Hi."`` instead, in two reads. It is read with a backend that
+for any. The baseline is the one message ``"Hi."`` by default (:data:`NEUTRAL`); several are
+pooled as a mixture (``ContextFit(baselines=...)``, e.g. :data:`SUPPORT_CONVERSATIONS`), so that a
+reply that would suit any support conversation ("That sounds so hard, how are you coping?") earns
+little evidence, at the cost of one more read of the reply per baseline. It is read with a backend that
 holds the model (:attr:`~care_sdk.backends.Backend.supports_reply_logprobs`: llama.cpp,
 transformers), one prefill of the reply after its context and one after each baseline, no
 decoding; a logistic :class:`Gate` fitted on held-out pairs turns it into a
@@ -145,9 +144,8 @@ median reply from another dialogue 7.1 (0.27)."""
 
 
 NEUTRAL: tuple[Context, ...] = ("Hi.",)
-"""One neutral user message as the only baseline, the setting :data:`BUNDLED_GATE` was fitted with
-(the default before :data:`SUPPORT_CONVERSATIONS`): two reads a reply, and values and identities
-as context fit gave before baselines could be chosen.
+"""The default baseline: one neutral user message, the setting :data:`BUNDLED_GATE` was fitted
+with; two reads a reply.
 
 Examples:
     >>> NEUTRAL, bundled_gate(NEUTRAL) == BUNDLED_GATE
@@ -158,13 +156,14 @@ SUPPORT_CONVERSATIONS: tuple[tuple[Message, ...], ...] = tuple(
     tuple(Message(role=role, content=text) for role, text in conversation) for conversation in CONVERSATIONS
 )
 """Eight short support conversations written for this package (a user and a supporter, on varied
-topics and at several stages, each ending with the user's message), pooled as the baseline: the
-default of :class:`ContextFit`. A reply that would suit any support conversation is likely after
-them too, so it earns less evidence than against ``"Hi."`` (:data:`NEUTRAL`); each reply then
-costs nine reads instead of two. Its gate is :data:`SUPPORT_GATE`. Chosen on ESConv ``valid``
-contexts; on 144 ESConv test contexts the bundled reward with it puts the reference above another
-conversation's reply 0.836 of the time, against 0.782 with ``"Hi."``
-(``docs/guides/context_fit.md``).
+topics and at several stages, each ending with the user's message), to pool as the baseline:
+``ContextFit(baselines=SUPPORT_CONVERSATIONS)``. A reply that would suit any support conversation
+is likely after them too, so it earns less evidence than against ``"Hi."`` (:data:`NEUTRAL`); each
+reply then costs nine reads instead of two. Its gate is :data:`SUPPORT_GATE`. On 144 ESConv test
+contexts the bundled reward with it puts the reference above another conversation's reply 0.836
+of the time, against 0.782 with ``"Hi."``; Lend-an-Ear, where every reply was written for its
+turn, was not measured with it, and a real-model check there fell below its bar, so it is not the
+default (``docs/guides/context_fit.md``).
 
 Examples:
     >>> len(SUPPORT_CONVERSATIONS), SUPPORT_CONVERSATIONS[0][-1].role
@@ -252,8 +251,8 @@ class ContextFit:
             fit the model's context window with the reply: the oldest are dropped first).
         baselines: the contexts a reply is compared against (a string is one user message); with
             several, the reply's likelihood after them is their mixture's (``log mean exp``), and
-            each costs one more read of every reply. The default is :data:`SUPPORT_CONVERSATIONS`;
-            :data:`NEUTRAL` is the one message ``"Hi."``.
+            each costs one more read of every reply. The default, :data:`NEUTRAL`, is the one
+            message ``"Hi."``; :data:`SUPPORT_CONVERSATIONS` is a ready pool.
         floor: the share of the fit a reply gets whatever the rubric says (see :func:`fitted_reward`);
             ``0`` makes the reward the plain product of the two.
         strip_copies: what the reply repeats from the context earns no fit: the model reads the
@@ -279,7 +278,7 @@ class ContextFit:
         *,
         gate: Gate | None = None,
         window: int = 6,
-        baselines: Sequence[Context] = SUPPORT_CONVERSATIONS,
+        baselines: Sequence[Context] = NEUTRAL,
         floor: float = DEFAULT_FLOOR,
         strip_copies: bool = True,
     ) -> None:
