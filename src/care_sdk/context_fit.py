@@ -3,8 +3,8 @@
 A reply written for another conversation can meet every criterion of a rubric on paper (it asks
 an open question, it names a feeling) while answering nothing the user said. The bundled 135M
 evaluator does not tell such a reply from the real one; the same model read as a language model
-does: a reply written for this context is likelier after it than after other support
-conversations. The reply's pointwise mutual information with its context,
+does: a reply written for this context is likelier after it than after a neutral message or
+other conversations. The reply's pointwise mutual information with its context,
 
     pmi = log p(reply | context) - log mean_k p(reply | baseline_k)   (nats, summed over the reply),
 
