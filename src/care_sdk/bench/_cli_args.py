@@ -23,7 +23,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from care_sdk.backends.base import Backend
 
-__all__ = ["ProgressBar", "add_backend_options", "add_run_options", "csv_list", "resolve_backends", "slug"]
+__all__ = [
+    "ProgressBar",
+    "add_backend_options",
+    "add_expected_weights_option",
+    "add_run_options",
+    "csv_list",
+    "expected_weights_of",
+    "resolve_backends",
+    "slug",
+]
 
 
 def csv_list(value: str) -> tuple[str, ...]:
@@ -60,6 +69,40 @@ def add_backend_options(cmd: argparse.ArgumentParser) -> None:
     )
     cmd.add_argument("--generator-backend", help="backend spec for the rubric generator only")
     cmd.add_argument("--evaluator-backend", help="backend spec for the evaluator only")
+
+
+def add_expected_weights_option(cmd: argparse.ArgumentParser) -> None:
+    """Add ``--expected-weights auto|on|off``: how the rubric generator reads its weights.
+
+    ``auto`` is :class:`~care_sdk.RubricGenerator`'s own default (expected weights for a trained
+    generator adapter that supports forced replies, such as the bundled one); ``off`` keeps the
+    integers the model wrote, for example to continue or reproduce a run made with them.
+    :func:`expected_weights_of` turns the value into the generator's argument.
+
+    Examples:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_expected_weights_option(parser)
+        >>> parser.parse_args([]).expected_weights, parser.parse_args(["--expected-weights", "off"]).expected_weights
+        ('auto', 'off')
+    """
+    cmd.add_argument(
+        "--expected-weights",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="read rubric weights as the model's expected values over 0-10 (on), keep the integers it wrote "
+        "(off), or let the generator decide: on for a trained generator adapter such as the bundled one "
+        "(auto; default: %(default)s)",
+    )
+
+
+def expected_weights_of(args: argparse.Namespace) -> bool | None:
+    """``RubricGenerator(expected_weights=...)`` for the ``--expected-weights`` option.
+
+    Examples:
+        >>> [expected_weights_of(argparse.Namespace(expected_weights=v)) for v in ("auto", "on", "off")]
+        [None, True, False]
+    """
+    return {"auto": None, "on": True, "off": False}[args.expected_weights]
 
 
 def add_run_options(cmd: argparse.ArgumentParser, *, out_dir: str, batch_size: int, batch_unit: str) -> None:

@@ -10,7 +10,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from care_sdk.bench._cli_args import ProgressBar, add_backend_options, add_run_options, csv_list, resolve_backends, slug
+from care_sdk.bench._cli_args import (
+    ProgressBar,
+    add_backend_options,
+    add_expected_weights_option,
+    add_run_options,
+    csv_list,
+    expected_weights_of,
+    resolve_backends,
+    slug,
+)
 from care_sdk.variants import VARIANTS
 
 if TYPE_CHECKING:
@@ -54,7 +63,7 @@ def _cmd_quality(args: argparse.Namespace) -> int:
         resamples=args.resamples,
     )
     generator_backend, evaluator_backend = resolve_backends(args)
-    generator = RubricGenerator(generator_backend, seed=args.seed)
+    generator = RubricGenerator(generator_backend, seed=args.seed, expected_weights=expected_weights_of(args))
     evaluator = RubricEvaluator(evaluator_backend, seed=args.seed)
     spec = (
         args.backend
@@ -141,6 +150,7 @@ def add_bench_commands(subparsers: Any) -> None:
         ),
     )
     add_backend_options(quality)
+    add_expected_weights_option(quality)
     quality.add_argument(
         "--limit", type=int, help="units per task (turns, judged turns, conversations, dialogues per class)"
     )
