@@ -120,3 +120,19 @@ def test_care_score_passes_expected_weights_to_the_generator() -> None:
     assert reward.generator is not None and reward.generator.expected_weights is False
     with pytest.raises(ConfigError, match="supports forced replies"):  # a hosted API cannot force replies
         _build_reward(build_parser().parse_args([*args, "--expected-weights", "on"]))
+
+
+def test_care_score_reads_context_fit_against_the_baselines_it_names() -> None:
+    pytest.importorskip("llama_cpp", reason="needs the llamacpp extra")
+    from care_sdk.cli import _build_reward, build_parser
+    from care_sdk.context_fit import BUNDLED_GATE, NEUTRAL, SUPPORT_CONVERSATIONS, SUPPORT_GATE
+
+    def fit(*flags: str) -> tuple[object, object]:
+        reward = _build_reward(build_parser().parse_args(["score", "in.jsonl", *flags]))
+        assert reward.context_fit is not None
+        return reward.context_fit.baselines, reward.context_fit.gate
+
+    baselines, gate = fit()  # the default: "Hi."
+    assert gate == BUNDLED_GATE and [[m.content for m in b] for b in baselines] == [list(NEUTRAL)]
+    baselines, gate = fit("--context-fit-baselines", "support")
+    assert gate == SUPPORT_GATE and len(baselines) == len(SUPPORT_CONVERSATIONS) == 8

@@ -463,7 +463,9 @@ AUTO = "auto"
 """The context-fit option of the reward factories: on for the bundled default evaluator, off otherwise."""
 
 
-def context_fit_for(option: ContextFit | str | None, evaluator: Any) -> ContextFit | None:
+def context_fit_for(
+    option: ContextFit | str | None, evaluator: Any, *, baselines: Sequence[Context] = NEUTRAL
+) -> ContextFit | None:
     """The context fit a reward factory builds from an option, for an evaluator backend spec (or object).
 
     ``"auto"`` (:data:`AUTO`, what :func:`~care_sdk.reward.build_reward`,
@@ -473,12 +475,16 @@ def context_fit_for(option: ContextFit | str | None, evaluator: Any) -> ContextF
     scores alone do not tell a reply written for this conversation from one written for another;
     none for any other evaluator, which gets the paper's reward. ``None`` or ``"off"``: none.
     Another string: a :class:`ContextFit` read on that backend spec. A :class:`ContextFit`: itself.
+    A context fit built here reads against ``baselines`` (with their bundled gate, see
+    :func:`bundled_gate`).
 
     Examples:
         >>> context_fit_for("auto", "openai:gpt-4o-mini") is None, context_fit_for("off", "default") is None
         (True, True)
         >>> context_fit_for("auto", "default")  # doctest: +SKIP
         ContextFit('llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf|window=6|...|floor=0.5|copies discounted')
+        >>> context_fit_for("auto", "default", baselines=SUPPORT_CONVERSATIONS).gate == SUPPORT_GATE  # doctest: +SKIP
+        True
     """
     if option is None or isinstance(option, ContextFit):
         return option
@@ -486,5 +492,5 @@ def context_fit_for(option: ContextFit | str | None, evaluator: Any) -> ContextF
     if spec.lower() == "off":
         return None
     if spec.lower() == AUTO:
-        return ContextFit() if is_default_spec(evaluator) else None
-    return ContextFit(spec)
+        return ContextFit(baselines=baselines) if is_default_spec(evaluator) else None
+    return ContextFit(spec, baselines=baselines)

@@ -26,8 +26,10 @@ if TYPE_CHECKING:
 __all__ = [
     "ProgressBar",
     "add_backend_options",
+    "add_baselines_option",
     "add_expected_weights_option",
     "add_run_options",
+    "baselines_of",
     "csv_list",
     "expected_weights_of",
     "resolve_backends",
@@ -103,6 +105,43 @@ def expected_weights_of(args: argparse.Namespace) -> bool | None:
         [None, True, False]
     """
     return {"auto": None, "on": True, "off": False}[args.expected_weights]
+
+
+def add_baselines_option(cmd: argparse.ArgumentParser) -> None:
+    """Add ``--context-fit-baselines neutral|support``: what context fit compares a reply against.
+
+    ``neutral`` is :data:`~care_sdk.context_fit.NEUTRAL` (the one message ``"Hi."``, the default),
+    ``support`` the package's :data:`~care_sdk.context_fit.SUPPORT_CONVERSATIONS`, each read with
+    its bundled gate. :func:`baselines_of` turns the value into ``ContextFit(baselines=...)``.
+
+    Examples:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_baselines_option(parser)
+        >>> parser.parse_args([]).context_fit_baselines
+        'neutral'
+    """
+    cmd.add_argument(
+        "--context-fit-baselines",
+        choices=("neutral", "support"),
+        default="neutral",
+        help='what context fit compares a reply against: the one message "Hi." (neutral) or eight support '
+        "conversations written for the package (support: more reads a reply; see the context fit guide) "
+        "(default: %(default)s)",
+    )
+
+
+def baselines_of(args: argparse.Namespace) -> tuple[Any, ...]:
+    """``ContextFit(baselines=...)`` for the ``--context-fit-baselines`` option.
+
+    Examples:
+        >>> baselines_of(argparse.Namespace(context_fit_baselines="neutral"))
+        ('Hi.',)
+        >>> len(baselines_of(argparse.Namespace(context_fit_baselines="support")))
+        8
+    """
+    from care_sdk.context_fit import NEUTRAL, SUPPORT_CONVERSATIONS
+
+    return {"neutral": NEUTRAL, "support": SUPPORT_CONVERSATIONS}[args.context_fit_baselines]
 
 
 def add_run_options(cmd: argparse.ArgumentParser, *, out_dir: str, batch_size: int, batch_unit: str) -> None:

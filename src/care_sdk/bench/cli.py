@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 from care_sdk.bench._cli_args import (
     ProgressBar,
     add_backend_options,
+    add_baselines_option,
     add_expected_weights_option,
     add_run_options,
+    baselines_of,
     csv_list,
     expected_weights_of,
     resolve_backends,
@@ -71,7 +73,9 @@ def _cmd_quality(args: argparse.Namespace) -> int:
         else (f"{args.generator_backend or args.backend}+{args.evaluator_backend or args.backend}")
     )
     out = Path(args.out) if args.out else Path("care-quality") / slug(spec)
-    context_fit = context_fit_for(args.context_fit, args.evaluator_backend or args.backend)
+    context_fit = context_fit_for(
+        args.context_fit, args.evaluator_backend or args.backend, baselines=baselines_of(args)
+    )
     runner = QualityRunner(
         generator,
         evaluator,
@@ -173,6 +177,7 @@ def add_bench_commands(subparsers: Any) -> None:
         help="scale every model variant's reward by the reply's fit to its context: auto (on for the bundled "
         "default evaluator), off, or a backend spec to read it on (default: %(default)s)",
     )
+    add_baselines_option(quality)
     quality.add_argument(
         "--margin", type=float, default=1.0, help="pairwise: minimum judge-score gap of a pair (default: %(default)s)"
     )
