@@ -44,8 +44,8 @@ def _launch(stage: str, tmp_path: Path, data: Path, settings: str) -> subprocess
         "--dynamo_backend", "no", "--main_process_ip", "127.0.0.1", "--main_process_port", str(_free_port()),
         "-m", "care_sdk.cli", "train", stage, "--config", str(config), "--min-steps", "0",
     ]  # fmt: skip
-    # unbuffered: each rank writes every print at once, so the two ranks' lines in the one pipe never split
-    # each other mid-line (block-buffered, a rank flushes 8 KiB chunks that cut lines anywhere)
+    # unbuffered: a print's text reaches the shared pipe in one write, which the other rank cannot cut
+    # (block-buffered, each rank flushed 8 KiB chunks that ended anywhere, mid-line included)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(Path(__file__).parents[1] / "src"), env.get("PYTHONPATH")] if p)
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
