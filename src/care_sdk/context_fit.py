@@ -161,9 +161,9 @@ topics and at several stages, each ending with the user's message), to pool as t
 is likely after them too, so it earns less evidence than against ``"Hi."`` (:data:`NEUTRAL`); each
 reply then costs nine reads instead of two. Its gate is :data:`SUPPORT_GATE`. On 144 ESConv test
 contexts the bundled reward with it puts the reference above another conversation's reply 0.836
-of the time, against 0.782 with ``"Hi."``; Lend-an-Ear, where every reply was written for its
-turn, was not measured with it, and a real-model check there fell below its bar, so it is not the
-default (``docs/guides/context_fit.md``).
+of the time, against 0.782 with ``"Hi."``; on Lend-an-Ear, where every reply was written for its
+turn, it orders the judge's pairs worse (0.652 against 0.809), so it is not the default
+(``docs/guides/context_fit.md``).
 
 Examples:
     >>> len(SUPPORT_CONVERSATIONS), SUPPORT_CONVERSATIONS[0][-1].role
