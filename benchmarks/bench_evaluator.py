@@ -382,7 +382,7 @@ def report(
     """Every row's metrics, written as ``results.json`` and ``results.md``; with ``sweep_floors``,
     the shipped reward with context fit (shipped gate) at every floor of :data:`FLOOR_SWEEP`. The
     shipped gate is the bundled one for the ``baselines`` the context-fit stage read with."""
-    shipped_gate = bundled_gate(baseline_contexts(baselines))
+    shipped_gate = None if baselines == "train" else bundled_gate(baseline_contexts(baselines))  # train: none
     shipped_rubrics = _cache(out / "rubrics_default.jsonl")
     base_rubrics = _cache(out / "rubrics_base.jsonl")
     sub = [it for it in items if it["group"] in base_subsample]
