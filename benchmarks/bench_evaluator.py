@@ -79,8 +79,7 @@ from care_sdk.backends import resolve_backend
 from care_sdk.bench.metrics import Estimate, bootstrap, pairwise_accuracy, preference_pairs, score_pairs, spearman
 from care_sdk.context_fit import (
     DEFAULT_FLOOR,
-    NEUTRAL,
-    SUPPORT_CONVERSATIONS,
+    NAMED_BASELINES,
     Gate,
     bundled_gate,
     fitted_reward,
@@ -200,7 +199,7 @@ def _fit_cache(out: Path, strip_copies: bool = True) -> Path:
     return out / ("context_fit.jsonl" if strip_copies else "context_fit_as_written.jsonl")
 
 
-BASELINES = ("neutral", "support", "train")
+BASELINES = (*NAMED_BASELINES, "train")
 """What ``--baselines`` names: the contexts context fit compares a reply against."""
 
 
@@ -211,7 +210,7 @@ def baseline_contexts(name: str) -> Sequence[Any]:
     if name == "train":
         train = load_esconv(data_dir() / "esconv" / "train.jsonl").records
         return sample_baselines([d.to_dialogue() for d in train], 4, seed=11)
-    return {"neutral": NEUTRAL, "support": SUPPORT_CONVERSATIONS}[name]
+    return NAMED_BASELINES[name]
 
 
 def context_fit(
@@ -382,7 +381,8 @@ def report(
     """Every row's metrics, written as ``results.json`` and ``results.md``; with ``sweep_floors``,
     the shipped reward with context fit (shipped gate) at every floor of :data:`FLOOR_SWEEP`. The
     shipped gate is the bundled one for the ``baselines`` the context-fit stage read with."""
-    shipped_gate = None if baselines == "train" else bundled_gate(baseline_contexts(baselines))  # train: none
+    named = NAMED_BASELINES.get(baselines)  # the train contexts have no bundled gate (and loading them costs)
+    shipped_gate = bundled_gate(named) if named is not None else None
     shipped_rubrics = _cache(out / "rubrics_default.jsonl")
     base_rubrics = _cache(out / "rubrics_base.jsonl")
     sub = [it for it in items if it["group"] in base_subsample]

@@ -54,6 +54,7 @@ __all__ = [
     "BUNDLED_GATE",
     "DEFAULT_FLOOR",
     "MEMO_SIZE",
+    "NAMED_BASELINES",
     "NEUTRAL",
     "SUPPORT_CONVERSATIONS",
     "SUPPORT_GATE",
@@ -181,6 +182,16 @@ smaller than against ``"Hi."``: a reply with 2.9 nats gets 0.5; the median valid
 Examples:
     >>> round(SUPPORT_GATE(2.88), 2), round(SUPPORT_GATE(8.1), 2)
     (0.5, 0.78)
+"""
+
+
+NAMED_BASELINES: dict[str, tuple[Context, ...]] = {"neutral": NEUTRAL, "support": SUPPORT_CONVERSATIONS}
+"""The bundled baselines by the names the command line gives them (``--context-fit-baselines``):
+``neutral`` is :data:`NEUTRAL`, ``support`` is :data:`SUPPORT_CONVERSATIONS`; each has a bundled gate.
+
+Examples:
+    >>> {name: len(pool) for name, pool in NAMED_BASELINES.items()}
+    {'neutral': 1, 'support': 8}
 """
 
 

@@ -110,8 +110,8 @@ def expected_weights_of(args: argparse.Namespace) -> bool | None:
 def add_baselines_option(cmd: argparse.ArgumentParser) -> None:
     """Add ``--context-fit-baselines neutral|support``: what context fit compares a reply against.
 
-    ``neutral`` is :data:`~care_sdk.context_fit.NEUTRAL` (the one message ``"Hi."``, the default),
-    ``support`` the package's :data:`~care_sdk.context_fit.SUPPORT_CONVERSATIONS`, each read with
+    The names are :data:`~care_sdk.context_fit.NAMED_BASELINES`: ``neutral`` (the one message
+    ``"Hi."``, the default) and ``support`` (the package's support conversations), each read with
     its bundled gate. :func:`baselines_of` turns the value into ``ContextFit(baselines=...)``.
 
     Examples:
@@ -120,9 +120,11 @@ def add_baselines_option(cmd: argparse.ArgumentParser) -> None:
         >>> parser.parse_args([]).context_fit_baselines
         'neutral'
     """
+    from care_sdk.context_fit import NAMED_BASELINES
+
     cmd.add_argument(
         "--context-fit-baselines",
-        choices=("neutral", "support"),
+        choices=tuple(NAMED_BASELINES),
         default="neutral",
         help='what context fit compares a reply against: the one message "Hi." (neutral) or eight support '
         "conversations written for the package (support: more reads a reply; see the context fit guide) "
@@ -139,9 +141,9 @@ def baselines_of(args: argparse.Namespace) -> tuple[Any, ...]:
         >>> len(baselines_of(argparse.Namespace(context_fit_baselines="support")))
         8
     """
-    from care_sdk.context_fit import NEUTRAL, SUPPORT_CONVERSATIONS
+    from care_sdk.context_fit import NAMED_BASELINES
 
-    return {"neutral": NEUTRAL, "support": SUPPORT_CONVERSATIONS}[args.context_fit_baselines]
+    return NAMED_BASELINES[args.context_fit_baselines]
 
 
 def add_run_options(cmd: argparse.ArgumentParser, *, out_dir: str, batch_size: int, batch_unit: str) -> None:
