@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from care_sdk import AdaptiveReward, ConfigError, Rubric, RubricEvaluator, RubricGenerator
@@ -136,3 +138,42 @@ def test_care_score_reads_context_fit_against_the_baselines_it_names() -> None:
     assert gate == BUNDLED_GATE and [[m.content for m in b] for b in baselines] == [list(NEUTRAL)]
     baselines, gate = fit("--context-fit-baselines", "support")
     assert gate == SUPPORT_GATE and len(baselines) == len(SUPPORT_CONVERSATIONS) == 8
+
+
+def test_the_policy_recipe_reads_context_fit_against_the_baselines_it_names(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp", reason="needs the llamacpp extra")
+    pytest.importorskip("yaml", reason="needs the train extra")
+    from care_sdk.backends import BackendPool
+    from care_sdk.context_fit import BUNDLED_GATE, SUPPORT_GATE
+    from care_sdk.training.config import load_config
+    from care_sdk.training.policy.components import build_reward as recipe_reward
+    from care_sdk.training.policy.config import PolicyGRPOConfig, RewardSettings
+
+    pool = BackendPool({"default": ScriptedBackend([])})  # rubrics and scores scripted; the fit reads the bundled model
+    for name, gate, count in (("neutral", BUNDLED_GATE, 1), ("support", SUPPORT_GATE, 8)):
+        reward = recipe_reward(RewardSettings(context_fit_baselines=name), pool)
+        assert reward.context_fit is not None
+        assert reward.context_fit.gate == gate and len(reward.context_fit.baselines) == count
+    config = tmp_path / "policy.yaml"
+    config.write_text("model: tiny\noutput_dir: out\nreward: {context_fit_baselines: friends}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"reward\.context_fit_baselines.*'friends'.*neutral, support"):
+        load_config(PolicyGRPOConfig, config)
+
+
+def test_verl_reads_context_fit_against_the_baselines_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("llama_cpp", reason="needs the llamacpp extra")
+    from care_sdk.context_fit import BUNDLED_GATE, SUPPORT_GATE
+    from care_sdk.integrations.verl import get_reward
+
+    def fit_gate(**options: str) -> object:
+        reward = get_reward("default", **options)
+        assert reward.context_fit is not None
+        return reward.context_fit.gate
+
+    assert fit_gate() == BUNDLED_GATE
+    assert fit_gate(context_fit_baselines="support") == SUPPORT_GATE
+    monkeypatch.setenv("CARE_CONTEXT_FIT_BASELINES", "support")
+    assert fit_gate() == SUPPORT_GATE
+    assert get_reward("default") is get_reward("default", context_fit_baselines="support")  # one reward per setting
+    with pytest.raises(ConfigError, match=r"context_fit_baselines: unknown baselines 'friends'"):
+        get_reward("default", context_fit_baselines="friends")

@@ -63,6 +63,7 @@ __all__ = [
     "bundled_gate",
     "context_fit_for",
     "fitted_reward",
+    "named_baselines",
     "sample_baselines",
 ]
 
@@ -193,6 +194,27 @@ Examples:
     >>> {name: len(pool) for name, pool in NAMED_BASELINES.items()}
     {'neutral': 1, 'support': 8}
 """
+
+
+def named_baselines(name: str, where: str = "baselines") -> tuple[Context, ...]:
+    """The bundled baselines called ``name`` in :data:`NAMED_BASELINES` (``neutral`` or ``support``),
+    for a setting that names them (``where``: the setting, for the error).
+
+    Raises:
+        ConfigError: no bundled baselines have that name; the message names ``where`` and the choices.
+
+    Examples:
+        >>> named_baselines("neutral")
+        ('Hi.',)
+        >>> named_baselines("pals", where="--context-fit-baselines")
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.ConfigError: --context-fit-baselines: unknown baselines 'pals'; choose one of neutral, support
+    """
+    pool = NAMED_BASELINES.get(name.strip().lower()) if isinstance(name, str) else None
+    if pool is None:
+        raise ConfigError(f"{where}: unknown baselines {name!r}; choose one of {', '.join(NAMED_BASELINES)}")
+    return pool
 
 
 def bundled_gate(baselines: Sequence[Context]) -> Gate | None:

@@ -141,9 +141,9 @@ def baselines_of(args: argparse.Namespace) -> tuple[Any, ...]:
         >>> len(baselines_of(argparse.Namespace(context_fit_baselines="support")))
         8
     """
-    from care_sdk.context_fit import NAMED_BASELINES
+    from care_sdk.context_fit import named_baselines
 
-    return NAMED_BASELINES[args.context_fit_baselines]
+    return named_baselines(args.context_fit_baselines, where="--context-fit-baselines")
 
 
 def add_run_options(cmd: argparse.ArgumentParser, *, out_dir: str, batch_size: int, batch_unit: str) -> None:

@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from care_sdk.backends import Backend
-from care_sdk.context_fit import AUTO
+from care_sdk.context_fit import AUTO, context_fit_for, named_baselines
 from care_sdk.errors import CareError, InputError
 from care_sdk.reward import AdaptiveReward, build_reward
 from care_sdk.types import DIMENSIONS, Message, RewardResult, as_messages
@@ -103,6 +103,7 @@ def get_reward(
     use_logprobs: bool = False,
     cache: str | None = None,
     context_fit: str | None = None,
+    context_fit_baselines: str | None = None,
 ) -> AdaptiveReward:
     """The process's shared :class:`AdaptiveReward` for these options, built on first use.
 
@@ -110,7 +111,9 @@ def get_reward(
     all workers) defaults to ``$CARE_RUBRIC_CACHE`` or an in-memory cache; ``context_fit`` (``"auto"``,
     ``"off"`` or a backend spec for :class:`~care_sdk.ContextFit`, see
     :func:`~care_sdk.context_fit.context_fit_for`) defaults to ``$CARE_CONTEXT_FIT`` or ``"auto"``:
-    on for the bundled ``default`` evaluator, off for any other.
+    on for the bundled ``default`` evaluator, off for any other; ``context_fit_baselines`` (a name in
+    :data:`~care_sdk.context_fit.NAMED_BASELINES`, ``"neutral"`` or ``"support"``) defaults to
+    ``$CARE_CONTEXT_FIT_BASELINES`` or ``"neutral"``.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -121,7 +124,11 @@ def get_reward(
     backend = backend if backend is not None else os.environ.get("CARE_BACKEND", "default")
     cache = cache if cache is not None else os.environ.get("CARE_RUBRIC_CACHE")
     context_fit = context_fit if context_fit is not None else os.environ.get("CARE_CONTEXT_FIT", AUTO)
-    key = (backend if isinstance(backend, str) else id(backend), weights, criteria, use_logprobs, cache, context_fit)
+    if context_fit_baselines is None:
+        context_fit_baselines = os.environ.get("CARE_CONTEXT_FIT_BASELINES", "neutral")
+    baselines = named_baselines(context_fit_baselines, where="context_fit_baselines")
+    spec = backend if isinstance(backend, str) else id(backend)
+    key = (spec, weights, criteria, use_logprobs, cache, context_fit, baselines)
     with _LOCK:
         reward = _REWARDS.get(key)
         if reward is None:
@@ -135,7 +142,7 @@ def get_reward(
                 backend=backend,
                 generator_options={"cache": store},
                 evaluator_options={"use_logprobs": use_logprobs},
-                context_fit=context_fit,
+                context_fit=context_fit_for(context_fit, backend, baselines=baselines),
             )
             _REWARDS[key] = reward
         return reward
@@ -209,6 +216,7 @@ def compute_score_batch(
     use_logprobs: bool = False,
     cache: str | None = None,
     context_fit: str | None = None,
+    context_fit_baselines: str | None = None,
     context_key: str = DEFAULT_CONTEXT_KEY,
     on_error: str | float = "raise",
     **_: Any,
@@ -231,6 +239,10 @@ def compute_score_batch(
             the bundled ``default`` evaluator), ``"off"``, or a backend spec to read it on (see
             :func:`~care_sdk.context_fit.context_fit_for`; default ``$CARE_CONTEXT_FIT``, or
             ``"auto"``); the fit is the ``care_context_fit`` entry (NaN without).
+        context_fit_baselines: what context fit compares a reply against: ``"neutral"`` (the one
+            message ``"Hi."``) or ``"support"`` (the package's support conversations; see
+            :data:`~care_sdk.context_fit.NAMED_BASELINES`); default ``$CARE_CONTEXT_FIT_BASELINES``,
+            or ``"neutral"``.
         context_key: the ``extra_info`` key holding the context.
         on_error: ``"raise"`` (default: stop with the reason) or a score to give a reply that could
             not be scored; such rows carry ``care_failed=1.0`` and are logged as warnings.
@@ -238,6 +250,7 @@ def compute_score_batch(
     Raises:
         InputError: a row without a usable context (the message names the row).
         CareError: a reply could not be scored and ``on_error="raise"``.
+        ConfigError: ``context_fit_baselines`` names no bundled baselines.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
@@ -263,7 +276,13 @@ def compute_score_batch(
         for info, s, w in zip(infos, solution_strs, wheres, strict=True)
     ]
     reward = get_reward(
-        backend, weights=weights, criteria=criteria, use_logprobs=use_logprobs, cache=cache, context_fit=context_fit
+        backend,
+        weights=weights,
+        criteria=criteria,
+        use_logprobs=use_logprobs,
+        cache=cache,
+        context_fit=context_fit,
+        context_fit_baselines=context_fit_baselines,
     )
     results = reward.score_batch(items)
     return [_as_dict(r, policy, w) for r, w in zip(results, wheres, strict=True)]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from care_sdk.backends import BackendPool
-from care_sdk.context_fit import context_fit_for
+from care_sdk.context_fit import context_fit_for, named_baselines
 from care_sdk.errors import InputError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -52,7 +52,9 @@ def build_reward(settings: RewardSettings, pool: BackendPool) -> AdaptiveReward:
             max_tokens=settings.generator_max_tokens,
             max_attempts=settings.max_attempts,
         )
-    context_fit = context_fit_for(settings.context_fit, settings.evaluator)
+    context_fit = context_fit_for(
+        settings.context_fit, settings.evaluator, baselines=named_baselines(settings.context_fit_baselines)
+    )
     return build_adaptive_reward(settings.variant, generator, evaluator, context_fit=context_fit)
 
 

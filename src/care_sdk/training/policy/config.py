@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from care_sdk.training.config import LoraSettings
 from care_sdk.variants import VariantField
@@ -130,6 +130,8 @@ class RewardSettings(_Config):
     Examples:
         >>> RewardSettings(variant="fixed_rubric").generator
         'default'
+        >>> RewardSettings(context_fit_baselines="support").context_fit_baselines
+        'support'
     """
 
     variant: VariantField = "care"
@@ -157,8 +159,21 @@ class RewardSettings(_Config):
     context_fit: str = "auto"
     """Scale each reward by the reply's fit to its context (:mod:`care_sdk.context_fit`): ``auto``
     (on when the evaluator is the bundled ``default``), ``off``, or a backend spec to read it on."""
+    context_fit_baselines: str = "neutral"
+    """What context fit compares a reply against, by its name in
+    :data:`~care_sdk.context_fit.NAMED_BASELINES`: ``neutral`` (the one message ``"Hi."``) or
+    ``support`` (the package's support conversations, nine reads a reply instead of two)."""
     seed: int = 0
     """Sampling seed of generator and evaluator."""
+
+    @field_validator("context_fit_baselines")
+    @classmethod
+    def _known_baselines(cls, name: str) -> str:
+        from care_sdk.context_fit import NAMED_BASELINES
+
+        if name not in NAMED_BASELINES:
+            raise ValueError(f"unknown baselines {name!r}; choose one of {', '.join(NAMED_BASELINES)}")
+        return name
 
 
 class JudgeSettings(_Config):
