@@ -50,27 +50,6 @@ def test_generator_reports_after_bounded_retries() -> None:
     assert info.value.raw == "{}"
 
 
-def test_a_reply_cut_off_by_max_tokens_is_retried_with_a_larger_budget() -> None:
-    """A rubric that needs 300 tokens: cut off at 128 and 256, written whole at 512."""
-    from care_sdk.backends.base import Completion
-
-    def script(request: GenerationRequest) -> Completion:
-        if request.max_tokens < 300:
-            return Completion(text=GOOD_RUBRIC[: request.max_tokens // 4], finish_reason="length")
-        return Completion(text=GOOD_RUBRIC, finish_reason="stop")
-
-    backend = ScriptedBackend(script)
-    assert RubricGenerator(backend, max_tokens=128).generate(CONTEXT).top_dimension is Dimension.AFFECTIVE
-    assert [r.max_tokens for r in backend.requests] == [128, 256, 512]
-    capped = ScriptedBackend(script)  # four times the first budget at most: 64, 128, 256, then 256 again
-    with pytest.raises(OutputError, match=r"hit max_tokens=256") as info:
-        RubricGenerator(capped, max_tokens=64, max_attempts=4).generate(CONTEXT)
-    assert [r.max_tokens for r in capped.requests] == [64, 128, 256, 256] and info.value.attempts == 4
-    unparsed = ScriptedBackend(["not json", GOOD_RUBRIC])  # not cut off: the budget stays
-    RubricGenerator(unparsed, max_tokens=128).generate(CONTEXT)
-    assert [r.max_tokens for r in unparsed.requests] == [128, 128]
-
-
 def test_backend_error_is_typed_and_not_retried_by_the_parser() -> None:
     backend = ScriptedBackend([BackendError("unauthorized", status_code=401, provider="openai")])
     with pytest.raises(BackendError, match="401"):

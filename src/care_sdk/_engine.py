@@ -23,10 +23,6 @@ Plan = Generator[list[GenerationRequest], list[GenerationResult], list[T | CareE
 RETRY_TEMPERATURE = 0.7
 """Sampling temperature used for retries when the first attempt was greedy."""
 
-MAX_TOKENS_GROWTH = 4
-"""How far a retry may raise a request's ``max_tokens``: a reply cut off by ``max_tokens`` that does
-not parse is retried with twice the budget, up to this many times the first one."""
-
 
 def retry_request(request: GenerationRequest, attempt: int) -> GenerationRequest:
     """The request for a retry: a new seed and, for greedy decoding, some temperature."""
@@ -51,23 +47,20 @@ def parse_plan(
     """Send ``requests``; parse each reply with ``parse(index, completion)``; retry the ones that fail.
 
     A reply that raises ``ValueError`` is retried up to ``max_attempts`` in all, then becomes an
-    :class:`OutputError`; one that was cut off by ``max_tokens`` is retried with twice the budget,
-    up to :data:`MAX_TOKENS_GROWTH` times the request's own (a long reply, such as a rubric on text
-    the tokenizer splits finely, would be cut off again at the same budget). ``accept(index,
-    value)``, when given, checks a parsed value: it returns ``None`` to accept it, or the reason it
-    refuses it; a refused reply is retried like one that does not parse (its :class:`OutputError`
-    keeps the last reply as ``raw``). A backend error (already retried by the backend's own retry
-    layer) is final for that item, except a :class:`ContextOverflowError` when ``shorter`` is given:
-    ``shorter(index)`` returns the item's request with fewer context messages, sent instead at no
-    cost in attempts, or ``None`` when there is nothing left to drop (the error is then final). A
-    request without a ``purpose`` is sent with ``what`` as its purpose.
+    :class:`OutputError`. ``accept(index, value)``, when given, checks a parsed value: it returns
+    ``None`` to accept it, or the reason it refuses it; a refused reply is retried like one that
+    does not parse (its :class:`OutputError` keeps the last reply as ``raw``). A backend error
+    (already retried by the backend's own retry layer) is final for that item, except a
+    :class:`ContextOverflowError` when ``shorter`` is given: ``shorter(index)`` returns the item's
+    request with fewer context messages, sent instead at no cost in attempts, or ``None`` when there
+    is nothing left to drop (the error is then final). A request without a ``purpose`` is sent with
+    ``what`` as its purpose.
     """
 
     def with_purpose(request: GenerationRequest) -> GenerationRequest:
         return request if request.purpose is not None else dataclasses.replace(request, purpose=what)
 
     requests = [with_purpose(r) for r in requests]
-    budget_cap = [r.max_tokens * MAX_TOKENS_GROWTH for r in requests]
     outcomes: list[T | CareError | None] = [None] * len(requests)
     attempts = [0] * len(requests)
     pending = list(range(len(requests)))
@@ -93,15 +86,10 @@ def parse_plan(
                 outcomes[i] = value
             except ValueError as exc:
                 reason = str(exc)
-                cut_off = completion.finish_reason == "length"
-                if cut_off:
-                    reason += f" (the reply hit max_tokens={requests[i].max_tokens})"
+                if completion.finish_reason == "length":
+                    reason += " (the reply hit max_tokens)"
                 attempts[i] += 1
                 if attempts[i] < max_attempts:
-                    if cut_off and requests[i].max_tokens < budget_cap[i]:
-                        budget = min(2 * requests[i].max_tokens, budget_cap[i])
-                        logger.info("%s %d: the reply hit max_tokens; retried with max_tokens=%d", what, i, budget)
-                        requests[i] = dataclasses.replace(requests[i], max_tokens=budget)
                     again.append(i)
                 else:
                     outcomes[i] = OutputError(
