@@ -50,6 +50,34 @@ def test_generator_reports_after_bounded_retries() -> None:
     assert info.value.raw == "{}"
 
 
+def test_a_reply_cut_off_by_a_full_context_window_is_sent_again_with_fewer_messages() -> None:
+    """A backend that holds the model starts a prompt that fits and stops where its window ends:
+    the reply cannot finish there at any budget, so older messages are dropped, at no attempt's cost."""
+    from care_sdk.backends.base import Completion
+
+    def script(request: GenerationRequest) -> Completion:
+        if "Earlier" in request.messages[-1].content:  # the window fills up 20 tokens into the rubric
+            return Completion(text=GOOD_RUBRIC[:20], finish_reason="length")
+        return Completion(text=GOOD_RUBRIC, finish_reason="stop")
+
+    context = [
+        {"role": "user", "content": "Earlier: my sister and I argued about money for weeks."},
+        {"role": "assistant", "content": "That sounds draining. What happened?"},
+        *CONTEXT,
+    ]
+    backend = ScriptedBackend(script)
+    rubric = RubricGenerator(backend, max_attempts=1).generate(context)
+    assert rubric.top_dimension is Dimension.AFFECTIVE
+    assert len(backend.requests) == 2 and "Earlier" not in backend.requests[-1].messages[-1].content
+    budget = ScriptedBackend([Completion(text=GOOD_RUBRIC[:20], finish_reason="length")])  # the budget, not the window
+    with pytest.raises(OutputError, match=r"hit max_tokens"):
+        RubricGenerator(budget, max_attempts=1, max_tokens=20).generate(context)
+    full = ScriptedBackend(lambda request: Completion(text=GOOD_RUBRIC[:20], finish_reason="length"))
+    with pytest.raises(OutputError, match=r"filled the context window\) \(after 2 attempts\)"):
+        RubricGenerator(full, max_attempts=2).generate(context)  # nothing left to drop: attempts as usual
+    assert len(full.requests) == 4  # three messages shown, two, one, then one again: the second attempt
+
+
 def test_backend_error_is_typed_and_not_retried_by_the_parser() -> None:
     backend = ScriptedBackend([BackendError("unauthorized", status_code=401, provider="openai")])
     with pytest.raises(BackendError, match="401"):

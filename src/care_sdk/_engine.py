@@ -35,6 +35,23 @@ def retry_request(request: GenerationRequest, attempt: int) -> GenerationRequest
     )
 
 
+def ran_out_of_window(result: GenerationResult, request: GenerationRequest) -> bool:
+    """Whether a reply cut off for length stopped before ``max_tokens``: the model's context window
+    filled up (a backend that holds the model, llama.cpp or transformers, starts a prompt that fits
+    and stops where the window ends), so the reply has no room whatever the budget.
+
+    Examples:
+        >>> from care_sdk.backends.base import Completion
+        >>> request = GenerationRequest(messages=(), max_tokens=512)
+        >>> reply = Completion(text='{"weights": {', finish_reason="length")
+        >>> cut = GenerationResult(completions=(reply,), usage={"completion_tokens": 41})
+        >>> ran_out_of_window(cut, request), ran_out_of_window(cut, dataclasses.replace(request, max_tokens=41))
+        (True, False)
+    """
+    used = result.usage.get("completion_tokens")
+    return request.n == 1 and used is not None and used < request.max_tokens
+
+
 def parse_plan(
     requests: Sequence[GenerationRequest],
     parse: Callable[[int, Completion], T],
@@ -53,8 +70,10 @@ def parse_plan(
     (already retried by the backend's own retry layer) is final for that item, except a
     :class:`ContextOverflowError` when ``shorter`` is given: ``shorter(index)`` returns the item's
     request with fewer context messages, sent instead at no cost in attempts, or ``None`` when there
-    is nothing left to drop (the error is then final). A request without a ``purpose`` is sent with
-    ``what`` as its purpose.
+    is nothing left to drop (the error is then final). A reply that does not parse because the
+    context window filled up before ``max_tokens`` (:func:`ran_out_of_window`) is sent with fewer
+    messages the same way; with nothing left to drop it counts as a failed attempt. A request
+    without a ``purpose`` is sent with ``what`` as its purpose.
     """
 
     def with_purpose(request: GenerationRequest) -> GenerationRequest:
@@ -87,7 +106,16 @@ def parse_plan(
             except ValueError as exc:
                 reason = str(exc)
                 if completion.finish_reason == "length":
-                    reason += " (the reply hit max_tokens)"
+                    if ran_out_of_window(result, requests[i]):
+                        smaller = shorter(i) if shorter is not None else None
+                        if smaller is not None:
+                            logger.info("%s %d: the context window filled up; sent again with fewer messages", what, i)
+                            requests[i] = with_purpose(smaller)
+                            again.append(i)
+                            continue
+                        reason += " (the reply filled the context window)"
+                    else:
+                        reason += " (the reply hit max_tokens)"
                 attempts[i] += 1
                 if attempts[i] < max_attempts:
                     again.append(i)

@@ -82,7 +82,9 @@ class ScriptedBackend(Backend):
 
     ``script`` is either a list of replies consumed in order (one per completion; an exhausted
     script raises) or a function ``request -> reply`` called for every completion. A reply that
-    is a :class:`~care_sdk.errors.BackendError` fails that request.
+    is a :class:`~care_sdk.errors.BackendError` fails that request; a reply that is a
+    :class:`~care_sdk.backends.base.Completion` is returned as it is (say, one cut off with
+    ``finish_reason="length"``). Usage counts one token per character (``completion_tokens``).
 
     With ``forced``, the backend also :attr:`~care_sdk.backends.Backend.supports_forced_replies`:
     it builds a forced reply itself, one token per character (ASCII text), asking
@@ -152,8 +154,9 @@ class ScriptedBackend(Backend):
                     completions.append(
                         reply if isinstance(reply, Completion) else Completion(text=reply, finish_reason="stop")
                     )
+                used = {"completion_tokens": sum(len(c.text) for c in completions)}
                 results.append(
-                    GenerationResult(error=error) if error else GenerationResult(completions=tuple(completions))
+                    GenerationResult(error=error) if error else GenerationResult(tuple(completions), usage=used)
                 )
         return results
 
