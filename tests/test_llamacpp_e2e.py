@@ -49,6 +49,30 @@ def test_rubric_is_schema_valid_and_normalised(llama_backend: Backend) -> None:
     assert {c.dimension for c in rubric.criteria} == set(Dimension)
 
 
+def test_a_rubric_the_window_has_no_room_for_is_written_on_fewer_messages(model_path: Path) -> None:
+    """A prompt that fits the window with too little room left for the rubric: llama.cpp starts it
+    and stops where the window ends, and the generator drops the oldest messages instead of
+    failing every attempt on the same cut-off reply."""
+    from care_sdk.backends.llamacpp import LlamaCppBackend
+
+    with LlamaCppBackend(model_path, n_ctx=1024, n_threads=1) as backend:
+        window = backend.llama.n_ctx()
+        generator = RubricGenerator(RecordingBackend(backend), cache=False, max_attempts=1, max_context_messages=None)
+        history: list[dict[str, str]] = []
+        story = "I keep going over the argument with my brother about our father's care and the money it costs. "
+        while True:  # grow the history until its prompt leaves 10-60 tokens of the window
+            history = [*history, {"role": "user", "content": story}, {"role": "assistant", "content": "Go on."}]
+            context = [*history, {"role": "user", "content": "I don't know what to do now."}]
+            room = window - len(backend._prompt_ids(generator.request(context)))
+            if room < 60:
+                break
+        assert 10 <= room < 60, room
+        rubric = generator.generate(context)
+        sent = generator.backend.requests  # type: ignore[attr-defined]
+        assert len(sent) >= 2 and len(sent[-1].messages[-1].content) < len(sent[0].messages[-1].content)
+        assert rubric.criteria and sum(rubric.weights.values()) == pytest.approx(1.0)
+
+
 def test_weights_load_into_plain_cpu_buffers(llama_backend: Backend) -> None:
     # llama.cpp's extra buffer types (AMX on recent Xeons) crash the first decode of the bundled
     # Q4_1 model; every other test here decodes, so on such a CPU they would die with the process
