@@ -238,8 +238,10 @@ def sample_baselines(
     ``window`` messages before an assistant turn at position ``min_index`` or later. Contexts from
     the data a reward will score are the baseline that helped most: four ESConv train contexts put
     the reference first in 0.918 of 195 ESConv test pairs, against 0.836 for ``"Hi."`` and 0.867
-    for :data:`SUPPORT_CONVERSATIONS` (``docs/guides/context_fit.md``). Draw them from a training
-    split, and fit their gate (:meth:`Gate.fit`) on held-out pairs.
+    for :data:`SUPPORT_CONVERSATIONS`; in the bundled reward they put the reference above another
+    conversation's reply in 0.878 of 144 ESConv test contexts (0.783 against ``"Hi."``) and keep
+    0.730 of the Lend-an-Ear judge's pairs (0.820) (``docs/guides/context_fit.md``). Draw them
+    from a training split, and fit their gate (:meth:`Gate.fit`) on held-out pairs.
 
     Raises:
         ValueError: fewer than ``count`` such turns.
