@@ -36,9 +36,10 @@ def retry_request(request: GenerationRequest, attempt: int) -> GenerationRequest
 
 
 def ran_out_of_window(result: GenerationResult, request: GenerationRequest) -> bool:
-    """Whether a reply cut off for length stopped before ``max_tokens``: the model's context window
-    filled up (a backend that holds the model, llama.cpp or transformers, starts a prompt that fits
-    and stops where the window ends), so the reply has no room whatever the budget.
+    """Whether a reply cut off for length (``finish_reason="length"``) stopped before ``max_tokens``:
+    the model's context window filled up (a backend that holds the model, llama.cpp or
+    transformers, starts a prompt that fits and stops where the window ends), so the reply has no
+    room whatever the budget.
 
     Examples:
         >>> from care_sdk.backends.base import Completion
@@ -48,6 +49,8 @@ def ran_out_of_window(result: GenerationResult, request: GenerationRequest) -> b
         >>> ran_out_of_window(cut, request), ran_out_of_window(cut, dataclasses.replace(request, max_tokens=41))
         (True, False)
     """
+    if not result.completions or result.completions[0].finish_reason != "length":
+        return False
     used = result.usage.get("completion_tokens")
     return request.n == 1 and used is not None and used < request.max_tokens
 
@@ -79,22 +82,27 @@ def parse_plan(
     def with_purpose(request: GenerationRequest) -> GenerationRequest:
         return request if request.purpose is not None else dataclasses.replace(request, purpose=what)
 
-    requests = [with_purpose(r) for r in requests]
-    outcomes: list[T | CareError | None] = [None] * len(requests)
-    attempts = [0] * len(requests)
-    pending = list(range(len(requests)))
+    def sent_shorter(i: int, why: object, again: list[int]) -> bool:
+        """Item ``i`` queued again with fewer context messages, if ``shorter`` has one to drop."""
+        smaller = shorter(i) if shorter is not None else None
+        if smaller is None:
+            return False
+        logger.info("%s %d: %s; sent again with fewer context messages", what, i, why)
+        sent[i] = with_purpose(smaller)
+        again.append(i)
+        return True
+
+    sent = [with_purpose(r) for r in requests]
+    outcomes: list[T | CareError | None] = [None] * len(sent)
+    attempts = [0] * len(sent)
+    pending = list(range(len(sent)))
     while pending:
-        results = yield [retry_request(requests[i], attempts[i]) for i in pending]
-        again = []
+        results = yield [retry_request(sent[i], attempts[i]) for i in pending]
+        again: list[int] = []
         for i, result in zip(pending, results, strict=True):
             if result.error is not None:
-                smaller = shorter(i) if shorter is not None and isinstance(result.error, ContextOverflowError) else None
-                if smaller is None:
+                if not (isinstance(result.error, ContextOverflowError) and sent_shorter(i, result.error, again)):
                     outcomes[i] = result.error
-                else:
-                    logger.info("%s %d: %s; sent again with fewer context messages", what, i, result.error)
-                    requests[i] = with_purpose(smaller)
-                    again.append(i)
                 continue
             completion = result.completions[0]
             try:
@@ -104,18 +112,14 @@ def parse_plan(
                     raise ValueError(f"not accepted: {refused}")
                 outcomes[i] = value
             except ValueError as exc:
+                window_full = ran_out_of_window(result, sent[i])
+                if window_full and sent_shorter(i, "the context window filled up", again):
+                    continue
                 reason = str(exc)
-                if completion.finish_reason == "length":
-                    if ran_out_of_window(result, requests[i]):
-                        smaller = shorter(i) if shorter is not None else None
-                        if smaller is not None:
-                            logger.info("%s %d: the context window filled up; sent again with fewer messages", what, i)
-                            requests[i] = with_purpose(smaller)
-                            again.append(i)
-                            continue
-                        reason += " (the reply filled the context window)"
-                    else:
-                        reason += " (the reply hit max_tokens)"
+                if window_full:
+                    reason += " (the reply filled the context window)"
+                elif completion.finish_reason == "length":
+                    reason += " (the reply hit max_tokens)"
                 attempts[i] += 1
                 if attempts[i] < max_attempts:
                     again.append(i)

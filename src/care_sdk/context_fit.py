@@ -196,9 +196,10 @@ Examples:
 """
 
 
-def named_baselines(name: str, where: str = "baselines") -> tuple[Context, ...]:
+def named_baselines(name: str, where: str | None = "baselines") -> tuple[Context, ...]:
     """The bundled baselines called ``name`` in :data:`NAMED_BASELINES` (``neutral`` or ``support``),
-    for a setting that names them (``where``: the setting, for the error).
+    for a setting that names them (``where``: the setting, for the error; ``None`` for a caller that
+    names it itself, such as a config's validator).
 
     Raises:
         ConfigError: no bundled baselines have that name; the message names ``where`` and the choices.
@@ -211,9 +212,10 @@ def named_baselines(name: str, where: str = "baselines") -> tuple[Context, ...]:
         ...
         care_sdk.errors.ConfigError: --context-fit-baselines: unknown baselines 'pals'; choose one of neutral, support
     """
-    pool = NAMED_BASELINES.get(name.strip().lower()) if isinstance(name, str) else None
+    pool = NAMED_BASELINES.get(name) if isinstance(name, str) else None
     if pool is None:
-        raise ConfigError(f"{where}: unknown baselines {name!r}; choose one of {', '.join(NAMED_BASELINES)}")
+        place = f"{where}: " if where else ""
+        raise ConfigError(f"{place}unknown baselines {name!r}; choose one of {', '.join(NAMED_BASELINES)}")
     return pool
 
 

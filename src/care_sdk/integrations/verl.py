@@ -128,7 +128,7 @@ def get_reward(
         context_fit_baselines = os.environ.get("CARE_CONTEXT_FIT_BASELINES", "neutral")
     baselines = named_baselines(context_fit_baselines, where="context_fit_baselines")
     spec = backend if isinstance(backend, str) else id(backend)
-    key = (spec, weights, criteria, use_logprobs, cache, context_fit, baselines)
+    key = (spec, weights, criteria, use_logprobs, cache, context_fit, context_fit_baselines)
     with _LOCK:
         reward = _REWARDS.get(key)
         if reward is None:

@@ -169,10 +169,9 @@ class RewardSettings(_Config):
     @field_validator("context_fit_baselines")
     @classmethod
     def _known_baselines(cls, name: str) -> str:
-        from care_sdk.context_fit import NAMED_BASELINES
+        from care_sdk.context_fit import named_baselines
 
-        if name not in NAMED_BASELINES:
-            raise ValueError(f"unknown baselines {name!r}; choose one of {', '.join(NAMED_BASELINES)}")
+        named_baselines(name, where=None)  # a ConfigError, a ValueError: pydantic names the field
         return name
 
 
