@@ -11,6 +11,7 @@ from typing import Any
 
 from care_sdk.bench.dialogue_tasks import expert_aggregate
 from care_sdk.data import (
+    LEND_AN_EAR_HELD_OUT,
     data_dir,
     default_strategy_map,
     lend_an_ear_split,
@@ -71,19 +72,38 @@ def _turned_around(text: str) -> str:
 
 
 def items(
-    esconv_contexts: int, seed: int, split: str = "test", tasks: tuple[str, ...] = ("lend-an-ear", "esconv")
+    esconv_contexts: int,
+    seed: int,
+    split: str = "test",
+    tasks: tuple[str, ...] = ("lend-an-ear", "esconv"),
+    lend_an_ear: str = "held-out",
+    lend_an_ear_turns: int | None = None,
 ) -> list[dict[str, Any]]:
     """Every item: ``{"key", "task", "group", "context", "reply", ...}`` (see the module docstring);
-    the ESConv groups come from ``split`` (``valid`` to choose a setting, ``test`` to report it)."""
+    the ESConv groups come from ``split`` (``valid`` to choose a setting, ``test`` to report it).
+    The Lend-an-Ear turns are those of the ``held-out`` conversations (``valid`` and ``test``), or,
+    with ``lend_an_ear="train"``, of the ``train`` conversations: a selection set for a setting the
+    evaluator's training plays no part in (context fit reads the base model, which no recipe
+    trains); the evaluator was trained on those replies, so the rubric's rows are optimistic there.
+    ``lend_an_ear_turns`` keeps that many of them (seeded)."""
     assert not set(HELD_OUT_PLATITUDES) & set(PLATITUDES) and not set(HELD_OUT_EVASIVE) & set(EVASIVE_REPLIES)
     root = data_dir()
     lae = {d.id: d for d in load_lend_an_ear(root / "mint_lend_an_ear").records}
     judged = load_judged_turns(
         root / "mint_lend_an_ear" / "judged_turns" / "judged_turn_responses_gold_and_qwen3-4b_systems.jsonl"
     ).records
+    if lend_an_ear not in ("held-out", "train"):
+        raise ValueError(f"lend_an_ear: 'held-out' or 'train', got {lend_an_ear!r}")
+    splits = ("train",) if lend_an_ear == "train" else LEND_AN_EAR_HELD_OUT
+    lae_turns = sorted(
+        {(r.conversation_id, r.turn_index) for r in judged if lend_an_ear_split(r.conversation_id) in splits}
+    )
+    if lend_an_ear_turns is not None:
+        lae_turns = random.Random(seed).sample(lae_turns, min(lend_an_ear_turns, len(lae_turns)))
+    kept = set(lae_turns)
     items = []
     for r in judged if "lend-an-ear" in tasks else ():
-        if r.system not in SYSTEMS or lend_an_ear_split(r.conversation_id) == "train":
+        if r.system not in SYSTEMS or (r.conversation_id, r.turn_index) not in kept:
             continue
         dialogue = lae[r.conversation_id]
         context = dialogue.messages[: r.turn_index]

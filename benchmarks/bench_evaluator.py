@@ -54,7 +54,8 @@ Usage:
         [--compare-evaluator runs/other_evaluator.gguf]   # with stage compare: another adapter, more rows
         [--valid-pairs 150]                               # with stage context-fit: pairs the gate is fitted on
         [--esconv-split valid --tasks esconv]             # ESConv valid groups only: to choose a setting
-        [--baselines support|train]                       # context fit against other baselines (its own --out)
+        [--lend-an-ear train --lend-an-ear-turns 60 --tasks lend-an-ear]  # Lend-an-Ear train turns: the same
+        [--baselines support|esconv|chats]                  # context fit against other baselines (its own --out)
 Every model call's result is cached under ``--out`` (JSON lines), so a run resumes where it stopped
 and stages can run in separate processes. Writes ``results.json`` and ``results.md``.
 """
@@ -73,19 +74,19 @@ from typing import Any
 
 from _evaluator_items import ECHOES, turn_per_dialogue
 from _evaluator_items import items as load_items
+from _written_chats import CHATS
 
 from care_sdk import ContextFit, RubricEvaluator, RubricGenerator
 from care_sdk.backends import resolve_backend
 from care_sdk.bench.metrics import Estimate, bootstrap, pairwise_accuracy, preference_pairs, score_pairs, spearman
 from care_sdk.context_fit import (
+    BASELINE_NAMES,
     DEFAULT_FLOOR,
-    NAMED_BASELINES,
     Gate,
     bundled_gate,
     fitted_reward,
-    sample_baselines,
+    named_baselines,
 )
-from care_sdk.data import data_dir, load_esconv
 from care_sdk.evaluator import expected_scores
 from care_sdk.guards import EMPTY_REPLY, NO_WORDS, Guards, own_share, policy_reward, screen
 from care_sdk.prompts import parse_evaluation
@@ -199,18 +200,14 @@ def _fit_cache(out: Path, strip_copies: bool = True) -> Path:
     return out / ("context_fit.jsonl" if strip_copies else "context_fit_as_written.jsonl")
 
 
-BASELINES = (*NAMED_BASELINES, "train")
-"""What ``--baselines`` names: the contexts context fit compares a reply against."""
+BASELINES = (*BASELINE_NAMES, "chats")
+"""What ``--baselines`` names: the package's (:data:`~care_sdk.context_fit.BASELINE_NAMES`) and the
+written chats of ``_written_chats.py``, a candidate that was not kept."""
 
 
-def baseline_contexts(name: str) -> Sequence[Any]:
-    """``"Hi."`` (``neutral``), :data:`~care_sdk.context_fit.SUPPORT_CONVERSATIONS` (``support``), or
-    four ESConv **train** contexts (``train``: :func:`~care_sdk.context_fit.sample_baselines`, seed
-    11, as ``bench_pmi_baselines.py`` draws them), which have no bundled gate."""
-    if name == "train":
-        train = load_esconv(data_dir() / "esconv" / "train.jsonl").records
-        return sample_baselines([d.to_dialogue() for d in train], 4, seed=11)
-    return NAMED_BASELINES[name]
+def baseline_pool(name: str) -> Sequence[Any]:
+    """The contexts ``--baselines NAME`` compares a reply against."""
+    return CHATS if name == "chats" else named_baselines(name)
 
 
 def context_fit(
@@ -231,7 +228,7 @@ def context_fit(
     fit = ContextFit(
         resolve_backend("default", n_threads=THREADS),
         strip_copies=strip_copies,
-        baselines=baseline_contexts(baselines),
+        baselines=baseline_pool(baselines),
         gate=Gate(1.0, 0.0),  # the PMI is what is cached; the report applies the gates
     )
     groups: dict[str, list[tuple[str, Any, str]]] = defaultdict(list)
@@ -381,8 +378,7 @@ def report(
     """Every row's metrics, written as ``results.json`` and ``results.md``; with ``sweep_floors``,
     the shipped reward with context fit (shipped gate) at every floor of :data:`FLOOR_SWEEP`. The
     shipped gate is the bundled one for the ``baselines`` the context-fit stage read with."""
-    named = NAMED_BASELINES.get(baselines)  # the train contexts have no bundled gate (and loading them costs)
-    shipped_gate = bundled_gate(named) if named is not None else None
+    shipped_gate = bundled_gate(baseline_pool(baselines))
     shipped_rubrics = _cache(out / "rubrics_default.jsonl")
     base_rubrics = _cache(out / "rubrics_base.jsonl")
     sub = [it for it in items if it["group"] in base_subsample]
@@ -519,6 +515,14 @@ def main() -> None:
         default="lend-an-ear,esconv",
         help="comma-separated: lend-an-ear, esconv (a valid-split run needs only esconv)",
     )
+    parser.add_argument(
+        "--lend-an-ear",
+        choices=["held-out", "train"],
+        default="held-out",
+        help="whose Lend-an-Ear turns: the held-out conversations (to report), or the train conversations "
+        "(to choose a context-fit setting; the evaluator was trained on them, so its rows are optimistic)",
+    )
+    parser.add_argument("--lend-an-ear-turns", type=int, help="keep this many Lend-an-Ear turns (seeded)")
     parser.add_argument("--base-groups", type=int, default=16, help="groups (turns) the untrained base row scores")
     parser.add_argument(
         "--compare-evaluator",
@@ -533,8 +537,9 @@ def main() -> None:
         choices=BASELINES,
         default="neutral",
         help='what context fit compares a reply against: "Hi." (neutral, the default), SUPPORT_CONVERSATIONS '
-        "(support) or four ESConv train contexts (train, gate fitted here); give it to the context-fit "
-        "stages and the report, in a directory of its own",
+        "(support), four ESConv train contexts (esconv, from the data directory) or the written chats "
+        "of _written_chats.py (chats, a candidate not kept); give "
+        "it to the context-fit stages and the report, in a directory of its own",
     )
     stages = [
         "rubrics", "base", "shipped", "shipped-fixed", "shipped-logprobs", "compare", "context-fit",
@@ -551,7 +556,9 @@ def main() -> None:
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     if not tasks or set(tasks) - {"lend-an-ear", "esconv"}:
         parser.error(f"--tasks takes lend-an-ear and/or esconv, got {args.tasks!r}")
-    items = load_items(args.esconv_contexts, args.seed, args.esconv_split, tasks)
+    items = load_items(
+        args.esconv_contexts, args.seed, args.esconv_split, tasks, args.lend_an_ear, args.lend_an_ear_turns
+    )
     groups = sorted({it["group"] for it in items})
     subsample = set(random.Random(args.seed).sample(groups, min(args.base_groups, len(groups))))
     base_items = [it for it in items if it["group"] in subsample]

@@ -10,13 +10,27 @@ import asyncio
 import math
 import random
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from care_sdk import AdaptiveReward, ContextFit, Rubric, RubricEvaluator
 from care_sdk.backends import Backend
-from care_sdk.context_fit import BUNDLED_GATE, NEUTRAL, SUPPORT_CONVERSATIONS, SUPPORT_GATE, Gate
+from care_sdk.context_fit import (
+    BUNDLED_GATE,
+    DEFAULT_BASELINES,
+    ESCONV_GATE,
+    NEUTRAL,
+    SUPPORT_CONVERSATIONS,
+    SUPPORT_GATE,
+    Gate,
+    bundled_gate,
+    esconv_contexts,
+    named_baselines,
+    sample_baselines,
+)
+from care_sdk.data import load_esconv
 from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
 from care_sdk.testing import ScriptedBackend, evaluation_json
 from care_sdk.types import Message
@@ -88,18 +102,33 @@ def test_the_baselines_are_pooled_as_a_mixture() -> None:
     # a reply that fits one of the baselines as well as its context earns less than against "Hi." alone
     assert fit.pmi("my dog", "my dog") < ContextFit(OverlapModel(), baselines=HI).pmi("my dog", "my dog")
     default = ContextFit(model)
-    assert default.baselines == ContextFit(model, baselines=NEUTRAL).baselines and default.gate == BUNDLED_GATE
-    # "Hi." alone (the default) keeps the identity context fit had before baselines could be chosen
-    assert default.identity == ContextFit(model, baselines=HI).identity and "baselines=" not in default.identity
+    assert default.baselines == ContextFit(model, baselines=named_baselines(DEFAULT_BASELINES)).baselines
+    neutral = ContextFit(model, baselines=NEUTRAL)
+    assert neutral.gate == BUNDLED_GATE
+    # "Hi." alone keeps the identity context fit had before baselines could be chosen
+    assert neutral.identity == ContextFit(model, baselines=HI).identity and "baselines=" not in neutral.identity
     support = ContextFit(model, baselines=SUPPORT_CONVERSATIONS)
     assert support.gate == SUPPORT_GATE and "baselines=8:" in support.identity  # each pool its own gate
-    assert len({fit.identity, default.identity, support.identity}) == 3
+    assert len({fit.identity, neutral.identity, support.identity}) == 3
     with pytest.raises(ConfigError, match="no bundled gate"):  # a gate belongs to its baselines
         ContextFit(model, baselines=["my cat"])
     with pytest.raises(ConfigError, match="baselines"):
         ContextFit(model, baselines=[])
     with pytest.raises(ConfigError, match="baselines"):
         ContextFit(model, baselines=[[]])
+
+
+def test_the_esconv_baselines_are_read_from_the_data_directory_and_known_by_their_gate(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    train = load_esconv(data_dir / "esconv" / "train.jsonl").records
+    pool = esconv_contexts(data_dir)
+    assert pool == sample_baselines([d.to_dialogue() for d in train], 4, seed=11) and len(pool) == 4
+    assert bundled_gate(pool) == ESCONV_GATE  # the gate was fitted on exactly these contexts
+    assert bundled_gate(pool[:3]) is None  # another pool is not taken for them
+    monkeypatch.setenv("CARE_DATA_DIR", str(tmp_path))  # a data directory without ESConv
+    with pytest.raises(ConfigError, match=r"^--context-fit-baselines: .*esconv.*train\.jsonl: not found"):
+        named_baselines("esconv", where="--context-fit-baselines")
 
 
 def test_words_repeated_from_the_context_are_not_read_as_evidence() -> None:

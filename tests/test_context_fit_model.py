@@ -1,7 +1,8 @@
 """Context fit on the real bundled model: the reads of llama.cpp and transformers agree, the KV
 cache reuse changes nothing, held-out ESConv reference replies fit their contexts better than
-replies from other conversations, and the bundled models' default reward prefers them to those
-replies and to echoes of the user (greedy and deterministic, so the counts are stable)."""
+replies from other conversations (against "Hi." and against four ESConv train contexts), and the
+bundled models' default reward prefers them to those replies and to echoes of the user (greedy
+and deterministic, so the counts are stable)."""
 
 from __future__ import annotations
 
@@ -80,6 +81,20 @@ def test_held_out_references_fit_their_contexts_better_than_other_conversations_
     assert all(isinstance(s, float) and 0.0 < s < 1.0 for s in scores)
     wins = sum(scores[2 * i] > scores[2 * i + 1] for i in range(PAIRS))  # type: ignore[operator]
     assert wins >= 8, f"the reference fitted better in only {wins} of {PAIRS} pairs"  # 9 when written
+
+
+def test_against_the_esconv_train_contexts_held_out_references_fit_better_too(
+    model_path: Path, pairs: list[tuple[list[dict[str, Any]], str, str]]
+) -> None:
+    from care_sdk.context_fit import ESCONV_GATE, named_baselines
+
+    esconv = ContextFit(LlamaCppBackend(model_path, n_ctx=4096, n_threads=1), baselines=named_baselines("esconv"))
+    assert esconv.gate == ESCONV_GATE  # recognised from the data directory's draw
+    scores = esconv.score_batch([(c, reply) for c, reference, other in pairs for reply in (reference, other)])
+    assert all(isinstance(s, float) and 0.0 < s < 1.0 for s in scores)
+    wins = sum(scores[2 * i] > scores[2 * i + 1] for i in range(PAIRS))  # type: ignore[operator]
+    assert wins >= 8, f"the reference fitted better in only {wins} of {PAIRS} pairs"
+    esconv.close()
 
 
 def _echo(context: list[dict[str, Any]]) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from care_sdk import AdaptiveReward, ConfigError, Rubric, RubricEvaluator, RubricGenerator
+from care_sdk import AdaptiveReward, ConfigError, ContextFit, Rubric, RubricEvaluator, RubricGenerator
 from care_sdk.reward import build_reward
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
 from care_sdk.types import fixed_criteria
@@ -127,42 +127,60 @@ def test_care_score_passes_expected_weights_to_the_generator() -> None:
 def test_care_score_reads_context_fit_against_the_baselines_it_names() -> None:
     pytest.importorskip("llama_cpp", reason="needs the llamacpp extra")
     from care_sdk.cli import _build_reward, build_parser
-    from care_sdk.context_fit import BUNDLED_GATE, NEUTRAL, SUPPORT_CONVERSATIONS, SUPPORT_GATE
+    from care_sdk.context_fit import (
+        BUNDLED_GATE,
+        DEFAULT_BASELINES,
+        ESCONV_GATE,
+        NEUTRAL,
+        SUPPORT_GATE,
+        named_baselines,
+    )
 
     def fit(*flags: str) -> tuple[object, object]:
         reward = _build_reward(build_parser().parse_args(["score", "in.jsonl", *flags]))
         assert reward.context_fit is not None
         return reward.context_fit.baselines, reward.context_fit.gate
 
-    baselines, gate = fit()  # the default: "Hi."
+    default = ContextFit("default", baselines=named_baselines(DEFAULT_BASELINES))
+    assert fit() == (default.baselines, default.gate)
+    baselines, gate = fit("--context-fit-baselines", "esconv")  # read from $CARE_DATA_DIR
+    assert gate == ESCONV_GATE and len(baselines) == 4
+    baselines, gate = fit("--context-fit-baselines", "neutral")
     assert gate == BUNDLED_GATE and [[m.content for m in b] for b in baselines] == [list(NEUTRAL)]
     baselines, gate = fit("--context-fit-baselines", "support")
-    assert gate == SUPPORT_GATE and len(baselines) == len(SUPPORT_CONVERSATIONS) == 8
+    assert gate == SUPPORT_GATE and len(baselines) == 8
 
 
 def test_the_policy_recipe_reads_context_fit_against_the_baselines_it_names(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp", reason="needs the llamacpp extra")
     pytest.importorskip("yaml", reason="needs the train extra")
     from care_sdk.backends import BackendPool
-    from care_sdk.context_fit import BUNDLED_GATE, SUPPORT_GATE
+    from care_sdk.context_fit import BUNDLED_GATE, ESCONV_GATE, SUPPORT_GATE
     from care_sdk.training.config import load_config
     from care_sdk.training.policy.components import build_reward as recipe_reward
     from care_sdk.training.policy.config import PolicyGRPOConfig, RewardSettings
 
     pool = BackendPool({"default": ScriptedBackend([])})  # rubrics and scores scripted; the fit reads the bundled model
-    for name, gate, count in (("neutral", BUNDLED_GATE, 1), ("support", SUPPORT_GATE, 8)):
+    for name, gate, count in (("neutral", BUNDLED_GATE, 1), ("support", SUPPORT_GATE, 8), ("esconv", ESCONV_GATE, 4)):
         reward = recipe_reward(RewardSettings(context_fit_baselines=name), pool)
         assert reward.context_fit is not None
         assert reward.context_fit.gate == gate and len(reward.context_fit.baselines) == count
     config = tmp_path / "policy.yaml"
     config.write_text("model: tiny\noutput_dir: out\nreward: {context_fit_baselines: friends}\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"reward\.context_fit_baselines.*'friends'.*neutral, support"):
+    with pytest.raises(ConfigError, match=r"reward\.context_fit_baselines.*'friends'.*neutral, support, esconv"):
         load_config(PolicyGRPOConfig, config)
 
 
 def test_verl_reads_context_fit_against_the_baselines_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("llama_cpp", reason="needs the llamacpp extra")
-    from care_sdk.context_fit import BUNDLED_GATE, SUPPORT_GATE
+    from care_sdk.context_fit import (
+        BUNDLED_GATE,
+        DEFAULT_BASELINES,
+        ESCONV_GATE,
+        SUPPORT_GATE,
+        bundled_gate,
+        named_baselines,
+    )
     from care_sdk.integrations.verl import get_reward
 
     def fit_gate(**options: str) -> object:
@@ -170,7 +188,9 @@ def test_verl_reads_context_fit_against_the_baselines_it_names(monkeypatch: pyte
         assert reward.context_fit is not None
         return reward.context_fit.gate
 
-    assert fit_gate() == BUNDLED_GATE
+    assert fit_gate() == bundled_gate(named_baselines(DEFAULT_BASELINES))
+    assert fit_gate(context_fit_baselines="neutral") == BUNDLED_GATE
+    assert fit_gate(context_fit_baselines="esconv") == ESCONV_GATE
     assert fit_gate(context_fit_baselines="support") == SUPPORT_GATE
     monkeypatch.setenv("CARE_CONTEXT_FIT_BASELINES", "support")
     assert fit_gate() == SUPPORT_GATE

@@ -9,8 +9,9 @@ other conversations. The reply's pointwise mutual information with its context,
     pmi = log p(reply | context) - log mean_k p(reply | baseline_k)   (nats, summed over the reply),
 
 is the evidence, as a log Bayes factor, that the reply was written for this context rather than
-for any. The baseline is the one message ``"Hi."`` by default (:data:`NEUTRAL`); several are
-pooled as a mixture (``ContextFit(baselines=...)``, e.g. :data:`SUPPORT_CONVERSATIONS`), so that a
+for any. The baseline is the one message ``"Hi."`` by default (:data:`NEUTRAL`, see
+:data:`DEFAULT_BASELINES`); several are pooled as a mixture (``ContextFit(baselines=...)``, e.g.
+:data:`SUPPORT_CONVERSATIONS` or four ESConv train contexts, :func:`esconv_contexts`), so that a
 reply that would suit any support conversation ("That sounds so hard, how are you coping?") earns
 little evidence, at the cost of one more read of the reply per baseline. It is read with a backend that
 holds the model (:attr:`~care_sdk.backends.Backend.supports_reply_logprobs`: llama.cpp,
@@ -41,6 +42,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from care_sdk._baselines import CONVERSATIONS
@@ -51,8 +53,11 @@ from care_sdk.types import Context, Dialogue, Message, as_messages
 
 __all__ = [
     "AUTO",
+    "BASELINE_NAMES",
     "BUNDLED_GATE",
+    "DEFAULT_BASELINES",
     "DEFAULT_FLOOR",
+    "ESCONV_GATE",
     "MEMO_SIZE",
     "NAMED_BASELINES",
     "NEUTRAL",
@@ -60,8 +65,10 @@ __all__ = [
     "SUPPORT_GATE",
     "ContextFit",
     "Gate",
+    "baselines_name",
     "bundled_gate",
     "context_fit_for",
+    "esconv_contexts",
     "fitted_reward",
     "named_baselines",
     "sample_baselines",
@@ -146,8 +153,8 @@ median reply from another dialogue 7.1 (0.27)."""
 
 
 NEUTRAL: tuple[Context, ...] = ("Hi.",)
-"""The default baseline: one neutral user message, the setting :data:`BUNDLED_GATE` was fitted
-with; two reads a reply.
+"""The default baseline (``neutral``): one neutral user message, the setting :data:`BUNDLED_GATE`
+was fitted with; two reads a reply.
 
 Examples:
     >>> NEUTRAL, bundled_gate(NEUTRAL) == BUNDLED_GATE
@@ -164,8 +171,8 @@ is likely after them too, so it earns less evidence than against ``"Hi."`` (:dat
 reply then costs nine reads instead of two. Its gate is :data:`SUPPORT_GATE`. On 144 ESConv test
 contexts the bundled reward with it puts the reference above another conversation's reply 0.836
 of the time, against 0.782 with ``"Hi."``; on Lend-an-Ear, where every reply was written for its
-turn, it orders the judge's pairs worse (0.652 against 0.809), so it is not the default
-(``docs/guides/context_fit.md``).
+turn, it orders the judge's pairs worse (0.652 against 0.809); four ESConv train contexts
+(:func:`esconv_contexts`) do better on both (``docs/guides/context_fit.md``).
 
 Examples:
     >>> len(SUPPORT_CONVERSATIONS), SUPPORT_CONVERSATIONS[0][-1].role
@@ -186,42 +193,136 @@ Examples:
 """
 
 
-NAMED_BASELINES: dict[str, tuple[Context, ...]] = {"neutral": NEUTRAL, "support": SUPPORT_CONVERSATIONS}
+ESCONV_GATE = Gate(slope=0.3064, intercept=-0.2018)
+"""The gate of the bundled SmolLM2-135M-Instruct on llama.cpp (window 6) with the four ESConv
+train contexts of :func:`esconv_contexts` as the baselines, fitted on 150 ESConv ``valid`` pairs
+(seed 1) by ``benchmarks/bench_evaluator.py --baselines esconv --stage context-fit``. A reply with
+0.66 nats of evidence gets 0.5.
+
+Examples:
+    >>> round(ESCONV_GATE(0.66), 2), round(ESCONV_GATE(10.0), 2)
+    (0.5, 0.94)
+"""
+
+_ESCONV_SHA256 = "11687a6518568b67e25a58b3b7cf48bf68bb7336a7b63d91f9d2c30ab7fccaa4"
+"""The SHA-256 of :func:`esconv_contexts` (:func:`_fingerprint`): how :func:`bundled_gate` knows
+them without the package holding their text."""
+
+
+def esconv_contexts(data: str | Path | None = None) -> tuple[tuple[Message, ...], ...]:
+    """Four contexts of ESConv's ``train`` split to pool as the baselines (``esconv``):
+    ``sample_baselines(esconv_train, 4, seed=11)``, the last six messages before a supporter turn
+    of four train dialogues, read from the data directory (``data``, else ``$CARE_DATA_DIR``; the
+    package holds no dataset text). Their gate is :data:`ESCONV_GATE`. On 144 ESConv test
+    contexts the bundled reward with them puts the reference above another conversation's reply
+    0.878 of the time (0.783 against ``"Hi."``); on Lend-an-Ear it orders 0.730 of the judge's
+    pairs (0.820 against ``"Hi."``), and a two-word evasive reply beats the reference more often
+    (``docs/guides/context_fit.md``).
+
+    Raises:
+        ConfigError: no data directory, or no ESConv ``train.jsonl`` in it (the message says where
+            to get it).
+
+    Examples:
+        >>> pool = esconv_contexts()  # doctest: +SKIP
+        >>> len(pool), [len(c) for c in pool], bundled_gate(pool) == ESCONV_GATE  # doctest: +SKIP
+        (4, [6, 6, 6, 6], True)
+    """
+    from care_sdk.data import data_dir, load_esconv
+
+    path = data_dir(data) / "esconv" / "train.jsonl"
+    if not path.is_file():
+        raise ConfigError(f"{path}: not found; the esconv baselines are drawn from ESConv's train split there")
+    return sample_baselines([d.to_dialogue() for d in load_esconv(path).records], 4, seed=11)
+
+
+NAMED_BASELINES: dict[str, tuple[Context, ...]] = {
+    "neutral": NEUTRAL,
+    "support": SUPPORT_CONVERSATIONS,
+}
 """The bundled baselines by the names the command line gives them (``--context-fit-baselines``):
-``neutral`` is :data:`NEUTRAL`, ``support`` is :data:`SUPPORT_CONVERSATIONS`; each has a bundled gate.
+``neutral`` is :data:`NEUTRAL`, ``support`` is :data:`SUPPORT_CONVERSATIONS`; each has a bundled
+gate.
 
 Examples:
     >>> {name: len(pool) for name, pool in NAMED_BASELINES.items()}
     {'neutral': 1, 'support': 8}
 """
 
+BASELINE_NAMES: tuple[str, ...] = (*NAMED_BASELINES, "esconv")
+"""Every name :func:`named_baselines` knows: the bundled pools, and ``esconv``
+(:func:`esconv_contexts`, read from the data directory).
 
-def named_baselines(name: str, where: str | None = "baselines") -> tuple[Context, ...]:
-    """The bundled baselines called ``name`` in :data:`NAMED_BASELINES` (``neutral`` or ``support``),
-    for a setting that names them (``where``: the setting, for the error; ``None`` for a caller that
-    names it itself, such as a config's validator).
+Examples:
+    >>> BASELINE_NAMES
+    ('neutral', 'support', 'esconv')
+"""
+
+
+DEFAULT_BASELINES = "neutral"
+"""The name in :data:`BASELINE_NAMES` of what context fit compares a reply against unless told
+otherwise: :class:`ContextFit`, :func:`context_fit_for`, ``--context-fit-baselines``, the policy
+recipe's ``reward.context_fit_baselines`` and the verl plug-in all default to it.
+
+Examples:
+    >>> named_baselines(DEFAULT_BASELINES) == NEUTRAL
+    True
+"""
+
+
+def baselines_name(name: str, where: str | None = "baselines") -> str:
+    """``name`` if :func:`named_baselines` knows it (:data:`BASELINE_NAMES`), without reading any
+    data: what a setting's validator checks (``where``: the setting, for the error; ``None`` for a
+    caller that names it itself, such as a config's validator).
 
     Raises:
-        ConfigError: no bundled baselines have that name; the message names ``where`` and the choices.
+        ConfigError: no baselines have that name; the message names ``where`` and the choices.
+
+    Examples:
+        >>> baselines_name("esconv")
+        'esconv'
+        >>> baselines_name("pals", where="-b")
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.ConfigError: -b: unknown baselines 'pals'; choose one of neutral, support, esconv
+    """
+    if not isinstance(name, str) or name not in BASELINE_NAMES:
+        place = f"{where}: " if where else ""
+        raise ConfigError(f"{place}unknown baselines {name!r}; choose one of {', '.join(BASELINE_NAMES)}")
+    return name
+
+
+def named_baselines(name: str, where: str | None = "baselines", data: str | Path | None = None) -> tuple[Context, ...]:
+    """The baselines called ``name`` (:data:`BASELINE_NAMES`): a bundled pool of
+    :data:`NAMED_BASELINES`, or ``esconv`` (:func:`esconv_contexts`, read from the data directory
+    ``data``, else ``$CARE_DATA_DIR``), for a setting that names them (``where``: the setting, for
+    the error).
+
+    Raises:
+        ConfigError: no baselines have that name (see :func:`baselines_name`), or ``esconv``
+            without ESConv in the data directory.
 
     Examples:
         >>> named_baselines("neutral")
         ('Hi.',)
-        >>> named_baselines("pals", where="--context-fit-baselines")
-        Traceback (most recent call last):
-        ...
-        care_sdk.errors.ConfigError: --context-fit-baselines: unknown baselines 'pals'; choose one of neutral, support
     """
-    pool = NAMED_BASELINES.get(name) if isinstance(name, str) else None
-    if pool is None:
-        place = f"{where}: " if where else ""
-        raise ConfigError(f"{place}unknown baselines {name!r}; choose one of {', '.join(NAMED_BASELINES)}")
-    return pool
+    if baselines_name(name, where) != "esconv":
+        return NAMED_BASELINES[name]
+    try:
+        return esconv_contexts(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}" if where else str(exc)) from exc
+
+
+def _fingerprint(baselines: Sequence[Context]) -> str:
+    text = repr([[(m.role, m.content) for m in b] for b in _as_baselines(baselines)])
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def bundled_gate(baselines: Sequence[Context]) -> Gate | None:
     """The bundled model's gate for these baselines: :data:`BUNDLED_GATE` for :data:`NEUTRAL`,
-    :data:`SUPPORT_GATE` for :data:`SUPPORT_CONVERSATIONS`, ``None`` for any other.
+    :data:`SUPPORT_GATE` for :data:`SUPPORT_CONVERSATIONS`, :data:`ESCONV_GATE` for
+    :func:`esconv_contexts` (known by their SHA-256), ``None`` for any other.
 
     Examples:
         >>> bundled_gate(["Hi."]) == BUNDLED_GATE, bundled_gate(SUPPORT_CONVERSATIONS) == SUPPORT_GATE
@@ -230,7 +331,10 @@ def bundled_gate(baselines: Sequence[Context]) -> Gate | None:
         True
     """
     gates = {_as_baselines(NEUTRAL): BUNDLED_GATE, SUPPORT_CONVERSATIONS: SUPPORT_GATE}
-    return gates.get(_as_baselines(baselines))
+    pool = _as_baselines(baselines)
+    if pool in gates:
+        return gates[pool]
+    return ESCONV_GATE if _fingerprint(pool) == _ESCONV_SHA256 else None
 
 
 def sample_baselines(
@@ -281,15 +385,15 @@ class ContextFit:
             transformers): an object or a spec. ``"default"`` is the bundled base model without
             adapters, the model the bundled gates were fitted on.
         gate: turns PMI into a probability; fit one for another model or other baselines with
-            :meth:`Gate.fit`. ``None``: the bundled model's gate for the baselines,
-            :data:`BUNDLED_GATE` for :data:`NEUTRAL` and :data:`SUPPORT_GATE` for
-            :data:`SUPPORT_CONVERSATIONS`; other baselines need one.
+            :meth:`Gate.fit`. ``None``: the bundled model's gate for the baselines
+            (:func:`bundled_gate`); other baselines need one.
         window: how many of the context's last messages the model reads (fewer when they do not
             fit the model's context window with the reply: the oldest are dropped first).
         baselines: the contexts a reply is compared against (a string is one user message); with
             several, the reply's likelihood after them is their mixture's (``log mean exp``), and
-            each costs one more read of every reply. The default, :data:`NEUTRAL`, is the one
-            message ``"Hi."``; :data:`SUPPORT_CONVERSATIONS` is a ready pool.
+            each costs one more read of every reply. The default is the pool named
+            :data:`DEFAULT_BASELINES`, :data:`NEUTRAL` (the one message ``"Hi."``, two reads a
+            reply); :data:`SUPPORT_CONVERSATIONS` and :func:`esconv_contexts` are others.
         floor: the share of the fit a reply gets whatever the rubric says (see :func:`fitted_reward`);
             ``0`` makes the reward the plain product of the two.
         strip_copies: what the reply repeats from the context earns no fit: the model reads the
@@ -300,7 +404,7 @@ class ContextFit:
 
     Raises:
         ConfigError: the backend cannot read the log-probability of a given reply; other
-            baselines than the two bundled ones without a gate.
+            baselines than the bundled ones without a gate.
 
     Examples:
         >>> fit = ContextFit()  # doctest: +SKIP
@@ -315,7 +419,7 @@ class ContextFit:
         *,
         gate: Gate | None = None,
         window: int = 6,
-        baselines: Sequence[Context] = NEUTRAL,
+        baselines: Sequence[Context] | None = None,
         floor: float = DEFAULT_FLOOR,
         strip_copies: bool = True,
     ) -> None:
@@ -332,7 +436,7 @@ class ContextFit:
         self.floor = floor
         self.strip_copies = strip_copies
         self.window = window
-        self.baselines = _as_baselines(baselines)
+        self.baselines = _as_baselines(named_baselines(DEFAULT_BASELINES) if baselines is None else baselines)
         if not self.baselines or not all(self.baselines):
             raise ConfigError("context fit: baselines must hold at least one context, and no empty one")
         gate = gate if gate is not None else bundled_gate(self.baselines)
@@ -351,8 +455,7 @@ class ContextFit:
         copies = "|copies discounted" if self.strip_copies else ""
         baselines = ""
         if self.baselines != _as_baselines(NEUTRAL):
-            text = repr([[(m.role, m.content) for m in b] for b in self.baselines])
-            baselines = f"|baselines={len(self.baselines)}:{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+            baselines = f"|baselines={len(self.baselines)}:{_fingerprint(self.baselines)[:12]}"
         return f"{self.backend.identity}|window={self.window}{baselines}|{self.gate}|floor={self.floor}{copies}"
 
     def _read_as(self, context: Context, reply: str) -> tuple[tuple[Message, ...], str]:
@@ -501,7 +604,7 @@ AUTO = "auto"
 
 
 def context_fit_for(
-    option: ContextFit | str | None, evaluator: Any, *, baselines: Sequence[Context] = NEUTRAL
+    option: ContextFit | str | None, evaluator: Any, *, baselines: Sequence[Context] | None = None
 ) -> ContextFit | None:
     """The context fit a reward factory builds from an option, for an evaluator backend spec (or object).
 
@@ -512,8 +615,8 @@ def context_fit_for(
     scores alone do not tell a reply written for this conversation from one written for another;
     none for any other evaluator, which gets the paper's reward. ``None`` or ``"off"``: none.
     Another string: a :class:`ContextFit` read on that backend spec. A :class:`ContextFit`: itself.
-    A context fit built here reads against ``baselines`` (with their bundled gate, see
-    :func:`bundled_gate`).
+    A context fit built here reads against ``baselines`` (default: :data:`DEFAULT_BASELINES`'s),
+    with their bundled gate (see :func:`bundled_gate`).
 
     Examples:
         >>> context_fit_for("auto", "openai:gpt-4o-mini") is None, context_fit_for("off", "default") is None

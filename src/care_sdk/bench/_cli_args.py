@@ -108,27 +108,29 @@ def expected_weights_of(args: argparse.Namespace) -> bool | None:
 
 
 def add_baselines_option(cmd: argparse.ArgumentParser) -> None:
-    """Add ``--context-fit-baselines neutral|support``: what context fit compares a reply against.
+    """Add ``--context-fit-baselines NAME``: what context fit compares a reply against.
 
-    The names are :data:`~care_sdk.context_fit.NAMED_BASELINES`: ``neutral`` (the one message
-    ``"Hi."``, the default) and ``support`` (the package's support conversations), each read with
-    its bundled gate. :func:`baselines_of` turns the value into ``ContextFit(baselines=...)``.
+    The names are :data:`~care_sdk.context_fit.BASELINE_NAMES` (see
+    :func:`~care_sdk.context_fit.named_baselines`), each read with its bundled gate; the default is
+    :data:`~care_sdk.context_fit.DEFAULT_BASELINES`. :func:`baselines_of` turns the value into
+    ``ContextFit(baselines=...)``.
 
     Examples:
+        >>> from care_sdk.context_fit import DEFAULT_BASELINES
         >>> parser = argparse.ArgumentParser()
         >>> add_baselines_option(parser)
-        >>> parser.parse_args([]).context_fit_baselines
-        'neutral'
+        >>> parser.parse_args([]).context_fit_baselines == DEFAULT_BASELINES
+        True
     """
-    from care_sdk.context_fit import NAMED_BASELINES
+    from care_sdk.context_fit import BASELINE_NAMES, DEFAULT_BASELINES
 
     cmd.add_argument(
         "--context-fit-baselines",
-        choices=tuple(NAMED_BASELINES),
-        default="neutral",
-        help='what context fit compares a reply against: the one message "Hi." (neutral) or eight support '
-        "conversations written for the package (support: more reads a reply; see the context fit guide) "
-        "(default: %(default)s)",
+        choices=BASELINE_NAMES,
+        default=DEFAULT_BASELINES,
+        help='what context fit compares a reply against: the one message "Hi." (neutral), eight support '
+        "conversations written for the package (support) or four ESConv train contexts read from the data "
+        "directory (esconv); more baselines, more reads a reply; see the context fit guide (default: %(default)s)",
     )
 
 

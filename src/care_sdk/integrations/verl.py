@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from care_sdk.backends import Backend
-from care_sdk.context_fit import AUTO, context_fit_for, named_baselines
+from care_sdk.context_fit import AUTO, DEFAULT_BASELINES, context_fit_for, named_baselines
 from care_sdk.errors import CareError, InputError
 from care_sdk.reward import AdaptiveReward, build_reward
 from care_sdk.types import DIMENSIONS, Message, RewardResult, as_messages
@@ -112,8 +112,8 @@ def get_reward(
     ``"off"`` or a backend spec for :class:`~care_sdk.ContextFit`, see
     :func:`~care_sdk.context_fit.context_fit_for`) defaults to ``$CARE_CONTEXT_FIT`` or ``"auto"``:
     on for the bundled ``default`` evaluator, off for any other; ``context_fit_baselines`` (a name in
-    :data:`~care_sdk.context_fit.NAMED_BASELINES`, ``"neutral"`` or ``"support"``) defaults to
-    ``$CARE_CONTEXT_FIT_BASELINES`` or ``"neutral"``.
+    :data:`~care_sdk.context_fit.BASELINE_NAMES`) defaults to ``$CARE_CONTEXT_FIT_BASELINES`` or
+    :data:`~care_sdk.context_fit.DEFAULT_BASELINES`.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -125,7 +125,7 @@ def get_reward(
     cache = cache if cache is not None else os.environ.get("CARE_RUBRIC_CACHE")
     context_fit = context_fit if context_fit is not None else os.environ.get("CARE_CONTEXT_FIT", AUTO)
     if context_fit_baselines is None:
-        context_fit_baselines = os.environ.get("CARE_CONTEXT_FIT_BASELINES", "neutral")
+        context_fit_baselines = os.environ.get("CARE_CONTEXT_FIT_BASELINES", DEFAULT_BASELINES)
     baselines = named_baselines(context_fit_baselines, where="context_fit_baselines")
     spec = backend if isinstance(backend, str) else id(backend)
     key = (spec, weights, criteria, use_logprobs, cache, context_fit, context_fit_baselines)
@@ -239,10 +239,10 @@ def compute_score_batch(
             the bundled ``default`` evaluator), ``"off"``, or a backend spec to read it on (see
             :func:`~care_sdk.context_fit.context_fit_for`; default ``$CARE_CONTEXT_FIT``, or
             ``"auto"``); the fit is the ``care_context_fit`` entry (NaN without).
-        context_fit_baselines: what context fit compares a reply against: ``"neutral"`` (the one
-            message ``"Hi."``) or ``"support"`` (the package's support conversations; see
-            :data:`~care_sdk.context_fit.NAMED_BASELINES`); default ``$CARE_CONTEXT_FIT_BASELINES``,
-            or ``"neutral"``.
+        context_fit_baselines: what context fit compares a reply against, a name in
+            :data:`~care_sdk.context_fit.BASELINE_NAMES` (see
+            :func:`~care_sdk.context_fit.named_baselines`); default ``$CARE_CONTEXT_FIT_BASELINES``,
+            or :data:`~care_sdk.context_fit.DEFAULT_BASELINES`.
         context_key: the ``extra_info`` key holding the context.
         on_error: ``"raise"`` (default: stop with the reason) or a score to give a reply that could
             not be scored; such rows carry ``care_failed=1.0`` and are logged as warnings.

@@ -34,8 +34,9 @@ def _data_root(data_dir: str | None, given: str | None = None) -> Path:
     return Path(data_dir) if data_dir is not None else default_data_dir()
 
 
-def build_reward(settings: RewardSettings, pool: BackendPool) -> AdaptiveReward:
-    """The CARE reward of a config's ``reward`` section (no generator for ``fixed_rubric``)."""
+def build_reward(settings: RewardSettings, pool: BackendPool, data_dir: str | None = None) -> AdaptiveReward:
+    """The CARE reward of a config's ``reward`` section (no generator for ``fixed_rubric``);
+    ``data_dir`` is where ``esconv`` context-fit baselines are read (else ``$CARE_DATA_DIR``)."""
     evaluator = RubricEvaluator(
         pool.get(settings.evaluator, settings.evaluator_options, role="evaluator"),
         seed=settings.seed,
@@ -53,7 +54,9 @@ def build_reward(settings: RewardSettings, pool: BackendPool) -> AdaptiveReward:
             max_attempts=settings.max_attempts,
         )
     context_fit = context_fit_for(
-        settings.context_fit, settings.evaluator, baselines=named_baselines(settings.context_fit_baselines)
+        settings.context_fit,
+        settings.evaluator,
+        baselines=named_baselines(settings.context_fit_baselines, "reward.context_fit_baselines", data_dir),
     )
     return build_adaptive_reward(settings.variant, generator, evaluator, context_fit=context_fit)
 

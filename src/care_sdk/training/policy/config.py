@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from care_sdk.context_fit import DEFAULT_BASELINES, baselines_name
 from care_sdk.training.config import LoraSettings
 from care_sdk.variants import VariantField
 
@@ -159,20 +160,18 @@ class RewardSettings(_Config):
     context_fit: str = "auto"
     """Scale each reward by the reply's fit to its context (:mod:`care_sdk.context_fit`): ``auto``
     (on when the evaluator is the bundled ``default``), ``off``, or a backend spec to read it on."""
-    context_fit_baselines: str = "neutral"
+    context_fit_baselines: str = DEFAULT_BASELINES
     """What context fit compares a reply against, by its name in
-    :data:`~care_sdk.context_fit.NAMED_BASELINES`: ``neutral`` (the one message ``"Hi."``) or
-    ``support`` (the package's support conversations, nine reads a reply instead of two)."""
+    :data:`~care_sdk.context_fit.BASELINE_NAMES` (see :func:`~care_sdk.context_fit.named_baselines`;
+    ``esconv`` is read from the data directory); default
+    :data:`~care_sdk.context_fit.DEFAULT_BASELINES`."""
     seed: int = 0
     """Sampling seed of generator and evaluator."""
 
     @field_validator("context_fit_baselines")
     @classmethod
     def _known_baselines(cls, name: str) -> str:
-        from care_sdk.context_fit import named_baselines
-
-        named_baselines(name, where=None)  # a ConfigError, a ValueError: pydantic names the field
-        return name
+        return baselines_name(name, where=None)  # a ConfigError, a ValueError: pydantic names the field
 
 
 class JudgeSettings(_Config):

@@ -166,7 +166,7 @@ def evaluate_policy(
             max_attempts=config.judge.max_attempts,
         )
     else:
-        care = build_reward(config.reward, pool)
+        care = build_reward(config.reward, pool, config.data_dir)
         trajectory = TrajectoryReward(care, how=config.episode.trajectory, gamma=config.episode.gamma)
     simulator = build_simulator(config.simulator, pool, seed=config.seed)
     policy = BackendPolicy(

@@ -149,7 +149,7 @@ def run_policy_grpo(
 
     out, args = stage_setup("grpo", config, GRPO_DEFAULTS, source)
     pool = pool if pool is not None else BackendPool()
-    care = build_reward(config.reward, pool)
+    care = build_reward(config.reward, pool, config.data_dir)
     multi = config.mode == "multi_turn"
     rollout_func = None
     emotions: dict[str, str | None] = {}

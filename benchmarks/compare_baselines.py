@@ -1,0 +1,195 @@
+"""Context-fit baselines side by side, paired, from ``bench_evaluator.py`` runs over the same items.
+
+Each run directory holds one baseline's context-fit stage (``--baselines NAME``) over the same
+items (same ``--seed``, ``--esconv-contexts``, ``--esconv-split``, ``--tasks``, ``--lend-an-ear``
+options), and the same rubrics and evaluations (copy ``rubrics_default.jsonl`` and
+``evals_default_default_generated.jsonl`` between the directories, or run those stages in each).
+For every baseline it reports the shipped reward with context fit (the bundled gate of that
+baseline, the default floor, copies discounted) and the context PMI alone, on:
+
+- **Lend-an-Ear pairwise**: the share of the judge's pairs (margin >= 1) the reward orders as the
+  judge does (ties 1/2), bootstrapped over turns;
+- **ESConv reference > other**: the share of (reference, another dialogue's reply) pairs where the
+  reference gets the higher reward, bootstrapped over contexts; and the same against the
+  platitude and the evasive reply;
+
+then each baseline's paired difference to the first one, per turn or per context, with a 95 %
+bootstrap interval. The numbers are the report's (``bench_evaluator.py --stage report``); the
+pairing is what the report cannot do, since each run reads one baseline.
+
+Usage:
+    python benchmarks/compare_baselines.py --seed 1 --tasks lend-an-ear --lend-an-ear train \\
+        --lend-an-ear-turns 60 --esconv-contexts 0 runs/sel_neutral:neutral runs/sel_esconv:esconv
+Writes ``--out`` (JSON: every estimate and its units) when given; ``--pool A.json B.json`` pools
+the units of several such files (draws of different contexts) into one table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import bench_evaluator as bench
+from _evaluator_items import items as load_items
+
+from care_sdk.bench.metrics import Estimate, bootstrap, preference_pairs
+from care_sdk.context_fit import DEFAULT_FLOOR, Gate, bundled_gate, fitted_reward
+from care_sdk.guards import own_share
+
+Units = dict[str, list[float]]
+"""``{turn or context: [1, 0, 0.5, ...]}``: one outcome per pair, grouped by what is resampled."""
+
+
+def _outcome(better: float | None, worse: float | None) -> float | None:
+    if better is None or worse is None:
+        return None
+    return 0.5 if abs(better - worse) < 1e-9 else float(better > worse)
+
+
+def rewards(items: list[dict[str, Any]], out: Path, baselines: str) -> dict[str, dict[str, float | None]]:
+    """``{"reward with context fit": {key: reward}, "PMI alone": {key: nats}}`` for one run directory."""
+    rubric = bench.row_rewards(
+        items,
+        bench._cache(out / "rubrics_default.jsonl"),
+        bench._cache(out / "evals_default_default_generated.jsonl"),
+        "sampled",
+        "generated",
+        "generated",
+    )
+    pmi = {k: v["pmi"] for k, v in bench._cache(bench._fit_cache(out)).items() if "pmi" in v}
+    gate = bundled_gate(bench.baseline_pool(baselines))
+    if gate is None:  # no bundled gate yet: the one fitted on the run's valid pairs, as the report does
+        heads = {k.rsplit(":", 1)[0] for k in pmi if k.startswith("valid:")}
+        gate = Gate.fit([pmi[f"{h}:reference"] for h in heads], [pmi[f"{h}:other"] for h in heads])
+        print(f"{baselines}: no bundled gate; fitted on {len(heads)} valid pairs: {gate}")
+    fitted: dict[str, float | None] = {}
+    for it in items:
+        r, key = rubric.get(it["key"]), it["key"]
+        share = own_share(it["reply"], [m["content"] for m in it["context"]])
+        fitted[key] = fitted_reward(r, gate(pmi[key]) * share, DEFAULT_FLOOR) if r is not None and key in pmi else None
+    return {"reward with context fit": fitted, "PMI alone": {it["key"]: pmi.get(it["key"]) for it in items}}
+
+
+def units(items: list[dict[str, Any]], values: dict[str, float | None]) -> dict[str, Units]:
+    """The outcomes of every comparison, grouped by turn (Lend-an-Ear) or context (ESConv)."""
+    judged: dict[str, dict[str, float]] = defaultdict(dict)
+    by_kind: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for it in items:
+        if it["task"] == "lend-an-ear":
+            judged[it["group"]][it["key"]] = it["judge"]
+        else:
+            by_kind[it["group"]][it["kind"]].append(it["key"])
+    out: dict[str, Units] = defaultdict(lambda: defaultdict(list))
+    for pair in preference_pairs(judged, margin=1.0):
+        outcome = _outcome(values.get(pair.better), values.get(pair.worse))
+        if outcome is not None:
+            out["lae pairwise"][str(pair.group)].append(outcome)
+    for group, kinds in by_kind.items():
+        reference = values.get(kinds["reference"][0])
+        for kind in ("other", "platitude", "evasive"):
+            for key in kinds[kind]:
+                outcome = _outcome(reference, values.get(key))
+                if outcome is not None:
+                    out[f"esconv reference > {kind}"][group].append(outcome)
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def share(groups: Units, resamples: int) -> Estimate:
+    """The share of pairs won, pooled over groups, with a bootstrap interval over groups."""
+    return bootstrap(list(groups.values()), lambda s: _mean([v for g in s for v in g]), resamples=resamples)
+
+
+def paired(a: Units, b: Units, resamples: int) -> Estimate:
+    """The mean over common groups of (a's share - b's share) in each group."""
+    common = [(_mean(a[g]), _mean(b[g])) for g in a if g in b]
+    return bootstrap(common, lambda s: _mean([x - y for x, y in s]), resamples=resamples)
+
+
+def _cell(e: Estimate, sign: str = "") -> str:
+    if e.value is None or e.low is None or e.high is None:
+        return f"n/a (n={e.n})"
+    return f"{e.value:{sign}.3f} [{e.low:{sign}.3f}, {e.high:{sign}.3f}] (n={e.n})"
+
+
+Grouped = dict[str, dict[str, dict[str, Units]]]
+"""``{baselines: {row: {metric: units}}}``."""
+
+
+def table(grouped: Grouped, resamples: int) -> dict[str, Any]:
+    """Print every share and each baseline's paired difference to the first; return them by name."""
+    report: dict[str, Any] = {}
+    first = next(iter(grouped))
+    for name, rows in grouped.items():
+        for row, metrics in rows.items():
+            for metric, groups in sorted(metrics.items()):
+                estimate = share(groups, resamples)
+                report[f"{name} | {row} | {metric}"] = asdict(estimate)
+                print(f"{name:8s} {row:22s} {metric:28s} {_cell(estimate)}")
+                if name != first and metric in grouped[first][row]:
+                    diff = paired(groups, grouped[first][row][metric], resamples)
+                    report[f"{name} - {first} | {row} | {metric}"] = asdict(diff)
+                    print(f"{'':8s} {'paired, minus ' + first:22s} {metric:28s} {_cell(diff, '+')}")
+    return report
+
+
+def pooled(files: list[Path]) -> Grouped:
+    """The units of several runs' ``--out`` files together (draws of different contexts, the same
+    baselines), each file's groups kept apart."""
+    out: Grouped = {}
+    for i, path in enumerate(files):
+        for name, rows in json.loads(path.read_text(encoding="utf-8"))["units"].items():
+            for row, metrics in rows.items():
+                for metric, groups in metrics.items():
+                    target = out.setdefault(name, {}).setdefault(row, {}).setdefault(metric, {})
+                    target.update({f"{i}:{group}": outcomes for group, outcomes in groups.items()})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "runs", nargs="*", metavar="DIR:BASELINES", help="the first is the one the others are paired with"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--esconv-contexts", type=int, default=24)
+    parser.add_argument("--esconv-split", choices=["test", "valid"], default="test")
+    parser.add_argument("--tasks", default="lend-an-ear,esconv")
+    parser.add_argument("--lend-an-ear", choices=["held-out", "train"], default="held-out")
+    parser.add_argument("--lend-an-ear-turns", type=int)
+    parser.add_argument("--resamples", type=int, default=1000)
+    parser.add_argument("--out", type=Path, help="write every estimate and the units they come from (JSON)")
+    parser.add_argument(
+        "--pool", type=Path, nargs="+", metavar="JSON", help="instead of runs: pool the units of earlier --out files"
+    )
+    args = parser.parse_args()
+    if bool(args.runs) == bool(args.pool):
+        parser.error("give run directories (DIR:BASELINES ...) or --pool JSON ..., not both")
+    if args.pool:
+        grouped = pooled(args.pool)
+    else:
+        tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
+        items = load_items(
+            args.esconv_contexts, args.seed, args.esconv_split, tasks, args.lend_an_ear, args.lend_an_ear_turns
+        )
+        grouped = {}
+        for spec in args.runs:
+            directory, _, name = spec.rpartition(":")
+            if not directory or name not in bench.BASELINES:
+                parser.error(f"{spec!r}: give DIR:BASELINES, BASELINES one of {', '.join(bench.BASELINES)}")
+            rows = rewards(items, Path(directory), name)
+            grouped[name] = {row: units(items, values) for row, values in rows.items()}
+    report = table(grouped, args.resamples)
+    if args.out:
+        args.out.write_text(json.dumps({"estimates": report, "units": grouped}, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
