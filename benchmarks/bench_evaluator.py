@@ -55,7 +55,7 @@ Usage:
         [--valid-pairs 150]                               # with stage context-fit: pairs the gate is fitted on
         [--esconv-split valid --tasks esconv]             # ESConv valid groups only: to choose a setting
         [--lend-an-ear train --lend-an-ear-turns 60 --tasks lend-an-ear]  # Lend-an-Ear train turns: the same
-        [--baselines support|esconv|chats]                  # context fit against other baselines (its own --out)
+        [--baselines support|esconv|chats]                # context fit against other baselines (its own --out)
 Every model call's result is cached under ``--out`` (JSON lines), so a run resumes where it stopped
 and stages can run in separate processes. Writes ``results.json`` and ``results.md``.
 """
