@@ -294,6 +294,34 @@ def _share(pairs: list[tuple[str, float | None, float | None]], resamples: int) 
     return bootstrap(units, stat, resamples=resamples)
 
 
+def valid_gate(pmi: dict[str, float]) -> Gate | None:
+    """The gate fitted on the ESConv valid pairs among cached PMI values (keys
+    ``valid:<i>:reference`` / ``valid:<i>:other``); ``None`` without any (``--valid-pairs 0``)."""
+    heads = {key.rsplit(":", 1)[0] for key in pmi if key.startswith("valid:")}
+    if not heads:
+        return None
+    return Gate.fit(
+        [pmi[f"{h}:reference"] for h in heads if f"{h}:reference" in pmi],
+        [pmi[f"{h}:other"] for h in heads if f"{h}:other" in pmi],
+    )
+
+
+def own_shares(items: list[dict[str, Any]]) -> dict[str, float]:
+    """Each item's share of its reply that does not repeat its context (what scales its fit)."""
+    return {it["key"]: own_share(it["reply"], [m["content"] for m in it["context"]]) for it in items}
+
+
+def with_context_fit(
+    care: dict[str, float | None], pmi: dict[str, float], own: dict[str, float], gate: Gate, floor: float
+) -> dict[str, float | None]:
+    """The rubric rewards ``care`` read with context fit (:func:`~care_sdk.context_fit.fitted_reward`
+    of the gated PMI scaled by the reply's own share); ``None`` where either part is missing."""
+    return {
+        k: (fitted_reward(r, gate(pmi[k]) * own[k], floor) if r is not None and k in pmi else None)
+        for k, r in care.items()
+    }
+
+
 def metrics(items: list[dict[str, Any]], rewards: dict[str, float | None], resamples: int) -> dict[str, Estimate]:
     """Every metric of one row (see the module docstring)."""
     result: dict[str, Estimate] = {}
@@ -424,12 +452,7 @@ def report(
     gate: Gate | None = None
     bundled = shipped_gate is not None
     if pmi:
-        heads = {key.rsplit(":", 1)[0] for key in pmi if key.startswith("valid:")}
-        if heads:  # none with --valid-pairs 0
-            gate = Gate.fit(
-                [pmi[f"{h}:reference"] for h in heads if f"{h}:reference" in pmi],
-                [pmi[f"{h}:other"] for h in heads if f"{h}:other" in pmi],
-            )
+        gate = valid_gate(pmi)
         shipped_gate = shipped_gate or gate  # baselines without a bundled gate: its rows use the one fitted here
         if shipped_gate is None:
             raise SystemExit("these baselines have no bundled gate: run the context-fit stage with --valid-pairs")
@@ -446,12 +469,9 @@ def report(
             forms.append(("shipped gate, expected scores", shipped_gate, DEFAULT_FLOOR, expected))
         if sweep_floors:
             forms += [(f"shipped gate, floor {floor}", shipped_gate, floor, greedy) for floor in FLOOR_SWEEP]
-        own = {it["key"]: own_share(it["reply"], [m["content"] for m in it["context"]]) for it in items}
+        own = own_shares(items)
         for name, use, floor, care in forms:
-            rows[f"shipped: care with context fit, {name}"] = {
-                k: (fitted_reward(r, use(pmi[k]) * own[k], floor) if r is not None and k in pmi else None)
-                for k, r in care.items()
-            }
+            rows[f"shipped: care with context fit, {name}"] = with_context_fit(care, pmi, own, use, floor)
         if as_written:
             rows["shipped: care with context fit, shipped gate, copies not discounted"] = {
                 k: (

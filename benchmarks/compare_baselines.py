@@ -36,18 +36,11 @@ from typing import Any
 import bench_evaluator as bench
 from _evaluator_items import items as load_items
 
-from care_sdk.bench.metrics import Estimate, bootstrap, preference_pairs
-from care_sdk.context_fit import DEFAULT_FLOOR, Gate, bundled_gate, fitted_reward
-from care_sdk.guards import own_share
+from care_sdk.bench.metrics import Estimate, PreferencePair, bootstrap, preference_pairs, score_pairs
+from care_sdk.context_fit import DEFAULT_FLOOR, bundled_gate
 
 Units = dict[str, list[float]]
 """``{turn or context: [1, 0, 0.5, ...]}``: one outcome per pair, grouped by what is resampled."""
-
-
-def _outcome(better: float | None, worse: float | None) -> float | None:
-    if better is None or worse is None:
-        return None
-    return 0.5 if abs(better - worse) < 1e-9 else float(better > worse)
 
 
 def rewards(items: list[dict[str, Any]], out: Path, baselines: str) -> dict[str, dict[str, float | None]]:
@@ -62,15 +55,12 @@ def rewards(items: list[dict[str, Any]], out: Path, baselines: str) -> dict[str,
     )
     pmi = {k: v["pmi"] for k, v in bench._cache(bench._fit_cache(out)).items() if "pmi" in v}
     gate = bundled_gate(bench.baseline_pool(baselines))
-    if gate is None:  # no bundled gate yet: the one fitted on the run's valid pairs, as the report does
-        heads = {k.rsplit(":", 1)[0] for k in pmi if k.startswith("valid:")}
-        gate = Gate.fit([pmi[f"{h}:reference"] for h in heads], [pmi[f"{h}:other"] for h in heads])
-        print(f"{baselines}: no bundled gate; fitted on {len(heads)} valid pairs: {gate}")
-    fitted: dict[str, float | None] = {}
-    for it in items:
-        r, key = rubric.get(it["key"]), it["key"]
-        share = own_share(it["reply"], [m["content"] for m in it["context"]])
-        fitted[key] = fitted_reward(r, gate(pmi[key]) * share, DEFAULT_FLOOR) if r is not None and key in pmi else None
+    if gate is None:  # no bundled gate: the one fitted on the run's valid pairs, as the report does
+        gate = bench.valid_gate(pmi)
+        if gate is None:
+            raise SystemExit(f"{out}: {baselines} has no bundled gate and the run read no valid pairs")
+        print(f"{baselines}: no bundled gate; fitted on the run's valid pairs: {gate}")
+    fitted = bench.with_context_fit(rubric, pmi, bench.own_shares(items), gate, DEFAULT_FLOOR)
     return {"reward with context fit": fitted, "PMI alone": {it["key"]: pmi.get(it["key"]) for it in items}}
 
 
@@ -83,18 +73,20 @@ def units(items: list[dict[str, Any]], values: dict[str, float | None]) -> dict[
             judged[it["group"]][it["key"]] = it["judge"]
         else:
             by_kind[it["group"]][it["kind"]].append(it["key"])
-    out: dict[str, Units] = defaultdict(lambda: defaultdict(list))
-    for pair in preference_pairs(judged, margin=1.0):
-        outcome = _outcome(values.get(pair.better), values.get(pair.worse))
-        if outcome is not None:
-            out["lae pairwise"][str(pair.group)].append(outcome)
+    pairs = {"lae pairwise": preference_pairs(judged, margin=1.0)}
     for group, kinds in by_kind.items():
-        reference = values.get(kinds["reference"][0])
         for kind in ("other", "platitude", "evasive"):
-            for key in kinds[kind]:
-                outcome = _outcome(reference, values.get(key))
-                if outcome is not None:
-                    out[f"esconv reference > {kind}"][group].append(outcome)
+            pairs.setdefault(f"esconv reference > {kind}", []).extend(
+                PreferencePair(group=group, better=kinds["reference"][0], worse=key, gap=1.0) for key in kinds[kind]
+            )
+    out: dict[str, Units] = {}
+    for metric, listed in pairs.items():
+        outcomes, _ = score_pairs(listed, values)
+        grouped: Units = defaultdict(list)
+        for outcome in outcomes:
+            grouped[str(outcome.group)].append(outcome.value)
+        if grouped:
+            out[metric] = grouped
     return out
 
 

@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from care_sdk.backends import Backend
-from care_sdk.context_fit import AUTO, DEFAULT_BASELINES, context_fit_for, named_baselines
+from care_sdk.context_fit import AUTO, DEFAULT_BASELINES, baselines_name, context_fit_for, named_baselines
 from care_sdk.errors import CareError, InputError
 from care_sdk.reward import AdaptiveReward, build_reward
 from care_sdk.types import DIMENSIONS, Message, RewardResult, as_messages
@@ -126,7 +126,7 @@ def get_reward(
     context_fit = context_fit if context_fit is not None else os.environ.get("CARE_CONTEXT_FIT", AUTO)
     if context_fit_baselines is None:
         context_fit_baselines = os.environ.get("CARE_CONTEXT_FIT_BASELINES", DEFAULT_BASELINES)
-    baselines = named_baselines(context_fit_baselines, where="context_fit_baselines")
+    baselines_name(context_fit_baselines, where="context_fit_baselines")  # read (esconv: from the data) once, below
     spec = backend if isinstance(backend, str) else id(backend)
     key = (spec, weights, criteria, use_logprobs, cache, context_fit, context_fit_baselines)
     with _LOCK:
@@ -142,7 +142,11 @@ def get_reward(
                 backend=backend,
                 generator_options={"cache": store},
                 evaluator_options={"use_logprobs": use_logprobs},
-                context_fit=context_fit_for(context_fit, backend, baselines=baselines),
+                context_fit=context_fit_for(
+                    context_fit,
+                    backend,
+                    baselines=named_baselines(context_fit_baselines, where="context_fit_baselines"),
+                ),
             )
             _REWARDS[key] = reward
         return reward
