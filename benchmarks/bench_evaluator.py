@@ -56,6 +56,8 @@ Usage:
         [--esconv-split valid --tasks esconv]             # ESConv valid groups only: to choose a setting
         [--lend-an-ear train --lend-an-ear-turns 60 --tasks lend-an-ear]  # Lend-an-Ear train turns: the same
         [--baselines support|esconv|chats]                # context fit against other baselines (its own --out)
+        [--context-fit-window 10]                         # context fit reads another window (its own --out;
+                                                          # its rows use the gate fitted on --valid-pairs)
 Every model call's result is cached under ``--out`` (JSON lines), so a run resumes where it stopped
 and stages can run in separate processes. Writes ``results.json`` and ``results.md``.
 """
@@ -78,7 +80,16 @@ from _written_chats import CHATS
 
 from care_sdk import ContextFit, RubricEvaluator, RubricGenerator
 from care_sdk.backends import resolve_backend
-from care_sdk.bench.metrics import Estimate, bootstrap, pairwise_accuracy, preference_pairs, score_pairs, spearman
+from care_sdk.bench.metrics import (
+    Estimate,
+    PairOutcome,
+    PreferencePair,
+    bootstrap,
+    pairwise_accuracy,
+    preference_pairs,
+    score_pairs,
+    spearman,
+)
 from care_sdk.context_fit import (
     BASELINE_NAMES,
     DEFAULT_FLOOR,
@@ -217,6 +228,7 @@ def context_fit(
     seed: int,
     strip_copies: bool = True,
     baselines: str = "neutral",
+    window: int = 6,
 ) -> dict[str, Any]:
     """The PMI of every item's reply with its context on the bundled base model
     (:class:`~care_sdk.ContextFit`, words repeated from the context stripped unless ``strip_copies``
@@ -230,6 +242,7 @@ def context_fit(
         strip_copies=strip_copies,
         baselines=baseline_pool(baselines),
         gate=Gate(1.0, 0.0),  # the PMI is what is cached; the report applies the gates
+        window=window,
     )
     groups: dict[str, list[tuple[str, Any, str]]] = defaultdict(list)
     for it in items:
@@ -280,18 +293,31 @@ def row_rewards(
     return out
 
 
-def _share(pairs: list[tuple[str, float | None, float | None]], resamples: int) -> Estimate:
-    by_group: dict[str, list[float]] = defaultdict(list)
-    for group, a, b in pairs:
-        if a is not None and b is not None:
-            by_group[group].append(0.5 if abs(a - b) < 1e-9 else float(a > b))
-    units = list(by_group.values())
+def esconv_pairs(items: list[dict[str, Any]], kind: str) -> list[PreferencePair[str]]:
+    """``(reference, reply of this kind)`` for every ESConv group of ``items``, the reference the
+    better one: what ``esconv reference > KIND`` scores (``kind``: other, platitude, evasive or an echo)."""
+    by_kind: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for it in items:
+        if it["task"] == "esconv":
+            by_kind[it["group"]][it["kind"]].append(it["key"])
+    return [
+        PreferencePair(group=group, better=kinds["reference"][0], worse=key, gap=1.0)
+        for group, kinds in by_kind.items()
+        for key in kinds[kind]
+    ]
+
+
+def share_by_group(outcomes: list[PairOutcome], resamples: int) -> Estimate:
+    """The share of pairs won (ties 1/2), pooled, with a bootstrap interval over their groups."""
+    by_group: dict[Any, list[float]] = defaultdict(list)
+    for outcome in outcomes:
+        by_group[outcome.group].append(outcome.value)
 
     def stat(sample: list[list[float]]) -> float | None:
         flat = [v for unit in sample for v in unit]
         return sum(flat) / len(flat) if flat else None
 
-    return bootstrap(units, stat, resamples=resamples)
+    return bootstrap(list(by_group.values()), stat, resamples=resamples)
 
 
 def valid_gate(pmi: dict[str, float]) -> Gate | None:
@@ -332,17 +358,14 @@ def metrics(items: list[dict[str, Any]], rewards: dict[str, float | None], resam
     outcomes, _ = score_pairs(preference_pairs(groups, margin=1.0), rewards)
     if outcomes:
         result["lae pairwise"] = pairwise_accuracy(outcomes, resamples=resamples)["accuracy"]
+    for kind in ("other", "platitude", "evasive", *ECHOES):
+        result[f"esconv reference > {kind}"] = share_by_group(
+            score_pairs(esconv_pairs(items, kind), rewards)[0], resamples
+        )
     esconv: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for it in items:
         if it["task"] == "esconv":
             esconv[it["group"]][it["kind"]].append(it)
-    for kind in ("other", "platitude", "evasive", *ECHOES):
-        pairs = [
-            (group, rewards.get(by_kind["reference"][0]["key"]), rewards.get(x["key"]))
-            for group, by_kind in esconv.items()
-            for x in by_kind[kind]
-        ]
-        result[f"esconv reference > {kind}"] = _share(pairs, resamples)
     flat = []
     for by_kind in esconv.values():
         values = [rewards.get(x["key"]) for xs in by_kind.values() for x in xs]
@@ -402,11 +425,13 @@ def report(
     resamples: int,
     sweep_floors: bool = False,
     baselines: str = "neutral",
+    window: int = 6,
 ) -> dict[str, Any]:
     """Every row's metrics, written as ``results.json`` and ``results.md``; with ``sweep_floors``,
     the shipped reward with context fit (shipped gate) at every floor of :data:`FLOOR_SWEEP`. The
-    shipped gate is the bundled one for the ``baselines`` the context-fit stage read with."""
-    shipped_gate = bundled_gate(baseline_pool(baselines))
+    shipped gate is the bundled one for the ``baselines`` and ``window`` the context-fit stage read
+    with; where the package has none, the one fitted on the run's valid pairs."""
+    shipped_gate = bundled_gate(baseline_pool(baselines)) if window == 6 else None
     shipped_rubrics = _cache(out / "rubrics_default.jsonl")
     base_rubrics = _cache(out / "rubrics_base.jsonl")
     sub = [it for it in items if it["group"] in base_subsample]
@@ -455,7 +480,9 @@ def report(
         gate = valid_gate(pmi)
         shipped_gate = shipped_gate or gate  # baselines without a bundled gate: its rows use the one fitted here
         if shipped_gate is None:
-            raise SystemExit("these baselines have no bundled gate: run the context-fit stage with --valid-pairs")
+            raise SystemExit(
+                "no bundled gate for these baselines and window: run the context-fit stage with --valid-pairs"
+            )
         rows["bundled base model: context PMI (nats)"] = dict(pmi)
         greedy = rows["shipped: care"]
         forms = [
@@ -565,6 +592,9 @@ def main() -> None:
         "rubrics", "base", "shipped", "shipped-fixed", "shipped-logprobs", "compare", "context-fit",
         "context-fit-as-written",
     ]  # fmt: skip
+    parser.add_argument(
+        "--context-fit-window", type=int, default=6, help="messages of context the context-fit stage reads"
+    )
     parser.add_argument("--stage", choices=[*stages, "report", "all"], default="all")
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
@@ -607,7 +637,9 @@ def main() -> None:
             if args.compare_evaluator
             else None
         ),
-        "context-fit": lambda: context_fit(items, out, args.valid_pairs, args.seed, baselines=args.baselines),
+        "context-fit": lambda: context_fit(
+            items, out, args.valid_pairs, args.seed, baselines=args.baselines, window=args.context_fit_window
+        ),
         "context-fit-as-written": lambda: context_fit(
             items, out, args.valid_pairs, args.seed, strip_copies=False, baselines=args.baselines
         ),
@@ -617,7 +649,9 @@ def main() -> None:
             print(f"{stage}: {len(items)} items", flush=True)
             run[stage]()
     if args.stage in ("report", "all"):
-        report(items, out, subsample, args.resamples, args.esconv_split == "valid", args.baselines)
+        report(
+            items, out, subsample, args.resamples, args.esconv_split == "valid", args.baselines, args.context_fit_window
+        )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,10 @@ Usage:
     python benchmarks/compare_baselines.py --seed 1 --tasks lend-an-ear --lend-an-ear train \\
         --lend-an-ear-turns 60 --esconv-contexts 0 runs/sel_neutral:neutral runs/sel_esconv:esconv
 Writes ``--out`` (JSON: every estimate and its units) when given; ``--pool A.json B.json`` pools
-the units of several such files (draws of different contexts) into one table.
+the units of several such files (draws of different contexts) into one table. ``--fitted-gate``
+reads every run through the gate fitted on its own valid pairs (``valid:`` lines of its
+``context_fit.jsonl``): for settings without a bundled gate, such as ``--context-fit-window``;
+two runs of the same baselines are then labelled by their directories.
 """
 
 from __future__ import annotations
@@ -36,15 +39,18 @@ from typing import Any
 import bench_evaluator as bench
 from _evaluator_items import items as load_items
 
-from care_sdk.bench.metrics import Estimate, PreferencePair, bootstrap, preference_pairs, score_pairs
+from care_sdk.bench.metrics import Estimate, bootstrap, preference_pairs, score_pairs
 from care_sdk.context_fit import DEFAULT_FLOOR, bundled_gate
 
 Units = dict[str, list[float]]
 """``{turn or context: [1, 0, 0.5, ...]}``: one outcome per pair, grouped by what is resampled."""
 
 
-def rewards(items: list[dict[str, Any]], out: Path, baselines: str) -> dict[str, dict[str, float | None]]:
-    """``{"reward with context fit": {key: reward}, "PMI alone": {key: nats}}`` for one run directory."""
+def rewards(
+    items: list[dict[str, Any]], out: Path, baselines: str, fitted_gate: bool = False
+) -> dict[str, dict[str, float | None]]:
+    """``{"reward with context fit": {key: reward}, "PMI alone": {key: nats}}`` for one run directory
+    (``fitted_gate``: through the gate fitted on the run's valid pairs, not the bundled one)."""
     rubric = bench.row_rewards(
         items,
         bench._cache(out / "rubrics_default.jsonl"),
@@ -54,12 +60,14 @@ def rewards(items: list[dict[str, Any]], out: Path, baselines: str) -> dict[str,
         "generated",
     )
     pmi = {k: v["pmi"] for k, v in bench._cache(bench._fit_cache(out)).items() if "pmi" in v}
-    gate = bundled_gate(bench.baseline_pool(baselines))
-    if gate is None:  # no bundled gate: the one fitted on the run's valid pairs, as the report does
+    gate = None if fitted_gate else bundled_gate(bench.baseline_pool(baselines))
+    if gate is None:  # the one fitted on the run's valid pairs, as the report does without a bundled one
         gate = bench.valid_gate(pmi)
         if gate is None:
-            raise SystemExit(f"{out}: {baselines} has no bundled gate and the run read no valid pairs")
-        print(f"{baselines}: no bundled gate; fitted on the run's valid pairs: {gate}")
+            raise SystemExit(
+                f"{out}: no bundled gate asked for or known for {baselines}, and the run read no valid pairs"
+            )
+        print(f"{out}: gate fitted on the run's valid pairs: {gate}")
     fitted = bench.with_context_fit(rubric, pmi, bench.own_shares(items), gate, DEFAULT_FLOOR)
     return {"reward with context fit": fitted, "PMI alone": {it["key"]: pmi.get(it["key"]) for it in items}}
 
@@ -67,18 +75,12 @@ def rewards(items: list[dict[str, Any]], out: Path, baselines: str) -> dict[str,
 def units(items: list[dict[str, Any]], values: dict[str, float | None]) -> dict[str, Units]:
     """The outcomes of every comparison, grouped by turn (Lend-an-Ear) or context (ESConv)."""
     judged: dict[str, dict[str, float]] = defaultdict(dict)
-    by_kind: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for it in items:
         if it["task"] == "lend-an-ear":
             judged[it["group"]][it["key"]] = it["judge"]
-        else:
-            by_kind[it["group"]][it["kind"]].append(it["key"])
     pairs = {"lae pairwise": preference_pairs(judged, margin=1.0)}
-    for group, kinds in by_kind.items():
-        for kind in ("other", "platitude", "evasive"):
-            pairs.setdefault(f"esconv reference > {kind}", []).extend(
-                PreferencePair(group=group, better=kinds["reference"][0], worse=key, gap=1.0) for key in kinds[kind]
-            )
+    for kind in ("other", "platitude", "evasive"):
+        pairs[f"esconv reference > {kind}"] = bench.esconv_pairs(items, kind)
     out: dict[str, Units] = {}
     for metric, listed in pairs.items():
         outcomes, _ = score_pairs(listed, values)
@@ -156,6 +158,12 @@ def main() -> None:
     parser.add_argument("--tasks", default="lend-an-ear,esconv")
     parser.add_argument("--lend-an-ear", choices=["held-out", "train"], default="held-out")
     parser.add_argument("--lend-an-ear-turns", type=int)
+    parser.add_argument(
+        "--fitted-gate",
+        action="store_true",
+        help="read each run through the gate fitted on its own valid pairs, not the bundled one "
+        "(runs of another setting, such as --context-fit-window, that has no bundled gate)",
+    )
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--out", type=Path, help="write every estimate and the units they come from (JSON)")
     parser.add_argument(
@@ -172,12 +180,14 @@ def main() -> None:
             args.esconv_contexts, args.seed, args.esconv_split, tasks, args.lend_an_ear, args.lend_an_ear_turns
         )
         grouped = {}
-        for spec in args.runs:
-            directory, _, name = spec.rpartition(":")
+        specs = [spec.rpartition(":") for spec in args.runs]
+        names = [name for _, _, name in specs]
+        for spec, (directory, _, name) in zip(args.runs, specs, strict=True):
             if not directory or name not in bench.BASELINES:
                 parser.error(f"{spec!r}: give DIR:BASELINES, BASELINES one of {', '.join(bench.BASELINES)}")
-            rows = rewards(items, Path(directory), name)
-            grouped[name] = {row: units(items, values) for row, values in rows.items()}
+            rows = rewards(items, Path(directory), name, args.fitted_gate)
+            label = name if names.count(name) == 1 else Path(directory).name  # two runs of one pool: by directory
+            grouped[label] = {row: units(items, values) for row, values in rows.items()}
     report = table(grouped, args.resamples)
     if args.out:
         args.out.write_text(json.dumps({"estimates": report, "units": grouped}, indent=1) + "\n", encoding="utf-8")
