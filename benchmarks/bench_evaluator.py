@@ -593,7 +593,7 @@ def main() -> None:
         "context-fit-as-written",
     ]  # fmt: skip
     parser.add_argument(
-        "--context-fit-window", type=int, default=6, help="messages of context the context-fit stage reads"
+        "--context-fit-window", type=int, default=6, help="messages of context the context-fit stages read"
     )
     parser.add_argument("--stage", choices=[*stages, "report", "all"], default="all")
     parser.add_argument("--resamples", type=int, default=1000)
@@ -641,7 +641,13 @@ def main() -> None:
             items, out, args.valid_pairs, args.seed, baselines=args.baselines, window=args.context_fit_window
         ),
         "context-fit-as-written": lambda: context_fit(
-            items, out, args.valid_pairs, args.seed, strip_copies=False, baselines=args.baselines
+            items,
+            out,
+            args.valid_pairs,
+            args.seed,
+            strip_copies=False,
+            baselines=args.baselines,
+            window=args.context_fit_window,
         ),
     }
     for stage in stages:
