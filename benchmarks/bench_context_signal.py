@@ -102,10 +102,10 @@ class VisibleReader:
 
     def __call__(self, t: dict[str, Any]) -> Dimension:
         prior = self.prior.get(t["position"], self.classes)
+        seen = t["visible"] & self.vocabulary
 
         def score(d: Dimension) -> float:
             n = self.classes[d]
-            seen = t["visible"] & self.vocabulary
             words = sum(math.log((self.counts[d][w] + 1) / (n + 2)) for w in seen)
             return math.log(prior[d] + 1) + self.weight * words
 

@@ -65,6 +65,7 @@ and stages can run in separate processes. Writes ``results.json`` and ``results.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import random
 import statistics
@@ -216,6 +217,11 @@ BASELINES = (*BASELINE_NAMES, "chats")
 written chats of ``_written_chats.py``, a candidate that was not kept."""
 
 
+GATES_WINDOW: int = inspect.signature(ContextFit).parameters["window"].default
+"""``ContextFit``'s default window, the one the package's gates were fitted at: a context-fit run of
+another ``--context-fit-window`` is read through the gate fitted on its own valid pairs."""
+
+
 def baseline_pool(name: str) -> Sequence[Any]:
     """The contexts ``--baselines NAME`` compares a reply against."""
     return CHATS if name == "chats" else named_baselines(name)
@@ -228,7 +234,7 @@ def context_fit(
     seed: int,
     strip_copies: bool = True,
     baselines: str = "neutral",
-    window: int = 6,
+    window: int = GATES_WINDOW,
 ) -> dict[str, Any]:
     """The PMI of every item's reply with its context on the bundled base model
     (:class:`~care_sdk.ContextFit`, words repeated from the context stripped unless ``strip_copies``
@@ -425,13 +431,13 @@ def report(
     resamples: int,
     sweep_floors: bool = False,
     baselines: str = "neutral",
-    window: int = 6,
+    window: int = GATES_WINDOW,
 ) -> dict[str, Any]:
     """Every row's metrics, written as ``results.json`` and ``results.md``; with ``sweep_floors``,
     the shipped reward with context fit (shipped gate) at every floor of :data:`FLOOR_SWEEP`. The
     shipped gate is the bundled one for the ``baselines`` and ``window`` the context-fit stage read
     with; where the package has none, the one fitted on the run's valid pairs."""
-    shipped_gate = bundled_gate(baseline_pool(baselines)) if window == 6 else None
+    shipped_gate = bundled_gate(baseline_pool(baselines)) if window == GATES_WINDOW else None
     shipped_rubrics = _cache(out / "rubrics_default.jsonl")
     base_rubrics = _cache(out / "rubrics_base.jsonl")
     sub = [it for it in items if it["group"] in base_subsample]
@@ -593,7 +599,7 @@ def main() -> None:
         "context-fit-as-written",
     ]  # fmt: skip
     parser.add_argument(
-        "--context-fit-window", type=int, default=6, help="messages of context the context-fit stages read"
+        "--context-fit-window", type=int, default=GATES_WINDOW, help="messages of context the context-fit stages read"
     )
     parser.add_argument("--stage", choices=[*stages, "report", "all"], default="all")
     parser.add_argument("--resamples", type=int, default=1000)

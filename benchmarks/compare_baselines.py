@@ -47,10 +47,11 @@ Units = dict[str, list[float]]
 
 
 def rewards(
-    items: list[dict[str, Any]], out: Path, baselines: str, fitted_gate: bool = False
+    items: list[dict[str, Any]], own: dict[str, float], out: Path, baselines: str, fitted_gate: bool = False
 ) -> dict[str, dict[str, float | None]]:
     """``{"reward with context fit": {key: reward}, "PMI alone": {key: nats}}`` for one run directory
-    (``fitted_gate``: through the gate fitted on the run's valid pairs, not the bundled one)."""
+    (``own``: each item's own share, :func:`bench_evaluator.own_shares`; ``fitted_gate``: through the
+    gate fitted on the run's valid pairs, not the bundled one)."""
     rubric = bench.row_rewards(
         items,
         bench._cache(out / "rubrics_default.jsonl"),
@@ -68,7 +69,7 @@ def rewards(
                 f"{out}: no bundled gate asked for or known for {baselines}, and the run read no valid pairs"
             )
         print(f"{out}: gate fitted on the run's valid pairs: {gate}")
-    fitted = bench.with_context_fit(rubric, pmi, bench.own_shares(items), gate, DEFAULT_FLOOR)
+    fitted = bench.with_context_fit(rubric, pmi, own, gate, DEFAULT_FLOOR)
     return {"reward with context fit": fitted, "PMI alone": {it["key"]: pmi.get(it["key"]) for it in items}}
 
 
@@ -180,12 +181,13 @@ def main() -> None:
             args.esconv_contexts, args.seed, args.esconv_split, tasks, args.lend_an_ear, args.lend_an_ear_turns
         )
         grouped = {}
+        own = bench.own_shares(items)  # the same items in every run
         specs = [spec.rpartition(":") for spec in args.runs]
         names = [name for _, _, name in specs]
         for spec, (directory, _, name) in zip(args.runs, specs, strict=True):
             if not directory or name not in bench.BASELINES:
                 parser.error(f"{spec!r}: give DIR:BASELINES, BASELINES one of {', '.join(bench.BASELINES)}")
-            rows = rewards(items, Path(directory), name, args.fitted_gate)
+            rows = rewards(items, own, Path(directory), name, args.fitted_gate)
             label = name if names.count(name) == 1 else Path(directory).name  # two runs of one pool: by directory
             grouped[label] = {row: units(items, values) for row, values in rows.items()}
     report = table(grouped, args.resamples)
