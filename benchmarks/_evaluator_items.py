@@ -22,6 +22,7 @@ from care_sdk.data import (
 from care_sdk.training.evaluator_targets import EVASIVE_REPLIES, PLATITUDES
 
 SYSTEMS = ("gold", "baseline1_vanilla_Qwen3-4B", "baseline7_psychocounsel_Qwen3-4B", "ours3_q_dkl_h_Qwen3-4B")
+"""The Lend-an-Ear systems a run scores by default: the human reply and three Qwen3-4B systems."""
 HELD_OUT_PLATITUDES = (
     "Things always get better eventually.",
     "Just think happy thoughts.",
@@ -78,6 +79,7 @@ def items(
     tasks: tuple[str, ...] = ("lend-an-ear", "esconv"),
     lend_an_ear: str = "held-out",
     lend_an_ear_turns: int | None = None,
+    all_systems: bool = False,
 ) -> list[dict[str, Any]]:
     """Every item: ``{"key", "task", "group", "context", "reply", ...}`` (see the module docstring);
     the ESConv groups come from ``split`` (``valid`` to choose a setting, ``test`` to report it).
@@ -85,7 +87,8 @@ def items(
     with ``lend_an_ear="train"``, of the ``train`` conversations: a selection set for a setting the
     evaluator's training plays no part in (context fit reads the base model, which no recipe
     trains); the evaluator was trained on those replies, so the rubric's rows are optimistic there.
-    ``lend_an_ear_turns`` keeps that many of them (seeded)."""
+    ``lend_an_ear_turns`` keeps that many of them (seeded). Their replies are those of :data:`SYSTEMS`,
+    or with ``all_systems`` of every judged system (twelve: more pairs of similar length)."""
     assert not set(HELD_OUT_PLATITUDES) & set(PLATITUDES) and not set(HELD_OUT_EVASIVE) & set(EVASIVE_REPLIES)
     root = data_dir()
     lae = {d.id: d for d in load_lend_an_ear(root / "mint_lend_an_ear").records}
@@ -103,7 +106,7 @@ def items(
     kept = set(lae_turns)
     items = []
     for r in judged if "lend-an-ear" in tasks else ():
-        if r.system not in SYSTEMS or (r.conversation_id, r.turn_index) not in kept:
+        if (r.system not in SYSTEMS and not all_systems) or (r.conversation_id, r.turn_index) not in kept:
             continue
         dialogue = lae[r.conversation_id]
         context = dialogue.messages[: r.turn_index]

@@ -6,7 +6,9 @@ Items (never trained on; the same items for every row):
   of :func:`care_sdk.data.lend_an_ear_split`), four systems per turn (the human reply and three
   Qwen3-4B systems); a pair is two replies to the same turn whose MINT judge scores (aggregated
   empathy) differ by at least 1. Metric: the share of pairs the reward orders as the judge does
-  (ties count 1/2), 95 % bootstrap interval over turns.
+  (ties count 1/2), 95 % bootstrap interval over turns; the same over the pairs of similar length
+  (the longer reply at most 1.5 times the other's words), where length cannot be what orders them
+  (``--lend-an-ear-systems all`` scores all twelve judged systems, for more such pairs).
 - **ESConv test groups**: for a seeded sample of test contexts (one per dialogue), a group of 11
   replies: the reference, five supporter replies from other test dialogues, a platitude and an
   evasive reply (both from lists the evaluator's training data does not contain), and three
@@ -89,6 +91,7 @@ from care_sdk.bench.metrics import (
     pairwise_accuracy,
     preference_pairs,
     score_pairs,
+    similar_length,
     spearman,
 )
 from care_sdk.context_fit import (
@@ -361,9 +364,14 @@ def metrics(items: list[dict[str, Any]], rewards: dict[str, float | None], resam
     groups: dict[str, dict[str, float]] = defaultdict(dict)
     for it in lae:
         groups[it["group"]][it["key"]] = it["judge"]
-    outcomes, _ = score_pairs(preference_pairs(groups, margin=1.0), rewards)
+    pairs = preference_pairs(groups, margin=1.0)
+    outcomes, _ = score_pairs(pairs, rewards)
     if outcomes:
         result["lae pairwise"] = pairwise_accuracy(outcomes, resamples=resamples)["accuracy"]
+    reply = {it["key"]: it["reply"] for it in lae}
+    similar, _ = score_pairs([p for p in pairs if similar_length(reply[p.better], reply[p.worse])], rewards)
+    if similar:
+        result["lae pairwise, similar length"] = pairwise_accuracy(similar, resamples=resamples)["accuracy"]
     for kind in ("other", "platitude", "evasive", *ECHOES):
         result[f"esconv reference > {kind}"] = share_by_group(
             score_pairs(esconv_pairs(items, kind), rewards)[0], resamples
@@ -576,6 +584,12 @@ def main() -> None:
         "(to choose a context-fit setting; the evaluator was trained on them, so its rows are optimistic)",
     )
     parser.add_argument("--lend-an-ear-turns", type=int, help="keep this many Lend-an-Ear turns (seeded)")
+    parser.add_argument(
+        "--lend-an-ear-systems",
+        choices=["four", "all"],
+        default="four",
+        help="whose judged replies: the human and three Qwen3-4B systems, or all twelve (more pairs of similar length)",
+    )
     parser.add_argument("--base-groups", type=int, default=16, help="groups (turns) the untrained base row scores")
     parser.add_argument(
         "--compare-evaluator",
@@ -613,7 +627,13 @@ def main() -> None:
     if not tasks or set(tasks) - {"lend-an-ear", "esconv"}:
         parser.error(f"--tasks takes lend-an-ear and/or esconv, got {args.tasks!r}")
     items = load_items(
-        args.esconv_contexts, args.seed, args.esconv_split, tasks, args.lend_an_ear, args.lend_an_ear_turns
+        args.esconv_contexts,
+        args.seed,
+        args.esconv_split,
+        tasks,
+        args.lend_an_ear,
+        args.lend_an_ear_turns,
+        all_systems=args.lend_an_ear_systems == "all",
     )
     groups = sorted({it["group"] for it in items})
     subsample = set(random.Random(args.seed).sample(groups, min(args.base_groups, len(groups))))

@@ -231,10 +231,26 @@ def test_pairwise_by_hand(toy_data: DataPaths, tmp_path: Path) -> None:
     lengths = {s: len(r) for c, i, s, r, _ in JUDGED if c == "a4" and i == 1}
     assert lengths == {"gold": 14, "s1": 13, "s2": 14, "s3": 12}
     assert metric(report, "pairwise", "accuracy (ties = 1/2)", "length") == pytest.approx(6 / 7)
+    # Every toy reply has three words: all 7 pairs are of similar length, and the row is the same.
+    assert metric(report, "pairwise", "accuracy, replies of similar length", "care") == pytest.approx(4.5 / 7)
+    assert report.results[0].extra["pairs_of_similar_length"] == 7
     # The two judged rows that point nowhere are reported, not silently dropped.
     issues = [str(i) for i in report.issues]
     assert any("line 8: turn_index" in i for i in issues)
     assert any("line 9: turn_index" in i and "zz" in i for i in issues)
+
+
+def test_pairwise_similar_length_leaves_out_a_long_reply(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # a4's s2 now writes eleven words: its two pairs (gold > s2 disagrees, s2 > s3 agrees) leave the
+    # similar-length row, which keeps a1's two agreements and a4's gold > s1 (0), gold = s3 (1/2), s1 > s3 (1).
+    long = "<GOOD> s2 two, and then a great many more words than the others"
+    judged = [(c, i, s, long if (c, s) == ("a4", "s2") else r, j) for c, i, s, r, j in JUDGED]
+    monkeypatch.setattr(sys.modules[__name__], "JUDGED", judged)
+    report = runner(tmp_path / "out").run(["pairwise"], DataPaths(write_data(tmp_path / "data")), SETTINGS)
+    assert metric(report, "pairwise", "accuracy (ties = 1/2)", "care") == pytest.approx(4.5 / 7)
+    assert metric(report, "pairwise", "accuracy, replies of similar length", "care") == pytest.approx(3.5 / 5)
+    assert report.results[0].extra["pairs_of_similar_length"] == 5
+    assert "5 of them are replies of similar length" in " ".join(report.results[0].notes)
 
 
 def test_experts_by_hand(toy_data: DataPaths, tmp_path: Path) -> None:

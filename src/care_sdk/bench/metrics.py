@@ -24,6 +24,7 @@ __all__ = [
     "preference_pairs",
     "rank",
     "score_pairs",
+    "similar_length",
     "spearman",
 ]
 
@@ -268,6 +269,25 @@ class PairOutcome:
     def tie(self) -> bool:
         """Whether the reward gave both items the same value."""
         return self.value == 0.5
+
+
+SIMILAR_LENGTH = 1.5
+"""Two replies are of similar length when the longer has at most this many times the other's words."""
+
+
+def similar_length(a: str, b: str, *, ratio: float = SIMILAR_LENGTH) -> bool:
+    """Whether replies ``a`` and ``b`` are of similar length: the longer has at most ``ratio``
+    times the other's words. Over such pairs reply length cannot be what orders them, so a reward
+    that orders them as the judge does has learned more than "longer is better".
+
+    Examples:
+        >>> similar_length("I hear you, that sounds hard.", "That sounds so hard, I hear you.")
+        True
+        >>> similar_length("Sorry.", "I'm so sorry, that sounds like a hard week.")
+        False
+    """
+    shorter, longer = sorted((len(a.split()), len(b.split())))
+    return longer <= ratio * max(shorter, 1)
 
 
 def score_pairs(

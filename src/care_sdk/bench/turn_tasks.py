@@ -23,12 +23,14 @@ from care_sdk.bench._task_base import (
     top_match,
 )
 from care_sdk.bench.metrics import (
+    SIMILAR_LENGTH,
     Estimate,
     bootstrap,
     mean,
     pairwise_accuracy,
     preference_pairs,
     score_pairs,
+    similar_length,
 )
 from care_sdk.bench.variants import MODEL_VARIANTS, VARIANTS, Item, record_done
 from care_sdk.data import (
@@ -193,10 +195,13 @@ class PairwiseTask(
         for item in data.items:
             groups.setdefault((item.fields["id"], item.fields["turn"]), {})[item.key] = item.fields["judge_score"]
         pairs = preference_pairs(groups, margin=settings.margin)
+        replies = {item.key: item.reply or "" for item in data.items}
+        similar = [p for p in pairs if similar_length(replies[p.better], replies[p.worse])]
         rows: dict[str, dict[str, Estimate]] = {
             "accuracy (ties = 1/2)": {},
             "accuracy, untied pairs": {},
             "share of tied pairs": {},
+            "accuracy, replies of similar length": {},
         }
         missing: dict[str, int] = {}
         for variant in VARIANTS:
@@ -208,10 +213,17 @@ class PairwiseTask(
             rows["accuracy (ties = 1/2)"][variant] = result["accuracy"]
             rows["accuracy, untied pairs"][variant] = result["strict"]
             rows["share of tied pairs"][variant] = result["ties"]
+            if similar:
+                rows["accuracy, replies of similar length"][variant] = pairwise_accuracy(
+                    score_pairs(similar, rewards)[0], resamples=settings.resamples, seed=settings.seed
+                )["accuracy"]
         notes = [
             f"{len(pairs)} pairs of replies to the same turn whose judge scores (aggregated empathy, 1-5) differ by "
             f">= {settings.margin:g}, from the held-out Lend-an-Ear conversations only (split "
             f"{'/'.join(LEND_AN_EAR_HELD_OUT)}); intervals resample turns, keeping each turn's pairs together.",
+            f"{len(similar)} of them are replies of similar length (the longer at most {SIMILAR_LENGTH:g} times the "
+            "other's words): there length cannot be what orders a pair, so a reward that orders them has learned "
+            "more than that the judge prefers longer replies.",
         ]
         if any(missing.values()):
             notes.append("Pairs left out for a missing reward: " + ", ".join(f"{v} {n}" for v, n in missing.items()))
@@ -221,7 +233,12 @@ class PairwiseTask(
             records,
             [MetricRow(name, values) for name, values in rows.items()],
             notes,
-            extra={"pairs": len(pairs), "margin": settings.margin, "pairs_missing_reward": missing},
+            extra={
+                "pairs": len(pairs),
+                "pairs_of_similar_length": len(similar),
+                "margin": settings.margin,
+                "pairs_missing_reward": missing,
+            },
         )
 
 
