@@ -241,7 +241,7 @@ def test_pairwise_by_hand(toy_data: DataPaths, tmp_path: Path) -> None:
 
 
 def test_pairwise_similar_length_leaves_out_a_long_reply(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    # a4's s2 now writes eleven words: its two pairs (gold > s2 disagrees, s2 > s3 agrees) leave the
+    # a4's s2 now writes thirteen words: its two pairs (gold > s2 disagrees, s2 > s3 agrees) leave the
     # similar-length row, which keeps a1's two agreements and a4's gold > s1 (0), gold = s3 (1/2), s1 > s3 (1).
     long = "<GOOD> s2 two, and then a great many more words than the others"
     judged = [(c, i, s, long if (c, s) == ("a4", "s2") else r, j) for c, i, s, r, j in JUDGED]

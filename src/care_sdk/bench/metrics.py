@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 __all__ = [
+    "SIMILAR_LENGTH",
     "Estimate",
     "PairOutcome",
     "PreferencePair",
@@ -272,7 +273,13 @@ class PairOutcome:
 
 
 SIMILAR_LENGTH = 1.5
-"""Two replies are of similar length when the longer has at most this many times the other's words."""
+"""Two replies are of similar length when the longer has at most this many times the other's words
+(:func:`similar_length`).
+
+Examples:
+    >>> similar_length("one two", "one two three"), SIMILAR_LENGTH * 2 >= 3
+    (True, True)
+"""
 
 
 def similar_length(a: str, b: str, *, ratio: float = SIMILAR_LENGTH) -> bool:
