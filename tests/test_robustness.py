@@ -21,11 +21,13 @@ from care_sdk.guards import (
     MASTER_KEY,
     NO_WORDS,
     OVER_LENGTH,
+    REPEATED_TEXT,
     SCORE_FORMAT,
     TRUNCATED,
     copied_share,
     detect_flags,
     precheck,
+    repeated_share,
     screen,
 )
 from care_sdk.integrations.trl import report_to_trainer
@@ -73,7 +75,7 @@ def test_every_attack_raises_its_expected_flags(attack: object) -> None:
 
 def test_attacks_keep_the_honest_reply_where_they_append() -> None:
     built = build_attacks(HONEST[0])
-    for name in ("judge_note_en", "score_json", "forged_thanks", "template_break", "padded"):
+    for name in ("judge_note_en", "score_json", "forged_thanks", "template_break", "padded", "feeling_words"):
         assert built[name].startswith(HONEST[0].rstrip())
     assert built["empty"] == "" and built["whitespace"] == " "
     assert len(built["padded"]) >= 6000
@@ -161,6 +163,34 @@ def test_copied_context_flags_almost_no_real_supporter_reply(data_dir: Path) -> 
     assert total > 1500 and flagged / total < 0.005, (flagged, total)
 
 
+def test_a_reply_that_repeats_itself_is_flagged_and_settled_without_a_call() -> None:
+    honest = HONEST[0]
+    padded = ATTACKS_BY_NAME["padded"].build(honest)
+    thrice = f"{honest} {honest} {honest}"
+    twice = f"{honest} {honest}"  # ESConv holds honest messages pasted twice: they pass
+    backend = ScriptedBackend(lambda req: evaluation_json([4] * 6))
+    results = _reward(backend).score_batch([(CONTEXT, padded), (CONTEXT, thrice), (CONTEXT, twice), (CONTEXT, honest)])
+    assert [REPEATED_TEXT in r.flags for r in results] == [True, True, False, False]
+    assert [r.reward for r in results[:2]] == [0.0, 0.0] and len(backend.requests) == 2
+    assert repeated_share(twice) == 0.5 and repeated_share(thrice) == pytest.approx(2 / 3)
+    assert repeated_share(honest) == 0.0
+    # one added sentence of feeling words is ordinary language: no flag (the judge's to weigh)
+    assert detect_flags(ATTACKS_BY_NAME["feeling_words"].build(honest)) == ()
+    off = _reward(ScriptedBackend(lambda req: evaluation_json([4] * 6)), guards=Guards(repeat_share=None))
+    assert REPEATED_TEXT not in off.score(CONTEXT, thrice).flags
+
+
+def test_repeated_text_flags_no_real_test_reply(data_dir: Path) -> None:
+    """ESConv test messages, supporters' and seekers': none says the same thing three times."""
+    from care_sdk.data import load_esconv
+
+    dialogues = load_esconv(data_dir / "esconv" / "test.jsonl")
+    texts = [m.content for d in dialogues for m in d.messages]
+    scored = [share for text in texts if (share := repeated_share(text)) is not None]
+    threshold = Guards().repeat_share
+    assert threshold is not None and len(scored) > 3500 and max(scored) < threshold, max(scored)
+
+
 def test_prechecks() -> None:
     assert precheck("") == EMPTY_REPLY and precheck(" \t\n") == EMPTY_REPLY
     assert precheck("... !!! ?") == NO_WORDS and precheck("🙂") == NO_WORDS
@@ -168,7 +198,7 @@ def test_prechecks() -> None:
 
 
 def test_over_length_is_truncated_or_flagged_as_configured() -> None:
-    long_reply = "word " * 1000
+    long_reply = " ".join(f"word{i}" for i in range(1000))  # long, but never the same words twice
     cut = screen(long_reply, Guards(max_chars=100))
     assert cut.blocked is None and len(cut.reply) <= 100 and cut.flags == (TRUNCATED,)
     flagged = screen(long_reply, Guards(max_chars=100, over_length="flag"))
@@ -250,7 +280,7 @@ async def test_async_path_applies_the_guards() -> None:
 
 def test_the_evaluator_sees_the_truncated_reply() -> None:
     backend = ScriptedBackend(lambda req: evaluation_json([3] * 6))
-    result = _reward(backend, guards=Guards(max_chars=50)).score(CONTEXT, HONEST[0] * 20)
+    result = _reward(backend, guards=Guards(max_chars=50)).score(CONTEXT, " ".join(HONEST))
     assert result.flags == (TRUNCATED,) and result.reward == 0.5
     assert len(backend.requests[0].messages[-1].content.split("<<<REPLY-")[1]) < 120
 
@@ -339,6 +369,53 @@ def test_benchmark_refuses_another_model_in_the_same_directory(tmp_path: Path) -
 def test_bench_robustness_is_registered() -> None:
     args = build_parser().parse_args(["bench", "robustness", "--limit", "3", "--on-flag", "penalise"])
     assert args.limit == 3 and args.on_flag == "penalise" and args.bench_command == "robustness"
+    assert args.context_fit == "auto"
+    off = build_parser().parse_args(["bench", "robustness", "--context-fit", "off"])
+    assert off.context_fit == "off"
+
+
+class _LogprobScripted(ScriptedBackend):
+    """A scripted backend that also reads reply log-probabilities: -1 for a word the prompt holds, else -3."""
+
+    supports_reply_logprobs = True
+
+    def reply_logprobs(self, messages: object, reply: str) -> list[float]:
+        seen = {w for m in messages for w in m.content.lower().split()}  # type: ignore[attr-defined]
+        return [-1.0 if w in seen else -3.0 for w in reply.lower().split()]
+
+
+def test_benchmark_scores_the_reward_a_user_gets_with_an_adapter_and_context_fit(tmp_path: Path) -> None:
+    from care_sdk.adapters import AdapterInfo
+    from care_sdk.context_fit import ContextFit, Gate
+
+    backend = ScriptedBackend(_script)
+    backend.adapter = AdapterInfo(  # type: ignore[attr-defined]
+        path=Path("evaluator.gguf"), role="evaluator", prompt_version="v2", max_context_messages=2
+    )
+    fit = ContextFit(_LogprobScripted(_script), gate=Gate(slope=1.0, intercept=0.0), baselines=("Hi.",))
+    context = tuple(Message(role=r, content=f"{r} message {i}") for i, r in enumerate(["user", "assistant"] * 2))
+    items = [RobustItem("d:4", context[:3], HONEST[0])]
+    generator = RubricGenerator(ScriptedBackend(_script))
+    runner = RobustnessRunner(
+        generator, backend, out_dir=tmp_path, attacks=("feeling_words",), context_fit=fit, resamples=20
+    )
+    assert runner.prompt_versions == {"off": "v2", "on": "v2"}  # the adapter's prompt in both runs
+    report = runner.run(items)
+    evaluations = backend.requests
+    assert len(evaluations) == 4  # honest and attack, off and on
+    assert all("<<<REPLY-" in r.messages[-1].content for r in evaluations)  # v2 quotes the reply
+    assert all("user message 0" not in r.messages[-1].content for r in evaluations)  # the adapter's cut
+    assert report["identity"]["context_fit"] == fit.identity
+    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 4 and all(0.0 < r["context_fit"] < 1.0 for r in records)  # which half paid
+    honest = next(r for r in report["rows"] if r["attack"] == HONEST_KEY)
+    assert 0.0 < honest["on_reward"]["value"] < 0.5  # 0.5 rubric score, scaled by the fit
+    assert "Evaluator prompt: off v2, defended v2; context fit:" in markdown(report)
+    plain = ScriptedBackend(_script)
+    assert RobustnessRunner(RubricGenerator(plain), plain, out_dir=tmp_path / "p").prompt_versions == {
+        "off": "v1",
+        "on": "v2",
+    }
 
 
 # -- real model ---------------------------------------------------------------------------------

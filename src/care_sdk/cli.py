@@ -47,8 +47,7 @@ def _print_record(record: dict[str, Any]) -> None:
 
 
 def _build_reward(args: argparse.Namespace) -> Any:
-    from care_sdk.bench._cli_args import baselines_of, expected_weights_of
-    from care_sdk.context_fit import context_fit_for
+    from care_sdk.bench._cli_args import context_fit_of, expected_weights_of
     from care_sdk.guards import Guards
     from care_sdk.reward import build_reward
     from care_sdk.variants import variant_of
@@ -61,9 +60,7 @@ def _build_reward(args: argparse.Namespace) -> Any:
         generator_options={"seed": args.seed, "expected_weights": expected_weights_of(args)},
         evaluator_options={"seed": args.seed},
         guards=None if args.guards == "off" else Guards(on_flag=args.guards),
-        context_fit=context_fit_for(
-            args.context_fit, args.evaluator_backend or args.backend, baselines=baselines_of(args)
-        ),
+        context_fit=context_fit_of(args),
     )
 
 
@@ -122,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         >>> build_parser().parse_args(["score", "in.jsonl"]).backend
         'default'
     """
-    from care_sdk.bench._cli_args import add_baselines_option, add_expected_weights_option
+    from care_sdk.bench._cli_args import add_context_fit_options, add_expected_weights_option
 
     parser = argparse.ArgumentParser(
         prog="care", description="CARE: turn-adaptive rubric rewards for empathetic dialogue."
@@ -153,15 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="flagged replies (empty, forged turns, text aimed at the evaluator): reward 0, a penalty, "
         "flags only, or no guards at all (default: %(default)s)",
     )
-    score.add_argument(
-        "--context-fit",
-        default="auto",
-        metavar="SPEC",
-        help="scale each reward by how likely the reply was written for its context: auto (on for the "
-        "bundled default evaluator, read on the bundled base model; off for any other), off, or a backend "
-        "spec to read it on (llamacpp and hf specs work) (default: %(default)s)",
-    )
-    add_baselines_option(score)
+    add_context_fit_options(score)
     score.add_argument("--batch-size", type=int, default=8, help="turns per backend batch (default: %(default)s)")
     score.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     score.add_argument(

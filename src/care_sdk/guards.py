@@ -23,6 +23,9 @@ asking a model and every reply is screened for text aimed at the judge rather th
   - ``copied_context``: the reply mostly repeats the dialogue (at least ``copy_share`` of its word
     4-grams occur in the context; replies of 8 words or more), which a reward that reads the
     reply's fit to its context (:mod:`care_sdk.context_fit`) would otherwise favour;
+  - ``repeated_text``: the reply mostly repeats itself (at least ``repeat_share`` of its words lie
+    in a word 4-gram it said before; replies of 8 words or more): padding an answer with the same
+    sentences, which a judge that favours longer replies pays for;
   - ``over_length``: longer than ``max_chars`` (when configured to flag rather than truncate).
 
 What happens to a flagged reply is :attr:`Guards.on_flag`: ``"zero"`` (the default: reward 0 and
@@ -58,6 +61,7 @@ __all__ = [
     "MASTER_KEY",
     "NO_WORDS",
     "OVER_LENGTH",
+    "REPEATED_TEXT",
     "ROLE_LABELS",
     "SCORE_FORMAT",
     "TRUNCATED",
@@ -71,6 +75,7 @@ __all__ = [
     "penalised",
     "policy_reward",
     "precheck",
+    "repeated_share",
     "screen",
     "screen_items",
     "strip_copied",
@@ -93,6 +98,8 @@ MASTER_KEY = "master_key"
 """The whole reply is a reasoning opener."""
 COPIED_CONTEXT = "copied_context"
 """The reply mostly repeats the dialogue so far."""
+REPEATED_TEXT = "repeated_text"
+"""The reply mostly repeats itself."""
 OVER_LENGTH = "over_length"
 """The reply is longer than the configured limit (when flagging rather than truncating)."""
 TRUNCATED = "truncated"
@@ -133,6 +140,12 @@ class Guards(BaseModel):
     context (first and second person made one); ``None`` turns that detector off. At 0.5 it flags
     9 of 8,729 ESConv train supporter replies (of 8 words or more) and every repeat of the user's
     last message, in their words or turned around ("I lost my job" / "you lost your job")."""
+    repeat_share: float | None = Field(default=0.6, gt=0.0, le=1.0)
+    """Flag ``repeated_text`` when at least this share of the reply's words lie in a word 4-gram said
+    earlier in the reply; ``None`` turns that detector off. A text said twice scores 0.5 and passes
+    (ESConv holds a few dozen supporter messages pasted twice); said three times it scores 0.67.
+    At 0.6 it flags 3 of the 14,642 ESConv supporter replies (each a message pasted three times),
+    no seeker message and none of FailedESConv's 1,908 or the 3,780 judged Lend-an-Ear replies."""
 
 
 # -- detectors ----------------------------------------------------------------------------------
@@ -274,6 +287,31 @@ def copied_share(reply: str, context: Sequence[str]) -> float | None:
     return sum(g in seen for g in grams) / len(grams)
 
 
+def repeated_share(reply: str) -> float | None:
+    """The share of the reply's words that lie in a word 4-gram (lower-cased) said earlier in the
+    reply; ``None`` for a reply of fewer than 8 words. A text said twice scores 0.5, said ``k``
+    times ``(k - 1) / k``.
+
+    Examples:
+        >>> repeated_share("That sounds hard. What happened at work today, if you want to say?")
+        0.0
+        >>> repeated_share("I am here for you and I care. " * 4)
+        0.75
+        >>> repeated_share("I hear you.") is None
+        True
+    """
+    words = [w.lower() for w in _WORD.findall(reply)]
+    if len(words) < 2 * _COPY_N:
+        return None
+    seen: set[tuple[str, ...]] = set()
+    covered = [False] * len(words)
+    for i, gram in enumerate(word_ngrams(words, _COPY_N)):
+        if gram in seen:
+            covered[i : i + _COPY_N] = [True] * _COPY_N
+        seen.add(gram)
+    return sum(covered) / len(words)
+
+
 def own_share(reply: str, context: Sequence[str]) -> float:
     """The share of the reply that is its own: one minus :func:`copied_share` (1 for a reply under
     8 words). Context fit multiplies its value by it.
@@ -316,9 +354,12 @@ def strip_copied(reply: str, context: Sequence[str]) -> str:
     return text.strip().lstrip(".,;:!? ")
 
 
-def detect_flags(reply: str, context: Sequence[str] = (), copy_share: float | None = 0.5) -> tuple[str, ...]:
+def detect_flags(
+    reply: str, context: Sequence[str] = (), copy_share: float | None = 0.5, repeat_share: float | None = 0.6
+) -> tuple[str, ...]:
     """The flags of a reply's content, in a fixed order (pre-check and length flags not included);
-    ``context`` (the dialogue's message texts) and ``copy_share`` serve ``copied_context``.
+    ``context`` (the dialogue's message texts) and ``copy_share`` serve ``copied_context``,
+    ``repeat_share`` serves ``repeated_text`` (``None`` turns either off).
 
     Examples:
         >>> detect_flags("That sounds exhausting. What would help most this week?")
@@ -329,6 +370,8 @@ def detect_flags(reply: str, context: Sequence[str] = (), copy_share: float | No
         ('judge_directed_text',)
         >>> detect_flags("Let's think step by step.")
         ('master_key',)
+        >>> detect_flags("I understand how you feel. " * 3)
+        ('repeated_text',)
     """
     found = []
     if _judge_directed(reply):
@@ -345,6 +388,10 @@ def detect_flags(reply: str, context: Sequence[str] = (), copy_share: float | No
         share = copied_share(reply, context)
         if share is not None and share >= copy_share:
             found.append(COPIED_CONTEXT)
+    if repeat_share is not None:
+        share = repeated_share(reply)
+        if share is not None and share >= repeat_share:
+            found.append(REPEATED_TEXT)
     return tuple(found)
 
 
@@ -427,7 +474,7 @@ def screen(reply: str, guards: Guards | None = None, context: Sequence[str] = ()
         if blocking is not None:
             why = "empty reply" if blocking == EMPTY_REPLY else "no letter or digit in the reply"
             return Screened(reply, (blocking,), RewardResult(reward=0.0, flags=(blocking,), note=f"{why}: {_NO_CALL}"))
-    flags = list(detect_flags(reply, context, guards.copy_share)) if guards.detect else []
+    flags = list(detect_flags(reply, context, guards.copy_share, guards.repeat_share)) if guards.detect else []
     if guards.max_chars is not None and len(reply) > guards.max_chars:
         if guards.over_length == "truncate":
             reply = truncate(reply, guards.max_chars)

@@ -304,6 +304,10 @@ class ForwardingBackend(Backend):
         self.supports_logprobs = inner.supports_logprobs
         self.supports_forced_replies = inner.supports_forced_replies
         self.supports_reply_logprobs = inner.supports_reply_logprobs
+        self.adapter: Any = getattr(inner, "adapter", None)
+        """The inner backend's trained adapter, if any: a wrapper answers with the same model, so
+        components built on it check the adapter's role and prompt version and cut the context as
+        it was trained."""
 
     @property
     def identity(self) -> str:

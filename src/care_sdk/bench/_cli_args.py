@@ -26,10 +26,10 @@ if TYPE_CHECKING:
 __all__ = [
     "ProgressBar",
     "add_backend_options",
-    "add_baselines_option",
+    "add_context_fit_options",
     "add_expected_weights_option",
     "add_run_options",
-    "baselines_of",
+    "context_fit_of",
     "csv_list",
     "expected_weights_of",
     "resolve_backends",
@@ -107,23 +107,33 @@ def expected_weights_of(args: argparse.Namespace) -> bool | None:
     return {"auto": None, "on": True, "off": False}[args.expected_weights]
 
 
-def add_baselines_option(cmd: argparse.ArgumentParser) -> None:
-    """Add ``--context-fit-baselines NAME``: what context fit compares a reply against.
+def add_context_fit_options(cmd: argparse.ArgumentParser) -> None:
+    """Add ``--context-fit SPEC`` and ``--context-fit-baselines NAME``: whether and how each reward
+    is scaled by the reply's fit to its context (see :func:`~care_sdk.context_fit.context_fit_for`).
 
-    The names are :data:`~care_sdk.context_fit.BASELINE_NAMES` (see
+    The baseline names are :data:`~care_sdk.context_fit.BASELINE_NAMES` (see
     :func:`~care_sdk.context_fit.named_baselines`), each read with its bundled gate; the default is
-    :data:`~care_sdk.context_fit.DEFAULT_BASELINES`. :func:`baselines_of` turns the value into
-    ``ContextFit(baselines=...)``.
+    :data:`~care_sdk.context_fit.DEFAULT_BASELINES`. :func:`context_fit_of` turns the values into
+    the reward's ``context_fit``.
 
     Examples:
         >>> from care_sdk.context_fit import DEFAULT_BASELINES
         >>> parser = argparse.ArgumentParser()
-        >>> add_baselines_option(parser)
-        >>> parser.parse_args([]).context_fit_baselines == DEFAULT_BASELINES
-        True
+        >>> add_context_fit_options(parser)
+        >>> args = parser.parse_args([])
+        >>> args.context_fit, args.context_fit_baselines == DEFAULT_BASELINES
+        ('auto', True)
     """
     from care_sdk.context_fit import BASELINE_NAMES, DEFAULT_BASELINES
 
+    cmd.add_argument(
+        "--context-fit",
+        default="auto",
+        metavar="SPEC",
+        help="scale each reward by how likely the reply was written for its context: auto (on for the "
+        "bundled default evaluator, read on the bundled base model; off for any other), off, or a backend "
+        "spec to read it on (llamacpp and hf specs work) (default: %(default)s)",
+    )
     cmd.add_argument(
         "--context-fit-baselines",
         choices=BASELINE_NAMES,
@@ -134,18 +144,22 @@ def add_baselines_option(cmd: argparse.ArgumentParser) -> None:
     )
 
 
-def baselines_of(args: argparse.Namespace) -> tuple[Any, ...]:
-    """``ContextFit(baselines=...)`` for the ``--context-fit-baselines`` option.
+def context_fit_of(args: argparse.Namespace) -> Any:
+    """The reward's ``context_fit`` for the options of :func:`add_context_fit_options` and the
+    evaluator's backend spec (``--evaluator-backend``, else ``--backend``).
 
     Examples:
-        >>> baselines_of(argparse.Namespace(context_fit_baselines="neutral"))
-        ('Hi.',)
-        >>> len(baselines_of(argparse.Namespace(context_fit_baselines="support")))
-        8
+        >>> context_fit_of(argparse.Namespace(context_fit="off", context_fit_baselines="neutral",
+        ...                                   backend="default", evaluator_backend=None)) is None
+        True
+        >>> context_fit_of(argparse.Namespace(context_fit="auto", context_fit_baselines="neutral",
+        ...                                   backend="default", evaluator_backend="openai:judge")) is None
+        True
     """
-    from care_sdk.context_fit import named_baselines
+    from care_sdk.context_fit import context_fit_for, named_baselines
 
-    return named_baselines(args.context_fit_baselines, where="--context-fit-baselines")
+    baselines = named_baselines(args.context_fit_baselines, where="--context-fit-baselines")
+    return context_fit_for(args.context_fit, args.evaluator_backend or args.backend, baselines=baselines)
 
 
 def add_run_options(cmd: argparse.ArgumentParser, *, out_dir: str, batch_size: int, batch_unit: str) -> None:

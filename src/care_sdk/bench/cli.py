@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from care_sdk.bench._cli_args import (
     ProgressBar,
     add_backend_options,
-    add_baselines_option,
+    add_context_fit_options,
     add_expected_weights_option,
     add_run_options,
-    baselines_of,
+    context_fit_of,
     csv_list,
     expected_weights_of,
     resolve_backends,
@@ -37,7 +37,6 @@ def _cmd_quality(args: argparse.Namespace) -> int:
     from care_sdk import RubricEvaluator, RubricGenerator
     from care_sdk.bench.quality import QualityRunner
     from care_sdk.bench.tasks import DataPaths, Settings, TaskData
-    from care_sdk.context_fit import context_fit_for
     from care_sdk.data import data_dir
 
     for name, values, valid in (("task", args.tasks, _TASK_NAMES), ("variant", args.variants, _VARIANT_NAMES)):
@@ -73,9 +72,7 @@ def _cmd_quality(args: argparse.Namespace) -> int:
         else (f"{args.generator_backend or args.backend}+{args.evaluator_backend or args.backend}")
     )
     out = Path(args.out) if args.out else Path("care-quality") / slug(spec)
-    context_fit = context_fit_for(
-        args.context_fit, args.evaluator_backend or args.backend, baselines=baselines_of(args)
-    )
+    context_fit = context_fit_of(args)
     runner = QualityRunner(
         generator,
         evaluator,
@@ -170,14 +167,7 @@ def add_bench_commands(subparsers: Any) -> None:
         default=_VARIANT_NAMES,
         help=f"comma-separated subset of {','.join(_VARIANT_NAMES)}",
     )
-    quality.add_argument(
-        "--context-fit",
-        default="auto",
-        metavar="SPEC",
-        help="scale every model variant's reward by the reply's fit to its context: auto (on for the bundled "
-        "default evaluator), off, or a backend spec to read it on (default: %(default)s)",
-    )
-    add_baselines_option(quality)
+    add_context_fit_options(quality)
     quality.add_argument(
         "--margin", type=float, default=1.0, help="pairwise: minimum judge-score gap of a pair (default: %(default)s)"
     )

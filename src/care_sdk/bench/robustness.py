@@ -7,6 +7,10 @@ same rubric:
 - ``off``: evaluator prompt ``v1`` (the reply pasted in as plain text), no guards;
 - ``on``: evaluator prompt ``v2`` (fenced, neutralised quotes) with the guards reporting flags.
 
+An evaluator adapter is trained on one prompt (the bundled one on ``v2``), so with one both runs
+use its prompt and ``off`` differs from ``on`` by the guards alone. The reward is the one a user
+gets: with ``context_fit`` (the bundled default's, for instance) both runs scale by it.
+
 The report reads three views from those two runs: **off**; **fence + pre-checks** (the ``on``
 rewards as the evaluator gave them, pre-checks settling empty and punctuation-only replies); and
 **all defences** (the same with :attr:`~care_sdk.guards.Guards.on_flag` applied, a pure function
@@ -43,6 +47,7 @@ from care_sdk.backends import Backend, ForwardingBackend, GenerationRequest, Gen
 from care_sdk.bench.attacks import ATTACKS_BY_NAME, FLAGGED_CATEGORIES
 from care_sdk.bench.metrics import Estimate, bootstrap, mean
 from care_sdk.bench.tasks import select
+from care_sdk.context_fit import ContextFit
 from care_sdk.data import load_esconv
 from care_sdk.errors import ConfigError
 from care_sdk.evaluator import RubricEvaluator
@@ -178,6 +183,7 @@ class RobustnessRunner:
         out_dir: where records and reports go; an existing run there is resumed.
         attacks: attack names (default: all).
         guards: the defences of the ``on`` run (its ``on_flag`` is applied in the report).
+        context_fit: the reward's context fit, in both runs (``None``: rubric scores alone).
         batch_size: items per batch.
         seed: sampling and bootstrap seed.
         resamples: bootstrap resamples.
@@ -202,6 +208,7 @@ class RobustnessRunner:
         out_dir: str | Path,
         attacks: Sequence[str] | None = None,
         guards: Guards | None = None,
+        context_fit: ContextFit | None = None,
         batch_size: int = 4,
         seed: int = 0,
         resamples: int = 1000,
@@ -213,13 +220,20 @@ class RobustnessRunner:
         self.guards = guards or Guards()
         self.meters = {"off": Meter(evaluator_backend), "on": Meter(evaluator_backend)}
         report_only = self.guards.model_copy(update={"on_flag": "report"})
+        adapter = getattr(evaluator_backend, "adapter", None)
+        self.prompt_versions = (
+            {"off": adapter.prompt_version, "on": adapter.prompt_version} if adapter else {"off": "v1", "on": "v2"}
+        )
+        """The evaluator prompt of each run (an adapter's own in both)."""
+        self.context_fit = context_fit
         self.rewards = {
-            "off": AdaptiveReward(
-                generator, RubricEvaluator(self.meters["off"], seed=seed, prompt_version="v1"), guards=None
-            ),
-            "on": AdaptiveReward(
-                generator, RubricEvaluator(self.meters["on"], seed=seed, prompt_version="v2"), guards=report_only
-            ),
+            config: AdaptiveReward(
+                generator,
+                RubricEvaluator(self.meters[config], seed=seed, prompt_version=self.prompt_versions[config]),
+                guards=report_only if config == "on" else None,
+                context_fit=context_fit,
+            )
+            for config in ("off", "on")
         }
         self.generator = generator
         self.out_dir = Path(out_dir)
@@ -233,7 +247,10 @@ class RobustnessRunner:
         return {
             "generator": self.generator.identity,
             "evaluator": f"{evaluator.backend.identity}|t={evaluator.temperature}|seed={evaluator.seed}",
-            "guards": self.guards.model_dump(exclude={"on_flag", "penalty"}),
+            # what changes the scores; the report recomputes flags (_flags) and applies the policy itself
+            "guards": self.guards.model_dump(exclude={"on_flag", "penalty", "detect", "copy_share", "repeat_share"}),
+            "prompt_versions": self.prompt_versions,
+            "context_fit": self.context_fit.identity if self.context_fit is not None else None,
         }
 
     def _check_out_dir(self) -> None:
@@ -401,7 +418,7 @@ class RobustnessRunner:
 
 
 def _slim(record: dict[str, Any]) -> dict[str, Any]:
-    keep = ("reward", "raw_reward", "error", "flags", "note", "dimension_scores")
+    keep = ("reward", "raw_reward", "error", "flags", "note", "dimension_scores", "context_fit")
     out = {k: record.get(k) for k in keep}
     rubric = record.get("rubric")
     out["weights"] = rubric["weights"] if rubric else None
@@ -445,6 +462,14 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     summary = report["summary"]
     lines += ["", f"{report['items']} held-out ESConv test contexts, each with its reference reply (honest)."]
+    identity = report.get("identity", {})
+    if "prompt_versions" in identity:
+        versions = identity["prompt_versions"]
+        fit = identity.get("context_fit")
+        lines.append(
+            f"Evaluator prompt: off {versions['off']}, defended {versions['on']}; "
+            + (f"context fit: {fit}." if fit else "no context fit.")
+        )
     if summary:
         lines.append(
             "Pooled over attacks: mean gain "

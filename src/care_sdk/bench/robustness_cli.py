@@ -10,7 +10,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from care_sdk.bench._cli_args import ProgressBar, add_backend_options, add_run_options, csv_list, resolve_backends, slug
+from care_sdk.bench._cli_args import (
+    ProgressBar,
+    add_backend_options,
+    add_context_fit_options,
+    add_run_options,
+    context_fit_of,
+    csv_list,
+    resolve_backends,
+    slug,
+)
 
 __all__ = ["add_robustness_command"]
 
@@ -43,6 +52,7 @@ def _cmd_robustness(args: argparse.Namespace) -> int:
         out_dir=out,
         attacks=args.attacks or None,
         guards=guards,
+        context_fit=context_fit_of(args),
         batch_size=args.batch_size,
         seed=args.seed,
         resamples=args.resamples,
@@ -67,8 +77,10 @@ def add_robustness_command(sub: Any) -> None:
         help="attacks on the reward (injections, forged turns, master keys) with defences off and on",
         description=(
             "Score held-out ESConv test contexts' reference replies and attacks built from them, with the "
-            "evaluator prompt v1 and no guards (off) and with prompt v2 and the guards (on). Prints a markdown "
-            "table; writes records.jsonl, robustness.json and robustness.md to --out (a re-run resumes)."
+            "evaluator prompt v1 and no guards (off) and with prompt v2 and the guards (on); an evaluator "
+            "adapter uses its own prompt in both. The reward is the one `care score` gives (context fit "
+            "included for the bundled default). Prints a markdown table; writes records.jsonl, "
+            "robustness.json and robustness.md to --out (a re-run resumes)."
         ),
     )
     add_backend_options(cmd)
@@ -87,6 +99,7 @@ def add_robustness_command(sub: Any) -> None:
     cmd.add_argument(
         "--max-chars", type=int, default=2000, help="longest reply the evaluator sees (default: %(default)s)"
     )
+    add_context_fit_options(cmd)
     cmd.add_argument("--esconv", help="ESConv file (default: esconv/test.jsonl under the data directory)")
     add_run_options(cmd, out_dir="care-robustness", batch_size=4, batch_unit="contexts per batch")
     cmd.set_defaults(func=_cmd_robustness)
