@@ -15,6 +15,11 @@ and rubric scores, by optimiser step) and compares the first and the last quarte
   (:func:`care_sdk.guards.copied_share`, first and second person made one; replies under 8 words
   count 0);
 - ``asks a question``: the share of replies with a question mark;
+- ``feeling words``: the count of the words an LLM judge of empathy pays for (``feel*``,
+  ``understand*``, ``sounds``, ``hard``, ``tough``; ``bench_surface_cues.py``), which the bundled
+  reward pays for too (the robustness guide's ``feeling_words`` attack);
+- ``repeated share``: the share of the reply's words in a word 4-gram it said before
+  (:func:`care_sdk.guards.repeated_share`; replies under 8 words count 0);
 - ``flagged``: the share of replies the reward's guards flagged.
 
 Each row gives the two quarters' means and their difference with 95 % bootstrap intervals over
@@ -36,8 +41,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench_surface_cues import CUES
+
 from care_sdk.bench.metrics import bootstrap, spearman
-from care_sdk.guards import copied_share
+from care_sdk.guards import copied_share, repeated_share
 from care_sdk.types import RewardResult
 
 
@@ -62,6 +69,8 @@ MEASURES: dict[str, Callable[[Reply], float | None]] = {
     "words": lambda r: float(len(r.text.split())),
     "copied share": lambda r: copied_share(r.text, r.context) or 0.0,
     "asks a question": lambda r: float("?" in r.text),
+    "feeling words": lambda r: CUES["feeling words"](r.text),
+    "repeated share": lambda r: repeated_share(r.text) or 0.0,
     "flagged": lambda r: float(r.flagged),
 }
 
