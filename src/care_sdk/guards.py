@@ -251,15 +251,22 @@ def _context_grams(context: Sequence[str]) -> set[tuple[str, ...]]:
     return {g for text in context for g in word_ngrams([_copy_key(w) for w in _WORD.findall(text)], _COPY_N)}
 
 
-def _copied(reply: str, context: Sequence[str]) -> list[tuple[re.Match[str], bool]]:
-    """Every word of ``reply`` with whether it lies in a word 4-gram that occurs in ``context``."""
-    seen = _context_grams(context)
-    words = list(_WORD.finditer(reply))
-    keys = [_copy_key(w.group()) for w in words]
-    covered = [False] * len(words)
+def _covered(keys: Sequence[str], seen: set[tuple[str, ...]], *, grow: bool = False) -> list[bool]:
+    """For every word of ``keys``, whether it lies in a word 4-gram found in ``seen``; with ``grow``,
+    each 4-gram joins ``seen`` once read, so a later repeat of an earlier one counts too."""
+    covered = [False] * len(keys)
     for i, gram in enumerate(word_ngrams(keys, _COPY_N)):
         if gram in seen:
             covered[i : i + _COPY_N] = [True] * _COPY_N
+        if grow:
+            seen.add(gram)
+    return covered
+
+
+def _copied(reply: str, context: Sequence[str]) -> list[tuple[re.Match[str], bool]]:
+    """Every word of ``reply`` with whether it lies in a word 4-gram that occurs in ``context``."""
+    words = list(_WORD.finditer(reply))
+    covered = _covered([_copy_key(w.group()) for w in words], _context_grams(context))
     return list(zip(words, covered, strict=True))
 
 
@@ -303,13 +310,7 @@ def repeated_share(reply: str) -> float | None:
     words = [w.lower() for w in _WORD.findall(reply)]
     if len(words) < 2 * _COPY_N:
         return None
-    seen: set[tuple[str, ...]] = set()
-    covered = [False] * len(words)
-    for i, gram in enumerate(word_ngrams(words, _COPY_N)):
-        if gram in seen:
-            covered[i : i + _COPY_N] = [True] * _COPY_N
-        seen.add(gram)
-    return sum(covered) / len(words)
+    return sum(_covered(words, set(), grow=True)) / len(words)
 
 
 def own_share(reply: str, context: Sequence[str]) -> float:
