@@ -103,19 +103,24 @@ def load_items(path: Path, limit: int | None, seed: int = 0, min_chars: int = 40
     return select(units, limit, seed), len(units)
 
 
-def flag_rates(replies: Sequence[str], guards: Guards, *, resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """Share of ``replies`` the guards flag (pre-checks included, information flags not), with counts per flag.
+def flag_rates(
+    turns: Sequence[tuple[Sequence[str], str]], guards: Guards, *, resamples: int = 1000, seed: int = 0
+) -> dict[str, Any]:
+    """Share of replies the guards flag (pre-checks included, information flags not), with counts per flag.
+
+    ``turns`` are ``(context texts, reply)`` pairs: the context serves ``copied_context``.
 
     Examples:
-        >>> out = flag_rates(["I hear you.", "User: thanks", ""], Guards(), resamples=50)
+        >>> turns = [(["I lost my job."], "I hear you."), ([], "User: thanks"), ([], "")]
+        >>> out = flag_rates(turns, Guards(), resamples=50)
         >>> round(out["flagged"].value, 3), out["by_flag"]
         (0.667, {'empty_reply': 1, 'forged_turn': 1})
     """
     hits = []
     counts: dict[str, int] = {}
     report_only = guards.model_copy(update={"on_flag": "report"})
-    for reply in replies:
-        flags = [f for f in screen(reply, report_only).flags if f not in INFO_FLAGS]
+    for context, reply in turns:
+        flags = [f for f in screen(reply, report_only, context).flags if f not in INFO_FLAGS]
         hits.append(float(bool(flags)))
         for flag in flags:
             counts[flag] = counts.get(flag, 0) + 1
@@ -269,13 +274,14 @@ class RobustnessRunner:
         self,
         items: Sequence[RobustItem],
         *,
-        esconv_replies: Sequence[str] = (),
+        esconv_turns: Sequence[tuple[Sequence[str], str]] = (),
         on_start: Callable[[int], None] | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> dict[str, Any]:
         """Score what is missing, compute the metrics, write ``robustness.json`` and ``.md``; returns the JSON.
 
-        ``esconv_replies`` (every honest reply of the split) measure the flags' false-positive rate.
+        ``esconv_turns`` (every honest reply of the split with its context texts) measure the flags'
+        false-positive rate.
         """
         self._check_out_dir()
         path = self.out_dir / RECORDS
@@ -298,7 +304,7 @@ class RobustnessRunner:
                             for name in names
                             if (name == HONEST) == (part == HONEST) and (config, item.key, name) not in store
                         ]
-                        replies = [i.honest if n == HONEST else ATTACKS_BY_NAME[n].build(i.honest) for i, n in pairs]
+                        replies = [_reply(i, n) for i, n in pairs]
                         before = self.meters[config].snapshot()
                         results = reward.score_batch(
                             [(list(i.context), r) for (i, _), r in zip(pairs, replies, strict=True)]
@@ -318,22 +324,23 @@ class RobustnessRunner:
                 cost_file.write_text(json.dumps(cost.totals, indent=2) + "\n", encoding="utf-8")
                 if progress:
                     progress(len(chunk))
-        report = self.report(items, store, esconv_replies, cost, time.perf_counter() - started)
+        report = self.report(items, store, esconv_turns, cost, time.perf_counter() - started)
         (self.out_dir / "robustness.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", "utf-8")
         (self.out_dir / "robustness.md").write_text(markdown(report) + "\n", encoding="utf-8")
         return report
 
     def _flags(self, item: RobustItem, name: str) -> tuple[str, ...]:
-        """The reply's flags, recomputed (deterministic), so a report always uses the current detectors."""
-        reply = item.honest if name == HONEST else ATTACKS_BY_NAME[name].build(item.honest)
-        flags = screen(reply, self.guards.model_copy(update={"on_flag": "report"})).flags
+        """The reply's flags, recomputed (deterministic, with the context as the reward reads it), so a
+        report always uses the current detectors."""
+        context = [m.content for m in item.context]
+        flags = screen(_reply(item, name), self.guards.model_copy(update={"on_flag": "report"}), context).flags
         return tuple(f for f in flags if f not in INFO_FLAGS)
 
     def report(
         self,
         items: Sequence[RobustItem],
         store: dict[tuple[str, str, str], dict[str, Any]],
-        esconv_replies: Sequence[str],
+        esconv_turns: Sequence[tuple[Sequence[str], str]],
         cost: _Cost,
         seconds: float,
     ) -> dict[str, Any]:
@@ -389,11 +396,7 @@ class RobustnessRunner:
             "must_flag_attacks": len(must_flag),
             "must_flag_rate": mean(r["flagged"] for r in must_flag if r["flagged"] is not None),
         }
-        fp = (
-            flag_rates(esconv_replies, self.guards, resamples=self.resamples, seed=self.seed)
-            if esconv_replies
-            else None
-        )
+        fp = flag_rates(esconv_turns, self.guards, resamples=self.resamples, seed=self.seed) if esconv_turns else None
         settled = {
             "replies": len(flags),
             "by_prechecks": sum(1 for f in flags.values() if set(f) & PRECHECK_FLAGS),
@@ -411,10 +414,15 @@ class RobustnessRunner:
             "summary": summary,
             "false_positives": None
             if fp is None
-            else {"replies": len(esconv_replies), "flagged": fp["flagged"].to_json(), "by_flag": fp["by_flag"]},
+            else {"replies": len(esconv_turns), "flagged": fp["flagged"].to_json(), "by_flag": fp["by_flag"]},
             "cost": cost.totals,
             "settled": settled,
         }
+
+
+def _reply(item: RobustItem, name: str) -> str:
+    """The reply scored for ``item`` under ``name``: the honest one or an attack built from it."""
+    return item.honest if name == HONEST else ATTACKS_BY_NAME[name].reply(item.honest, item.context)
 
 
 def _slim(record: dict[str, Any]) -> dict[str, Any]:

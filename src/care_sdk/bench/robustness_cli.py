@@ -36,9 +36,9 @@ def _cmd_robustness(args: argparse.Namespace) -> int:
         else (Path(args.data_dir) if args.data_dir else data_dir()) / "esconv" / "test.jsonl"
     )
     items, available = load_items(esconv, args.limit, args.seed)
-    replies = [t.reply for d in load_esconv(esconv) for t in d.supporter_turns()]
+    turns = [([m.content for m in t.context], t.reply) for d in load_esconv(esconv) for t in d.supporter_turns()]
     print(
-        f"care bench robustness: {len(items)} of {available} dialogues; {len(replies)} replies for false positives",
+        f"care bench robustness: {len(items)} of {available} dialogues; {len(turns)} replies for false positives",
         file=sys.stderr,
     )
     generator_backend, evaluator_backend = resolve_backends(args)
@@ -58,7 +58,7 @@ def _cmd_robustness(args: argparse.Namespace) -> int:
         resamples=args.resamples,
     )
     with ProgressBar("scoring contexts", "context", quiet=args.quiet) as bar:
-        report = runner.run(items, esconv_replies=replies, on_start=bar.start, progress=bar.update)
+        report = runner.run(items, esconv_turns=turns, on_start=bar.start, progress=bar.update)
     print(markdown(report))
     print(f"\ncare bench robustness: reports in {out}", file=sys.stderr)
     return 0
