@@ -1,0 +1,214 @@
+"""Can the bundled model's own reading of the context tell the next reply's top dimension better than the position?
+
+``bench_context_signal.py`` found that lookup tables and a naive Bayes reading of the visible words
+reach no further than the turn-position prior. A word count is a weak reader; this asks the same
+question of a strong one: a linear probe on SmolLM2-135M-Instruct's hidden states of exactly what
+the bundled generator reads (the user message of its prompt: the position line and the last four
+messages), trained on every ESConv **train** turn, its regularisation chosen on **valid**, and
+measured once on **test**. If such a probe cannot beat the prior, a generator built on the same
+model reading the same text is unlikely to, whatever it is trained with.
+
+Features, each standardised on train:
+
+- ``position``: the supporter-turn number one-hot (capped as the prior caps it); the probe on this
+  alone should land on the prior, a check of the probe;
+- ``final mean``, ``final last``, ``middle mean``: the final layer's hidden states averaged over
+  the tokens, the final layer at the last token, layer 15 of 30 averaged; each with the position.
+
+Probe: multinomial logistic regression (soft labels: a turn with tied top dimensions counts
+equally for each), L2 penalty chosen on valid from a grid, full-batch L-BFGS. Metric: top-dimension
+match (:func:`care_sdk.rubric_checks.top_match`), the same as ``bench_generator.py``, with 95 %
+bootstrap intervals over dialogues; the paired difference with the prior on the same turns.
+
+The hidden states are computed once (transformers, float32, the bundled GGUF dequantised) and kept
+in ``--out`` (``states-<split>.pt``); a re-run reads them. About 26 minutes on two threads for the
+12,353 turns; the probes take seconds.
+
+Usage:
+    python benchmarks/bench_context_probe.py [--out runs/context_probe] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from bench_context_signal import _annotated, _match, _table, _turns
+
+from care_sdk.bench.metrics import bootstrap
+from care_sdk.data import data_dir, default_strategy_map, load_esconv
+from care_sdk.prompts import generator_messages
+from care_sdk.rubric_checks import top_match
+from care_sdk.training.rubric_targets import POSITION_CAP
+from care_sdk.types import DIMENSIONS
+
+SPLITS = ("train", "valid", "test")
+VISIBLE = 4
+"""Messages the bundled generator's adapter reads (its ``max_context_messages``)."""
+MIDDLE = 15
+"""The middle layer probed (of 30)."""
+PENALTIES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+"""L2 penalties tried on valid."""
+FEATURES = ("position", "final mean", "final last", "middle mean")
+
+
+def _texts(dialogues: list[Any]) -> list[str]:
+    """What the generator reads for every labelled supporter turn, in ``_turns``' order."""
+    mapping = default_strategy_map()
+    return [
+        generator_messages(turn.context, max_context_messages=VISIBLE)[1].content
+        for dialogue in dialogues
+        for turn in dialogue.supporter_turns(mapping)
+        if turn.top_dimensions
+    ]
+
+
+def _states(texts: list[str], path: Path, batch: int = 16) -> dict[str, torch.Tensor]:
+    """Pooled hidden states of ``texts`` (cached in ``path``)."""
+    if path.exists():
+        return torch.load(path)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from care_sdk.backends._hf_load import cache_gguf
+    from care_sdk.backends.llamacpp import default_model_path
+
+    folder = cache_gguf(default_model_path())
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.padding_side = "right"
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out = {k: torch.zeros(len(texts), model.config.hidden_size) for k in ("final mean", "final last", "middle mean")}
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for start in range(0, len(order), batch):
+            chunk = order[start : start + batch]
+            enc = tokenizer([texts[i] for i in chunk], return_tensors="pt", padding=True)
+            hidden = model.model(**enc, output_hidden_states=True).hidden_states
+            mask = enc["attention_mask"].unsqueeze(-1).float()
+            last = enc["attention_mask"].sum(1) - 1
+            rows = torch.tensor(chunk)
+            out["final mean"][rows] = (hidden[-1] * mask).sum(1) / mask.sum(1)
+            out["middle mean"][rows] = (hidden[MIDDLE] * mask).sum(1) / mask.sum(1)
+            out["final last"][rows] = hidden[-1][torch.arange(len(chunk)), last]
+            if start // batch % 50 == 0:
+                print(
+                    f"  {path.name}: {start + len(chunk)}/{len(texts)}, {time.perf_counter() - started:.0f} s",
+                    flush=True,
+                )
+    torch.save(out, path)
+    return out
+
+
+def _soft_labels(turns: list[dict[str, Any]]) -> torch.Tensor:
+    labels = torch.zeros(len(turns), len(DIMENSIONS))
+    for row, t in enumerate(turns):
+        for d in t["tops"]:
+            labels[row, DIMENSIONS.index(d)] = 1 / len(t["tops"])
+    return labels
+
+
+def _position(turns: list[dict[str, Any]]) -> torch.Tensor:
+    onehot = torch.zeros(len(turns), POSITION_CAP + 1)
+    for row, t in enumerate(turns):
+        onehot[row, t["position"]] = 1.0
+    return onehot
+
+
+def _fit(x: torch.Tensor, y: torch.Tensor, penalty: float) -> torch.Tensor:
+    """Multinomial logistic regression with soft labels and an L2 penalty; returns the weights (bias last)."""
+    x1 = torch.cat([x, torch.ones(len(x), 1)], 1)
+    w = torch.zeros(x1.shape[1], y.shape[1], requires_grad=True)
+    optimiser = torch.optim.LBFGS([w], lr=1.0, max_iter=500, history_size=20, line_search_fn="strong_wolfe")
+
+    def loss() -> torch.Tensor:
+        optimiser.zero_grad()
+        value = -(y * torch.log_softmax(x1 @ w, 1)).sum(1).mean() + penalty * (w[:-1] ** 2).sum()
+        value.backward()
+        return value
+
+    optimiser.step(loss)
+    return w.detach()
+
+
+def _predict(w: torch.Tensor, x: torch.Tensor) -> list[int]:
+    return (torch.cat([x, torch.ones(len(x), 1)], 1) @ w).argmax(1).tolist()
+
+
+def _accuracy(turns: list[dict[str, Any]], picks: list[int], resamples: int) -> Any:
+    lookup = {id(t): DIMENSIONS[p] for t, p in zip(turns, picks, strict=True)}
+    return _match(turns, lambda t: lookup[id(t)], resamples)[0]
+
+
+def _paired(turns: list[dict[str, Any]], a: list[int], b: list[int], resamples: int) -> Any:
+    """Match of ``a`` minus match of ``b`` on the same turns, with an interval over dialogues."""
+    by_dialogue: dict[str, list[float]] = defaultdict(list)
+    for t, pa, pb in zip(turns, a, b, strict=True):
+        ma = top_match({d: float(d == DIMENSIONS[pa]) for d in DIMENSIONS}, t["counts"])
+        mb = top_match({d: float(d == DIMENSIONS[pb]) for d in DIMENSIONS}, t["counts"])
+        if ma is not None and mb is not None:
+            by_dialogue[t["dialogue"]].append(ma - mb)
+    units = list(by_dialogue.values())
+    return bootstrap(units, lambda s: sum(map(sum, s)) / sum(map(len, s)), resamples=resamples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/context_probe")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--resamples", type=int, default=1000)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    mapping = default_strategy_map()
+    dialogues = {s: load_esconv(data_dir() / "esconv" / f"{s}.jsonl", strategy_map=mapping).records for s in SPLITS}
+    turns = {s: _turns(dialogues[s], _annotated) for s in SPLITS}
+    states = {}
+    for s in SPLITS:
+        texts = _texts(dialogues[s])
+        assert len(texts) == len(turns[s]), (s, len(texts), len(turns[s]))
+        states[s] = _states(texts, out / f"states-{s}.pt")
+    labels = _soft_labels(turns["train"])
+    prior_table = _table(turns["train"], lambda t: t["position"])
+    prior = {s: [DIMENSIONS.index(prior_table(t)) for t in turns[s]] for s in ("valid", "test")}
+    lines = [
+        "| reader | L2 penalty (chosen on valid) | ESConv valid | ESConv test | test minus the prior, paired |",
+        "|---|---|---|---|---|",
+    ]
+    cells = [_accuracy(turns[s], prior[s], args.resamples).format() for s in ("valid", "test")]
+    lines.append(f"| turn-position prior (table) | - | {cells[0]} | {cells[1]} | - |")
+    results: dict[str, Any] = {}
+    for name in FEATURES:
+        x = {s: _position(turns[s]) for s in SPLITS}
+        if name != "position":
+            mu, sd = states["train"][name].mean(0), states["train"][name].std(0) + 1e-6
+            x = {s: torch.cat([(states[s][name] - mu) / sd, x[s]], 1) for s in SPLITS}
+        choice = {}
+        for penalty in PENALTIES:
+            w = _fit(x["train"], labels, penalty)
+            choice[penalty] = _accuracy(turns["valid"], _predict(w, x["valid"]), 0).value or 0.0
+        penalty = max(PENALTIES, key=lambda p: (choice[p], p))
+        w = _fit(x["train"], labels, penalty)
+        picks = {s: _predict(w, x[s]) for s in ("train", "valid", "test")}
+        cells = [_accuracy(turns[s], picks[s], args.resamples).format() for s in ("valid", "test")]
+        diff = _paired(turns["test"], picks["test"], prior["test"], args.resamples)
+        title = name if name == "position" else f"{name} + position"
+        lines.append(f"| probe: {title} | {penalty:g} | {cells[0]} | {cells[1]} | {diff.format()} |")
+        results[name] = {
+            "penalty": penalty,
+            "valid_by_penalty": choice,
+            "train": _accuracy(turns["train"], picks["train"], 0).value,
+        }
+        print(lines[-1], "| train", round(results[name]["train"] or 0.0, 3), flush=True)
+    (out / "probe.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (out / "probe.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
