@@ -1,0 +1,146 @@
+"""The bundled generator's recipe with target weights that lean on a reader of the context instead of the position.
+
+The bundled generator's target weights are half the reference reply's strategy counts and half the
+turn-position prior (``position_prior_weight: 0.5``): beyond one noisy reply, the position is all
+the targets teach, and the trained generator lands on the prior. ``bench_context_probe.py`` found a
+linear probe on the model's own layer-15 states of what the generator reads that beats the prior
+on ESConv test (+0.021 [0.003, 0.042]). This experiment keeps the recipe and swaps the prior for
+that probe: each train turn's target weights become half its count weights and half the probe's
+prediction for it, **cross-fitted** (five folds by dialogue: a turn's prediction comes from a probe
+that never saw its dialogue), so the weights vary with the context in a way a reader of this model
+can follow. Valid turns get the probe trained on all of train. Test is never read.
+
+Steps (each resumable):
+
+1. ``care train build-data --config training/configs/generator_data.yaml`` (the shipped data);
+2. ``python benchmarks/bench_context_probe.py`` (the hidden states, in ``runs/context_probe``);
+3. ``python benchmarks/bench_generator_probe_targets.py`` rewrites the target weights into
+   ``runs/generator_probe_targets/data`` (criteria unchanged; a target whose new weights come
+   out near-uniform is dropped, as build-data drops them; a turn the shipped build dropped stays
+   out);
+4. ``care train sft --config training/configs/generator_sft_probe_targets.yaml`` (the shipped SFT
+   config with this data) and ``care train export-adapter`` with the same config;
+5. ``python benchmarks/bench_generator.py`` with ``--adapter`` on the same seeded test turns as the
+   shipped generator and the prior.
+
+Usage:
+    python benchmarks/bench_generator_probe_targets.py [--data runs/generator_data] \
+        [--states runs/context_probe] [--out runs/generator_probe_targets/data]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import torch
+from bench_context_probe import SPLITS, _fit, _position, _soft_labels
+from bench_context_signal import _annotated, _turns
+
+from care_sdk.data import data_dir, default_strategy_map, load_esconv
+from care_sdk.prompts import generator_position, parse_rubric, rubric_reply_json
+from care_sdk.rubric_checks import check_rubric
+from care_sdk.training.targets import count_weights
+from care_sdk.types import DIMENSIONS, Dimension, Rubric
+
+FEATURE = "middle mean"
+"""The reader ``bench_context_probe.py`` chose on valid (layer 15, mean over tokens, + position)."""
+PENALTY = 0.1
+"""Its L2 penalty, chosen on valid."""
+PROBE_WEIGHT = 0.5
+"""The probe's share of the target weights (the shipped recipe's ``position_prior_weight``)."""
+FOLDS = 5
+VISIBLE = 4
+
+
+def _keys(dialogues: list) -> list[tuple[str, int]]:
+    """(dialogue id, turn index) of every labelled supporter turn, in the order the states are stored."""
+    mapping = default_strategy_map()
+    return [
+        (dialogue.id, turn.index)
+        for dialogue in dialogues
+        for turn in dialogue.supporter_turns(mapping)
+        if turn.top_dimensions
+    ]
+
+
+def _features(states: dict[str, torch.Tensor], turns: list, mu: torch.Tensor, sd: torch.Tensor) -> torch.Tensor:
+    return torch.cat([(states[FEATURE] - mu) / sd, _position(turns)], 1)
+
+
+def predictions(states_dir: Path) -> dict[tuple[str, int], dict[Dimension, float]]:
+    """The probe's distribution over top dimensions for every train turn (cross-fitted) and valid turn."""
+    mapping = default_strategy_map()
+    root = data_dir() / "esconv"
+    dialogues = {s: load_esconv(root / f"{s}.jsonl", strategy_map=mapping).records for s in ("train", "valid")}
+    turns = {s: _turns(dialogues[s], _annotated) for s in dialogues}
+    keys = {s: _keys(dialogues[s]) for s in dialogues}
+    states = {s: torch.load(states_dir / f"states-{s}.pt") for s in dialogues}
+    out: dict[tuple[str, int], dict[Dimension, float]] = {}
+
+    def fit_predict(train_rows: list[int], split: str, rows: list[int]) -> None:
+        train = [turns["train"][i] for i in train_rows]
+        sub = {k: v[train_rows] for k, v in states["train"].items()}
+        mu, sd = sub[FEATURE].mean(0), sub[FEATURE].std(0) + 1e-6
+        w = _fit(_features(sub, train, mu, sd), _soft_labels(train), PENALTY)
+        target = [turns[split][i] for i in rows]
+        x = _features({k: v[rows] for k, v in states[split].items()}, target, mu, sd)
+        probs = torch.softmax(torch.cat([x, torch.ones(len(x), 1)], 1) @ w, 1)
+        for i, p in zip(rows, probs.tolist(), strict=True):
+            out[keys[split][i]] = dict(zip(DIMENSIONS, p, strict=True))
+
+    ids = sorted({d for d, _ in keys["train"]})
+    random.Random(0).shuffle(ids)
+    fold = {d: i % FOLDS for i, d in enumerate(ids)}
+    everything = list(range(len(keys["train"])))
+    for k in range(FOLDS):
+        held = [i for i in everything if fold[keys["train"][i][0]] == k]
+        fit_predict([i for i in everything if fold[keys["train"][i][0]] != k], "train", held)
+    fit_predict(everything, "valid", list(range(len(keys["valid"]))))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default="runs/generator_data", help="the shipped build-data output")
+    parser.add_argument("--states", default="runs/context_probe", help="bench_context_probe.py's output")
+    parser.add_argument("--out", default="runs/generator_probe_targets/data")
+    args = parser.parse_args()
+    assert set(SPLITS) >= {"train", "valid"}
+    probe = predictions(Path(args.states))
+    source, out = Path(args.data), Path(args.out)
+    (out / "sft").mkdir(parents=True, exist_ok=True)
+    tally: Counter[str] = Counter()
+    for split in ("train", "valid"):
+        kept = []
+        for line in (source / "sft" / f"{split}.jsonl").read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            lean = probe[(record["dialogue_id"], record["turn_index"])]
+            counts = count_weights({Dimension(d): n for d, n in record["counts"].items()})
+            old = parse_rubric(record["target"])
+            weights = {d: (1 - PROBE_WEIGHT) * counts[d] + PROBE_WEIGHT * lean[d] for d in DIMENSIONS}
+            rubric = Rubric(weights=weights, criteria=old.criteria)
+            visible = generator_position(record["context"], VISIBLE)[0]
+            problems = [p for p in check_rubric(rubric, visible).problems() if "names anything" not in p]
+            if problems:
+                tally[f"{split}: dropped ({'; '.join(problems)})"] += 1
+                continue
+            new_target = rubric_reply_json(rubric)
+            top_old = max(DIMENSIONS, key=lambda d: old.weights[d])
+            tally[f"{split}: top dimension changed"] += top_old != max(DIMENSIONS, key=lambda d: rubric.weights[d])
+            kept.append({**record, "target": new_target, "source": "esconv-templates+probe"})
+        (out / "sft" / f"{split}.jsonl").write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), encoding="utf-8"
+        )
+        tally[f"{split}: kept"] = len(kept)
+    shutil.copyfile(source / "roles.json", out / "roles.json")
+    (out / "report.json").write_text(json.dumps(dict(tally), indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(dict(tally), indent=2))
+
+
+if __name__ == "__main__":
+    main()
