@@ -42,7 +42,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from bench_context_probe import SPLITS, _fit, _position, _soft_labels
+from bench_context_probe import _fit, _position, _soft_labels
 from bench_context_signal import _annotated, _turns
 
 from care_sdk.data import data_dir, default_strategy_map, load_esconv
@@ -114,7 +114,6 @@ def main() -> None:
     parser.add_argument("--states", default="runs/context_probe", help="bench_context_probe.py's output")
     parser.add_argument("--out", default="runs/generator_probe_targets/data")
     args = parser.parse_args()
-    assert set(SPLITS) >= {"train", "valid"}
     probe = predictions(Path(args.states))
     source, out = Path(args.data), Path(args.out)
     (out / "sft").mkdir(parents=True, exist_ok=True)
