@@ -113,7 +113,8 @@ class VisibleReader:
 
 
 def _turns(dialogues: list[Any], previous_of: Callable[[Any], str]) -> list[dict[str, Any]]:
-    """Every supporter turn with a mapped strategy: its keys' parts, counts, top dimensions and dialogue."""
+    """Every supporter turn with a mapped strategy: its keys' parts, counts, top dimensions, dialogue,
+    ``(dialogue id, turn index)`` and context."""
     mapping = default_strategy_map()
     out = []
     for dialogue in dialogues:
@@ -123,6 +124,8 @@ def _turns(dialogues: list[Any], previous_of: Callable[[Any], str]) -> list[dict
                 out.append(
                     {
                         "dialogue": dialogue.id,
+                        "key": (dialogue.id, turn.index),
+                        "context": turn.context,
                         "position": min(turn_number(turn), POSITION_CAP),
                         "asks": "?" in turn.context[-1].content,
                         "visible": _visible_words(turn.context),
@@ -159,10 +162,19 @@ def _match(
 ) -> tuple[Estimate, int]:
     """Top-dimension match of ``predict`` over ``turns``, with a bootstrap interval over dialogues
     (none with ``resamples`` 0), and how many turns it counts."""
+    return over_dialogues(turns, [pick_match(t, predict(t)) for t in turns], resamples)
+
+
+def pick_match(turn: dict[str, Any], pick: Dimension) -> float | None:
+    """Top-dimension match of all weight on ``pick`` for ``turn``."""
+    return top_match({d: float(d == pick) for d in DIMENSIONS}, turn["counts"])
+
+
+def over_dialogues(turns: list[dict[str, Any]], values: list[float | None], resamples: int) -> tuple[Estimate, int]:
+    """The mean of ``values`` (one per turn, ``None`` not counted) with a bootstrap interval over
+    dialogues (none with ``resamples`` 0), and how many values it counts."""
     by_dialogue: dict[str, list[float]] = defaultdict(list)
-    for t in turns:
-        pick = predict(t)
-        value = top_match({d: float(d == pick) for d in DIMENSIONS}, t["counts"])
+    for t, value in zip(turns, values, strict=True):
         if value is not None:
             by_dialogue[t["dialogue"]].append(value)
     units = list(by_dialogue.values())

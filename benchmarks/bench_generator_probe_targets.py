@@ -42,8 +42,8 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from bench_context_probe import _fit, _position, _soft_labels
-from bench_context_signal import _annotated, _turns
+from bench_context_probe import _fit, _soft_labels, features, probabilities, scale_of
+from bench_context_signal import VISIBLE, _annotated, _turns
 
 from care_sdk.data import data_dir, default_strategy_map, load_esconv
 from care_sdk.prompts import generator_position, parse_rubric, rubric_reply_json
@@ -58,22 +58,6 @@ PENALTY = 0.1
 PROBE_WEIGHT = 0.5
 """The probe's share of the target weights (the shipped recipe's ``position_prior_weight``)."""
 FOLDS = 5
-VISIBLE = 4
-
-
-def _keys(dialogues: list) -> list[tuple[str, int]]:
-    """(dialogue id, turn index) of every labelled supporter turn, in the order the states are stored."""
-    mapping = default_strategy_map()
-    return [
-        (dialogue.id, turn.index)
-        for dialogue in dialogues
-        for turn in dialogue.supporter_turns(mapping)
-        if turn.top_dimensions
-    ]
-
-
-def _features(states: dict[str, torch.Tensor], turns: list, mu: torch.Tensor, sd: torch.Tensor) -> torch.Tensor:
-    return torch.cat([(states[FEATURE] - mu) / sd, _position(turns)], 1)
 
 
 def predictions(states_dir: Path) -> dict[tuple[str, int], dict[Dimension, float]]:
@@ -82,19 +66,18 @@ def predictions(states_dir: Path) -> dict[tuple[str, int], dict[Dimension, float
     root = data_dir() / "esconv"
     dialogues = {s: load_esconv(root / f"{s}.jsonl", strategy_map=mapping).records for s in ("train", "valid")}
     turns = {s: _turns(dialogues[s], _annotated) for s in dialogues}
-    keys = {s: _keys(dialogues[s]) for s in dialogues}
+    keys = {s: [t["key"] for t in turns[s]] for s in dialogues}
     states = {s: torch.load(states_dir / f"states-{s}.pt") for s in dialogues}
     out: dict[tuple[str, int], dict[Dimension, float]] = {}
 
     def fit_predict(train_rows: list[int], split: str, rows: list[int]) -> None:
         train = [turns["train"][i] for i in train_rows]
         sub = {k: v[train_rows] for k, v in states["train"].items()}
-        mu, sd = sub[FEATURE].mean(0), sub[FEATURE].std(0) + 1e-6
-        w = _fit(_features(sub, train, mu, sd), _soft_labels(train), PENALTY)
+        scale = scale_of(sub, FEATURE)
+        w = _fit(features(sub, train, FEATURE, scale), _soft_labels(train), PENALTY)
         target = [turns[split][i] for i in rows]
-        x = _features({k: v[rows] for k, v in states[split].items()}, target, mu, sd)
-        probs = torch.softmax(torch.cat([x, torch.ones(len(x), 1)], 1) @ w, 1)
-        for i, p in zip(rows, probs.tolist(), strict=True):
+        x = features({k: v[rows] for k, v in states[split].items()}, target, FEATURE, scale)
+        for i, p in zip(rows, probabilities(w, x).tolist(), strict=True):
             out[keys[split][i]] = dict(zip(DIMENSIONS, p, strict=True))
 
     ids = sorted({d for d, _ in keys["train"]})
