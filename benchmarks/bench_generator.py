@@ -77,6 +77,33 @@ def fit_priors(train: list[SupportTurn]) -> tuple[Dimension, dict[int, Dimension
     return majority, {n: max(DIMENSIONS, key=lambda d: shares[d]) for n, shares in prior.items()}
 
 
+def esconv_items(
+    root: Path, split: str, turns: int | None, seed: int
+) -> tuple[list[SupportTurn], list[dict[str, Any]]]:
+    """ESConv train's labelled supporter turns (for the priors), and the benchmark items of ``split``:
+    its labelled supporter turns, shuffled with ``seed`` and cut to ``turns`` (all of them for ``None``)."""
+
+    def labelled(name: str) -> list[SupportTurn]:
+        every = [t for d in load_esconv(root / "esconv" / f"{name}.jsonl").records for t in d.supporter_turns()]
+        return [t for t in every if t.labelled and any(t.counts.values())]
+
+    pool = labelled(split)
+    if turns is not None:
+        random.Random(seed).shuffle(pool)
+        pool = pool[:turns]
+    items = [
+        {
+            "key": f"{t.dialogue_id}:{t.index}",
+            "dialogue": t.dialogue_id,
+            "turn": turn_number(t),
+            "context": t.context_messages(),
+            "counts": t.counts,
+        }
+        for t in pool
+    ]
+    return labelled("train"), items
+
+
 def _one_hot(d: Dimension) -> dict[Dimension, float]:
     return {x: 1.0 if x == d else 0.0 for x in DIMENSIONS}
 
@@ -373,21 +400,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     root = Path(args.data_dir) if args.data_dir else data_dir()
-    train = [t for d in load_esconv(root / "esconv" / "train.jsonl").records for t in d.supporter_turns()]
-    pool = [t for d in load_esconv(root / "esconv" / f"{args.split}.jsonl").records for t in d.supporter_turns()]
-    pool = [t for t in pool if t.labelled and any(t.counts.values())]
-    random.Random(args.seed).shuffle(pool)
-    chosen = pool[: args.turns]
-    items = [
-        {
-            "key": f"{t.dialogue_id}:{t.index}",
-            "dialogue": t.dialogue_id,
-            "turn": turn_number(t),
-            "context": t.context_messages(),
-            "counts": t.counts,
-        }
-        for t in chosen
-    ]
+    train, items = esconv_items(root, args.split, args.turns, args.seed)
     examples = []
     lines = read_dialogues(args.examples) if Path(args.examples).exists() else iter(())
     for dialogue in (line.dialogue for line in lines if line.dialogue is not None):
@@ -396,7 +409,7 @@ def main() -> None:
                 examples.append(
                     {"key": f"{dialogue.id}:{i}", "context": [m.model_dump() for m in dialogue.messages[:i]]}
                 )
-    majority, by_turn = fit_priors([t for t in train if t.labelled and any(t.counts.values())])
+    majority, by_turn = fit_priors(train)
     n_dialogues = len({i["dialogue"] for i in items})
     print(f"{len(items)} ESConv {args.split} turns from {n_dialogues} dialogues; majority {majority.value}")
 

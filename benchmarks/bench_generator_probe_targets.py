@@ -27,9 +27,14 @@ Steps (each resumable):
 Measured: 65 minutes of SFT on two threads (loss 2.54 -> 0.13); on 800 seeded test turns it matches
 0.520, the prior 0.519 (paired +0.001 [-0.015, 0.017]), the shipped generator 0.516. Not shipped.
 
+``--targets ranked`` (with ``--out runs/generator_probe_ranked/data`` and
+``training/configs/generator_sft_probe_ranked.yaml``) drops the count weights too: each target's
+weights are the probe's order of the three dimensions alone, 0.6 / 0.3 / 0.1, so the target's top
+dimension is the probe's everywhere (never near-uniform, so no turn is dropped for it).
+
 Usage:
     python benchmarks/bench_generator_probe_targets.py [--data runs/generator_data] \
-        [--states runs/context_probe] [--out runs/generator_probe_targets/data]
+        [--states runs/context_probe] [--out runs/generator_probe_targets/data] [--targets mix|ranked]
 """
 
 from __future__ import annotations
@@ -56,18 +61,24 @@ FEATURE = "middle mean"
 PENALTY = 0.1
 """Its L2 penalty, chosen on valid."""
 PROBE_WEIGHT = 0.5
-"""The probe's share of the target weights (the shipped recipe's ``position_prior_weight``)."""
+"""The probe's share of the target weights in ``--targets mix`` (the shipped recipe's ``position_prior_weight``)."""
+RANKED = (0.6, 0.3, 0.1)
+"""``--targets ranked``: the weights of the probe's first, second and third dimension."""
 FOLDS = 5
 
 
-def predictions(states_dir: Path) -> dict[tuple[str, int], dict[Dimension, float]]:
-    """The probe's distribution over top dimensions for every train turn (cross-fitted) and valid turn."""
+def predictions(
+    states_dir: Path, splits: tuple[str, ...] = ("train", "valid")
+) -> dict[tuple[str, int], dict[Dimension, float]]:
+    """The probe's distribution over top dimensions for every turn of ``splits``: cross-fitted on train,
+    from the probe trained on all of train for any other split (whose states must be in ``states_dir``)."""
     mapping = default_strategy_map()
     root = data_dir() / "esconv"
-    dialogues = {s: load_esconv(root / f"{s}.jsonl", strategy_map=mapping).records for s in ("train", "valid")}
-    turns = {s: _turns(dialogues[s], _annotated) for s in dialogues}
-    keys = {s: [t["key"] for t in turns[s]] for s in dialogues}
-    states = {s: torch.load(states_dir / f"states-{s}.pt") for s in dialogues}
+    needed = {"train", *splits}
+    dialogues = {s: load_esconv(root / f"{s}.jsonl", strategy_map=mapping).records for s in needed}
+    turns = {s: _turns(dialogues[s], _annotated) for s in needed}
+    keys = {s: [t["key"] for t in turns[s]] for s in needed}
+    states = {s: torch.load(states_dir / f"states-{s}.pt") for s in needed}
     out: dict[tuple[str, int], dict[Dimension, float]] = {}
 
     def fit_predict(train_rows: list[int], split: str, rows: list[int]) -> None:
@@ -80,14 +91,16 @@ def predictions(states_dir: Path) -> dict[tuple[str, int], dict[Dimension, float
         for i, p in zip(rows, probabilities(w, x).tolist(), strict=True):
             out[keys[split][i]] = dict(zip(DIMENSIONS, p, strict=True))
 
-    ids = sorted({d for d, _ in keys["train"]})
-    random.Random(0).shuffle(ids)
-    fold = {d: i % FOLDS for i, d in enumerate(ids)}
     everything = list(range(len(keys["train"])))
-    for k in range(FOLDS):
-        held = [i for i in everything if fold[keys["train"][i][0]] == k]
-        fit_predict([i for i in everything if fold[keys["train"][i][0]] != k], "train", held)
-    fit_predict(everything, "valid", list(range(len(keys["valid"]))))
+    if "train" in splits:
+        ids = sorted({d for d, _ in keys["train"]})
+        random.Random(0).shuffle(ids)
+        fold = {d: i % FOLDS for i, d in enumerate(ids)}
+        for k in range(FOLDS):
+            held = [i for i in everything if fold[keys["train"][i][0]] == k]
+            fit_predict([i for i in everything if fold[keys["train"][i][0]] != k], "train", held)
+    for split in sorted(needed - {"train"}):
+        fit_predict(everything, split, list(range(len(keys[split]))))
     return out
 
 
@@ -96,6 +109,12 @@ def main() -> None:
     parser.add_argument("--data", default="runs/generator_data", help="the shipped build-data output")
     parser.add_argument("--states", default="runs/context_probe", help="bench_context_probe.py's output")
     parser.add_argument("--out", default="runs/generator_probe_targets/data")
+    parser.add_argument(
+        "--targets",
+        choices=("mix", "ranked"),
+        default="mix",
+        help="mix: half the count weights, half the probe; ranked: the probe's order alone, as RANKED",
+    )
     args = parser.parse_args()
     probe = predictions(Path(args.states))
     source, out = Path(args.data), Path(args.out)
@@ -108,7 +127,11 @@ def main() -> None:
             lean = probe[(record["dialogue_id"], record["turn_index"])]
             counts = count_weights({Dimension(d): n for d, n in record["counts"].items()})
             old = parse_rubric(record["target"])
-            weights = {d: (1 - PROBE_WEIGHT) * counts[d] + PROBE_WEIGHT * lean[d] for d in DIMENSIONS}
+            if args.targets == "mix":
+                weights = {d: (1 - PROBE_WEIGHT) * counts[d] + PROBE_WEIGHT * lean[d] for d in DIMENSIONS}
+            else:
+                order = sorted(DIMENSIONS, key=lambda d: -lean[d])
+                weights = dict(zip(order, RANKED, strict=True))
             rubric = Rubric(weights=weights, criteria=old.criteria)
             visible = generator_position(record["context"], VISIBLE)[0]
             problems = [p for p in check_rubric(rubric, visible).problems() if "names anything" not in p]
@@ -118,7 +141,8 @@ def main() -> None:
             new_target = rubric_reply_json(rubric)
             top_old = max(DIMENSIONS, key=lambda d: old.weights[d])
             tally[f"{split}: top dimension changed"] += top_old != max(DIMENSIONS, key=lambda d: rubric.weights[d])
-            kept.append({**record, "target": new_target, "source": "esconv-templates+probe"})
+            tally[f"{split}: top {max(DIMENSIONS, key=lambda d: rubric.weights[d]).value}"] += 1
+            kept.append({**record, "target": new_target, "source": f"esconv-templates+probe-{args.targets}"})
         (out / "sft" / f"{split}.jsonl").write_text(
             "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), encoding="utf-8"
         )

@@ -1,0 +1,223 @@
+"""The bundled generator's weights alone, on every ESConv turn of a split: a fast screen of generator adapters.
+
+``bench_generator.py`` decodes whole rubrics (weights and six criteria) and checks them: the whole
+test split took it 1 h 43 min on two processes (6.1 s a rubric).
+Where the question is only which dimension a generator puts on top, this reads the weights as
+:class:`care_sdk.RubricGenerator` returns them by default for a trained adapter (expected weights,
+:func:`care_sdk._weights.expected_weights_plan`: 13 forced reads after one prefill of the prompt)
+and decodes nothing. They are the weights ``bench_generator.py`` reads on the same request (a
+rubric writes its weights first), so for a generator whose rubrics parse (the shipped one: 100 %)
+the top match is the same, up to the run-to-run wobble of llama.cpp's expected weights.
+
+Rows (the same turns for every row; all labelled supporter turns of the split unless ``--turns``):
+
+- ``shipped``: the bundled model + the bundled generator adapter (spec ``default``);
+- one row per ``--adapter NAME=FILE``: the bundled model + that GGUF generator adapter;
+- ``uniform weights``, ``majority class``, ``turn-position prior``: as in ``bench_generator.py``,
+  learned on ESConv train;
+- with ``--probe DIR``: ``layer-15 probe``, the reader of ``bench_context_probe.py`` trained on all
+  of ESConv train (``bench_generator_probe_targets.predictions``, from the states in ``DIR``: the
+  states of the split must be there), the reader the probe-target generators were taught to
+  follow; each row's top dimension is then also compared with the probe's.
+
+Metrics: top-dimension match (:func:`care_sdk.rubric_checks.top_match`) with a 95 % bootstrap
+interval over dialogues; mean r_align; each model row's paired difference from the prior and from
+the shipped row; the share of turns each row puts each dimension on top.
+
+Each model row runs in two processes (one thread each, halves of the turns); the weights are kept
+in ``--out`` (``weights_<row>.<half>.jsonl``) and a run started again reads only what is missing.
+A median 3.3 s a turn on one thread with both processes busy, about half a whole rubric's time.
+
+Usage:
+    python benchmarks/bench_generator_weights.py --split valid --turns 500 --out runs/generator_weights_valid \
+        --probe runs/context_probe --adapter "probe ranked=runs/generator_probe_ranked/sft/generator.gguf"
+Writes ``results.md`` and ``results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from bench_generator import (
+    MODEL_ROWS,
+    _backend,
+    _named,
+    _one_hot,
+    _read_files,
+    _slug,
+    against_prior,
+    esconv_items,
+    fit_priors,
+    score_row,
+)
+
+from care_sdk.bench.metrics import Estimate
+from care_sdk.data import data_dir
+from care_sdk.training.rubric_targets import POSITION_CAP
+from care_sdk.types import DIMENSIONS, Dimension
+
+PROBE_ROW = "layer-15 probe"
+
+
+def read_weights(name: str, spec: str, items: list[dict[str, Any]], out: Path, threads: int, half: int) -> str:
+    """Write ``weights_<row>.<half>.jsonl``: each item's expected weights (or error) and its seconds;
+    items any half of the row has done are skipped."""
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    from care_sdk import RubricGenerator
+    from care_sdk._engine import drive
+    from care_sdk._weights import expected_weights_plan
+
+    path = out / f"weights_{_slug(name)}.{half}.jsonl"
+    done = _read_files(sorted(out.glob(f"weights_{_slug(name)}.*.jsonl")))
+    backend = _backend(spec, threads)
+    generator = RubricGenerator(backend, cache=False)
+    if not generator.expected_weights:
+        raise SystemExit(f"{name}: {spec} does not read expected weights (no trained generator adapter)")
+    with path.open("a", encoding="utf-8") as fh:
+        for item in items:
+            if item["key"] in done:
+                continue
+            start = time.perf_counter()
+            weights = drive(expected_weights_plan([generator.request(item["context"])]), backend)[0]
+            row: dict[str, Any] = {"key": item["key"], "seconds": time.perf_counter() - start}
+            if isinstance(weights, Exception):
+                row["error"] = str(weights)
+            else:
+                row["weights"] = {d.value: w for d, w in weights.items()}
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+    backend.close()
+    return str(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--split", choices=("test", "valid"), default="test")
+    parser.add_argument("--turns", type=int, default=None, help="a seeded sample of this many turns (default: all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="runs/generator_weights")
+    parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads per process")
+    parser.add_argument("--no-shipped", action="store_true", help="leave out the shipped row")
+    parser.add_argument(
+        "--adapter", action="append", default=[], metavar="NAME=FILE", help="another model row (repeatable)"
+    )
+    parser.add_argument("--probe", default=None, metavar="DIR", help="add the layer-15 probe's row (its states)")
+    args = parser.parse_args()
+    rows = {} if args.no_shipped else {"shipped": MODEL_ROWS["shipped"]}
+    rows |= {name: f"adapter:{path}" for name, path in map(_named, args.adapter)}
+    if not rows:
+        raise SystemExit("no model row: give --adapter or leave out --no-shipped")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    train, items = esconv_items(data_dir(), args.split, args.turns, args.seed)
+    majority, by_turn = fit_priors(train)
+    print(f"{len(items)} ESConv {args.split} turns from {len({i['dialogue'] for i in items})} dialogues", flush=True)
+    started = time.perf_counter()
+    order = sorted(rows, key=lambda name: name == "shipped")  # the adapters screened first
+    jobs = [(name, rows[name], items[k::2], out, args.threads, k) for name in order for k in (0, 1)]
+    with ProcessPoolExecutor(max_workers=2) as workers:
+        list(workers.map(read_weights, *zip(*jobs, strict=True)))
+    wall = time.perf_counter() - started
+
+    read = {name: _read_files(sorted(out.glob(f"weights_{_slug(name)}.*.jsonl"))) for name in rows}
+
+    def model(name: str) -> Any:
+        def weights(item: dict[str, Any]) -> dict[Dimension, float] | None:
+            row = read[name].get(item["key"])
+            return {Dimension(k): v for k, v in row["weights"].items()} if row and "weights" in row else None
+
+        return weights
+
+    def prior(item: dict[str, Any]) -> dict[Dimension, float]:
+        return _one_hot(by_turn.get(min(item["turn"], POSITION_CAP), majority))
+
+    readers = {name: model(name) for name in rows}
+    if args.probe:
+        from bench_generator_probe_targets import predictions
+
+        probe = predictions(Path(args.probe), (args.split,))
+
+        def probe_weights(item: dict[str, Any]) -> dict[Dimension, float] | None:
+            dialogue, _, index = item["key"].rpartition(":")
+            return probe.get((dialogue, int(index)))
+
+        missing = sum(probe_weights(i) is None for i in items)
+        if missing:
+            raise SystemExit(f"--probe {args.probe}: no prediction for {missing} of the {len(items)} turns")
+        readers[PROBE_ROW] = probe_weights
+    scored = {name: score_row(items, reader) for name, reader in readers.items()}
+    scored["uniform weights"] = score_row(items, lambda i: {d: 1 / 3 for d in DIMENSIONS})
+    scored["majority class"] = score_row(items, lambda i: _one_hot(majority))
+    scored["turn-position prior"] = score_row(items, prior)
+    tops = {name: Counter(_top(reader(i)) for i in items) for name, reader in readers.items()}
+    tops["turn-position prior"] = Counter(_top(prior(i)) for i in items)
+    paired: dict[str, dict[str, Estimate]] = {}
+    for name, reader in readers.items():
+        paired[name] = {"minus prior": against_prior(items, reader, prior)[0]}
+        if name != "shipped" and "shipped" in rows:
+            paired[name]["minus shipped"] = against_prior(items, reader, model("shipped"))[0]
+    agree = (
+        {name: sum(_top(readers[name](i)) == _top(readers[PROBE_ROW](i)) for i in items) / len(items) for name in rows}
+        if PROBE_ROW in readers
+        else {}
+    )
+    lines = [
+        f"ESConv {args.split}, {len(items)} turns; weights only (expected weights, nothing decoded)",
+        "",
+        "| row | top match [95% CI] | mean r_align | minus the prior, paired | minus shipped, paired "
+        "| on top: cognitive / affective / proactive |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, r in scored.items():
+        diffs = paired.get(name, {})
+        cells = [diffs[k].format() if k in diffs else "-" for k in ("minus prior", "minus shipped")]
+        top = tops.get(name)
+        share = " / ".join(str(top.get(d.value, 0)) for d in DIMENSIONS) if top else "-"
+        match = Estimate(**r["top_match"]).format()
+        lines.append(f"| {name} | {match} | {r['mean_r_align']:.3f} | {cells[0]} | {cells[1]} | {share} |")
+    if agree:
+        lines += ["", "Top dimension the same as the probe's: " + ", ".join(f"{n} {a:.3f}" for n, a in agree.items())]
+    errors = {name: sum("error" in r for r in read[name].values()) for name in rows}
+    seconds = {name: sorted(r["seconds"] for r in read[name].values()) for name in rows}
+    lines += [
+        "",
+        "Errors: "
+        + ", ".join(f"{n} {e}" for n, e in errors.items())
+        + "; median seconds a turn (one thread): "
+        + ", ".join(f"{n} {s[len(s) // 2]:.2f}" for n, s in seconds.items() if s)
+        + f"; this run {wall / 60:.1f} min on two processes",
+    ]
+    (out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (out / "results.json").write_text(
+        json.dumps(
+            {
+                "split": args.split,
+                "turns": len(items),
+                "rows": scored,
+                "paired": {n: {k: v.to_json() for k, v in d.items()} for n, d in paired.items()},
+                "tops": {n: dict(c) for n, c in tops.items()},
+                "same_top_as_probe": agree,
+                "errors": errors,
+                "wall_seconds": wall,
+            },
+            indent=2,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    print("\n".join(lines))
+
+
+def _top(weights: dict[Dimension, float] | None) -> str:
+    return "invalid" if weights is None else max(DIMENSIONS, key=lambda d: weights[d]).value
+
+
+if __name__ == "__main__":
+    main()
