@@ -26,7 +26,8 @@ the shipped row; the share of turns each row puts each dimension on top.
 
 Each model row runs in two processes (one thread each, halves of the turns); the weights are kept
 in ``--out`` (``weights_<row>.<half>.jsonl``) and a run started again reads only what is missing.
-A median 3.3 s a turn on one thread with both processes busy, about half a whole rubric's time.
+Measured: a median 3.9 s a turn on one thread with both processes busy (500 valid turns a row in
+17 min), on a machine slower than the one that measured ``bench_generator.py``'s 6.1 s a rubric.
 
 Usage:
     python benchmarks/bench_generator_weights.py --split valid --turns 500 --out runs/generator_weights_valid \
