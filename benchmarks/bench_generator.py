@@ -104,12 +104,18 @@ def esconv_items(
     return labelled("train"), items
 
 
+def top_name(weights: dict[Dimension, float] | None) -> str:
+    """The name of the dimension with the largest weight (the first on ties); ``"invalid"`` for no rubric."""
+    return "invalid" if weights is None else max(DIMENSIONS, key=lambda d: weights[d]).value
+
+
+def _row_files(out: Path, name: str, kind: str = "rubrics") -> list[Path]:
+    """A row's resumable output files in ``out`` (``<kind>_<row>.<shard>.jsonl``)."""
+    return sorted(out.glob(f"{kind}_{_slug(name)}.*jsonl"))
+
+
 def _one_hot(d: Dimension) -> dict[Dimension, float]:
     return {x: 1.0 if x == d else 0.0 for x in DIMENSIONS}
-
-
-def _row_files(out: Path, name: str) -> list[Path]:
-    return sorted(out.glob(f"rubrics_{_slug(name)}.*jsonl"))
 
 
 def _backend(spec: str, threads: int) -> Any:
@@ -273,7 +279,7 @@ def against_prior(
         model_match[item["key"]] = 0.0 if weights is None else top_match(weights, item["counts"])
         other = prior(item)
         prior_match[item["key"]] = 0.0 if other is None else top_match(other, item["counts"])
-        model_top[item["key"]] = "invalid" if weights is None else max(DIMENSIONS, key=lambda d: weights[d]).value
+        model_top[item["key"]] = top_name(weights)
     diffs: dict[str, float | None] = {k: model_match[k] - prior_match[k] for k in model_match}
     buckets = []
     for low, high in TURN_BUCKETS:

@@ -139,9 +139,8 @@ def main() -> None:
                 tally[f"{split}: dropped ({'; '.join(problems)})"] += 1
                 continue
             new_target = rubric_reply_json(rubric)
-            top_old = max(DIMENSIONS, key=lambda d: old.weights[d])
-            tally[f"{split}: top dimension changed"] += top_old != max(DIMENSIONS, key=lambda d: rubric.weights[d])
-            tally[f"{split}: top {max(DIMENSIONS, key=lambda d: rubric.weights[d]).value}"] += 1
+            tally[f"{split}: top dimension changed"] += old.top_dimension != rubric.top_dimension
+            tally[f"{split}: top {rubric.top_dimension.value}"] += 1
             kept.append({**record, "target": new_target, "source": f"esconv-templates+probe-{args.targets}"})
         (out / "sft" / f"{split}.jsonl").write_text(
             "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), encoding="utf-8"

@@ -52,11 +52,13 @@ from bench_generator import (
     _named,
     _one_hot,
     _read_files,
+    _row_files,
     _slug,
     against_prior,
     esconv_items,
     fit_priors,
     score_row,
+    top_name,
 )
 
 from care_sdk.bench.metrics import Estimate
@@ -76,7 +78,7 @@ def read_weights(name: str, spec: str, items: list[dict[str, Any]], out: Path, t
     from care_sdk._weights import expected_weights_plan
 
     path = out / f"weights_{_slug(name)}.{half}.jsonl"
-    done = _read_files(sorted(out.glob(f"weights_{_slug(name)}.*.jsonl")))
+    done = _read_files(_row_files(out, name, "weights"))
     backend = _backend(spec, threads)
     generator = RubricGenerator(backend, cache=False)
     if not generator.expected_weights:
@@ -127,7 +129,7 @@ def main() -> None:
         list(workers.map(read_weights, *zip(*jobs, strict=True)))
     wall = time.perf_counter() - started
 
-    read = {name: _read_files(sorted(out.glob(f"weights_{_slug(name)}.*.jsonl"))) for name in rows}
+    read = {name: _read_files(_row_files(out, name, "weights")) for name in rows}
 
     def model(name: str) -> Any:
         def weights(item: dict[str, Any]) -> dict[Dimension, float] | None:
@@ -157,18 +159,19 @@ def main() -> None:
     scored["uniform weights"] = score_row(items, lambda i: {d: 1 / 3 for d in DIMENSIONS})
     scored["majority class"] = score_row(items, lambda i: _one_hot(majority))
     scored["turn-position prior"] = score_row(items, prior)
-    tops = {name: Counter(_top(reader(i)) for i in items) for name, reader in readers.items()}
-    tops["turn-position prior"] = Counter(_top(prior(i)) for i in items)
+    tops = {name: Counter(top_name(reader(i)) for i in items) for name, reader in readers.items()}
+    tops["turn-position prior"] = Counter(top_name(prior(i)) for i in items)
     paired: dict[str, dict[str, Estimate]] = {}
     for name, reader in readers.items():
         paired[name] = {"minus prior": against_prior(items, reader, prior)[0]}
         if name != "shipped" and "shipped" in rows:
             paired[name]["minus shipped"] = against_prior(items, reader, model("shipped"))[0]
-    agree = (
-        {name: sum(_top(readers[name](i)) == _top(readers[PROBE_ROW](i)) for i in items) / len(items) for name in rows}
-        if PROBE_ROW in readers
-        else {}
-    )
+    agree: dict[str, float] = {}
+    if PROBE_ROW in readers:
+        probe_tops = [top_name(readers[PROBE_ROW](i)) for i in items]
+        for name in rows:
+            same = sum(top_name(readers[name](i)) == t for i, t in zip(items, probe_tops, strict=True))
+            agree[name] = same / len(items)
     lines = [
         f"ESConv {args.split}, {len(items)} turns; weights only (expected weights, nothing decoded)",
         "",
@@ -214,10 +217,6 @@ def main() -> None:
         encoding="utf-8",
     )
     print("\n".join(lines))
-
-
-def _top(weights: dict[Dimension, float] | None) -> str:
-    return "invalid" if weights is None else max(DIMENSIONS, key=lambda d: weights[d]).value
 
 
 if __name__ == "__main__":
