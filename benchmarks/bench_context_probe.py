@@ -62,8 +62,8 @@ def _texts(turns: list[dict[str, Any]]) -> list[str]:
     return [generator_messages(t["context"], max_context_messages=VISIBLE)[1].content for t in turns]
 
 
-STATES = {"final mean": -1, "final last": -1, "middle mean": MIDDLE}
-"""Each pooled state and the layer it reads (``-1``: the final layer)."""
+STATES = {"final mean": (-1, "mean"), "final last": (-1, "last"), "middle mean": (MIDDLE, "mean")}
+"""Each pooled state: the layer it reads (``-1``: the final layer) and how it pools the tokens."""
 
 
 def _states(texts: list[str], path: Path, names: tuple[str, ...], batch: int = 16) -> dict[str, torch.Tensor]:
@@ -85,7 +85,7 @@ def _states(texts: list[str], path: Path, names: tuple[str, ...], batch: int = 1
     tokenizer = AutoTokenizer.from_pretrained(folder)
     tokenizer.padding_side = "right"
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    if all(STATES[n] == MIDDLE for n in todo):
+    if all(STATES[n][0] == MIDDLE for n in todo):
         model.model.layers = model.model.layers[: MIDDLE + 1]
         model.config.num_hidden_layers = MIDDLE + 1
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -99,11 +99,11 @@ def _states(texts: list[str], path: Path, names: tuple[str, ...], batch: int = 1
             mask = enc["attention_mask"].unsqueeze(-1).float()
             rows = torch.tensor(chunk)
             for name, states in new.items():
-                layer = hidden[STATES[name]]
-                if name.endswith("last"):
-                    states[rows] = layer[torch.arange(len(chunk)), enc["attention_mask"].sum(1) - 1]
+                layer, pooling = STATES[name]
+                if pooling == "last":
+                    states[rows] = hidden[layer][torch.arange(len(chunk)), enc["attention_mask"].sum(1) - 1]
                 else:
-                    states[rows] = (layer * mask).sum(1) / mask.sum(1)
+                    states[rows] = (hidden[layer] * mask).sum(1) / mask.sum(1)
             if start // batch % 50 == 0:
                 print(
                     f"  {path.name}: {start + len(chunk)}/{len(texts)}, {time.perf_counter() - started:.0f} s",

@@ -333,14 +333,10 @@ def test_llamacpp_forced_scoring_runs_through_a_lora_adapter(model_path: Path) -
     with LlamaCppBackend(model_path, n_ctx=2048, n_threads=1) as base:
         without = base.generate([forced])[0]
     rubric = Rubric.uniform_fixed()
-    forced_scores = [s.score for s in parse_evaluation(with_adapter[0].text, rubric).scores]
-    decoded_scores = [s.score for s in parse_evaluation(with_adapter[1].text, rubric).scores]
-    tops = [t.top for t in with_adapter[0].completions[0].logprobs or () if t.top]
-    for top, f, d in zip(tops, forced_scores, decoded_scores, strict=True):  # greedy both ways, up to digit ties
-        if f != d:
-            probabilities = {token: math.exp(logprob) for token, logprob in top}
-            assert 0 <= probabilities[str(int(f))] - probabilities.get(str(int(d)), 0.0) <= NEAR_TIE, (f, d, top)
-            break
+    forced_completion = with_adapter[0].completions[0]
+    with_distributions = expected_scores(parse_evaluation(forced_completion.text, rubric), forced_completion)
+    assert_equal_up_to_ties([with_distributions], [parse_evaluation(with_adapter[1].text, rubric)])
+    tops = [t.top for t in forced_completion.logprobs or () if t.top]
     base_tops = [t.top for t in without.completions[0].logprobs or () if t.top]
     assert len(tops) == 6 and tops != base_tops  # the adapter changes the distributions
 
