@@ -46,14 +46,17 @@ test: $(VENV)/.test-installed
 	$(PY) -m pytest --doctest-modules src/care_sdk tests -m "not slow and not gpu" --timeout 900 $(PYTEST_ARGS)
 	$(PY) -m pytest tests -m "slow and not gpu" --timeout 1800 --durations=15 $(PYTEST_ARGS)
 
-# The bundled generator adapter, rebuilt from ESConv train with the project's own recipe
-# (about 90 minutes on 2 CPU cores; run it again after an interruption to resume the SFT run).
+# The bundled generator adapter and its weights head, rebuilt from ESConv train with the project's own
+# recipes (about 90 minutes for the SFT and 25 for the head's states on 2 CPU cores; run it again after an
+# interruption to resume the SFT run; the head's states are kept once computed).
 DATA ?= ../shared/data
 generator-adapter: $(VENV)/.test-installed
 	CARE_DATA_DIR=$(DATA) $(VENV)/bin/care train build-data --config training/configs/generator_data.yaml
 	CARE_DATA_DIR=$(DATA) $(VENV)/bin/care train sft --config training/configs/generator_sft_cpu.yaml
 	$(VENV)/bin/care train export-adapter --config training/configs/generator_sft_cpu.yaml \
 		--out src/care_sdk/adapters/generator.gguf
+	CARE_DATA_DIR=$(DATA) $(VENV)/bin/care train weights-head --config training/configs/generator_weights_head.yaml
+	cp runs/weights_head/generator_head.json src/care_sdk/adapters/generator_head.json
 
 # The bundled evaluator adapter, rebuilt from Lend-an-Ear train conversations and ESConv train with the
 # project's own recipe (about 80 minutes on one CPU core; run it again after an interruption to resume).

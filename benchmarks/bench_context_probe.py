@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ from bench_context_signal import VISIBLE, _annotated, _table, _turns, over_dialo
 from care_sdk.data import data_dir, default_strategy_map, load_esconv
 from care_sdk.prompts import generator_messages
 from care_sdk.training.rubric_targets import POSITION_CAP
+from care_sdk.training.weights_head import fit_logistic, position_onehot, soft_labels, transformers_states
 from care_sdk.types import DIMENSIONS
 
 SPLITS = ("train", "valid", "test")
@@ -66,67 +66,18 @@ STATES = {"final mean": (-1, "mean"), "final last": (-1, "last"), "middle mean":
 """Each pooled state: the layer it reads (``-1``: the final layer) and how it pools the tokens."""
 
 
-def _states(texts: list[str], path: Path, names: tuple[str, ...], batch: int = 16) -> dict[str, torch.Tensor]:
-    """The pooled hidden states ``names`` of ``texts``, cached in ``path``.
-
-    A cached file keeps what it holds; states it lacks are computed and added. When only layer 15 is
-    needed the model is cut after it (``hidden_states[15]`` is unchanged; about half the time).
-    """
-    out: dict[str, torch.Tensor] = torch.load(path) if path.exists() else {}
-    todo = [n for n in names if n not in out]
-    if not todo:
-        return out
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from care_sdk.backends._hf_load import cache_gguf
-    from care_sdk.backends.llamacpp import default_model_path
-
-    folder = cache_gguf(default_model_path())
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    tokenizer.padding_side = "right"
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    if all(STATES[n][0] == MIDDLE for n in todo):
-        model.model.layers = model.model.layers[: MIDDLE + 1]
-        model.config.num_hidden_layers = MIDDLE + 1
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    new = {n: torch.zeros(len(texts), model.config.hidden_size) for n in todo}
-    started = time.perf_counter()
-    with torch.inference_mode():
-        for start in range(0, len(order), batch):
-            chunk = order[start : start + batch]
-            enc = tokenizer([texts[i] for i in chunk], return_tensors="pt", padding=True)
-            hidden = model.model(**enc, output_hidden_states=True).hidden_states
-            mask = enc["attention_mask"].unsqueeze(-1).float()
-            rows = torch.tensor(chunk)
-            for name, states in new.items():
-                layer, pooling = STATES[name]
-                if pooling == "last":
-                    states[rows] = hidden[layer][torch.arange(len(chunk)), enc["attention_mask"].sum(1) - 1]
-                else:
-                    states[rows] = (hidden[layer] * mask).sum(1) / mask.sum(1)
-            if start // batch % 50 == 0:
-                print(
-                    f"  {path.name}: {start + len(chunk)}/{len(texts)}, {time.perf_counter() - started:.0f} s",
-                    flush=True,
-                )
-    out.update(new)
-    torch.save(out, path)
-    return out
+def _states(texts: list[str], path: Path, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """The pooled hidden states ``names`` of ``texts``, kept in ``path`` (states it lacks are added; with
+    layer 15 alone the model is cut after it: ``hidden_states[15]`` is unchanged, in about half the time)."""
+    return transformers_states(texts, {n: STATES[n] for n in names}, path)
 
 
 def _soft_labels(turns: list[dict[str, Any]]) -> torch.Tensor:
-    labels = torch.zeros(len(turns), len(DIMENSIONS))
-    for row, t in enumerate(turns):
-        for d in t["tops"]:
-            labels[row, DIMENSIONS.index(d)] = 1 / len(t["tops"])
-    return labels
+    return soft_labels([t["tops"] for t in turns])
 
 
 def _position(turns: list[dict[str, Any]]) -> torch.Tensor:
-    onehot = torch.zeros(len(turns), POSITION_CAP + 1)
-    for row, t in enumerate(turns):
-        onehot[row, t["position"]] = 1.0
-    return onehot
+    return position_onehot([t["position"] for t in turns], POSITION_CAP)
 
 
 def features(states: dict[str, torch.Tensor], turns: list[dict[str, Any]], name: str, scale: Any) -> torch.Tensor:
@@ -141,22 +92,6 @@ def features(states: dict[str, torch.Tensor], turns: list[dict[str, Any]], name:
 def scale_of(states: dict[str, torch.Tensor], name: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and sd (floored) of the ``name`` states, to standardise with."""
     return states[name].mean(0), states[name].std(0) + 1e-6
-
-
-def _fit(x: torch.Tensor, y: torch.Tensor, penalty: float) -> torch.Tensor:
-    """Multinomial logistic regression with soft labels and an L2 penalty; returns the weights (bias last)."""
-    x1 = torch.cat([x, torch.ones(len(x), 1)], 1)
-    w = torch.zeros(x1.shape[1], y.shape[1], requires_grad=True)
-    optimiser = torch.optim.LBFGS([w], lr=1.0, max_iter=500, history_size=20, line_search_fn="strong_wolfe")
-
-    def loss() -> torch.Tensor:
-        optimiser.zero_grad()
-        value = -(y * torch.log_softmax(x1 @ w, 1)).sum(1).mean() + penalty * (w[:-1] ** 2).sum()
-        value.backward()
-        return value
-
-    optimiser.step(loss)
-    return w.detach()
 
 
 def probabilities(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -220,10 +155,10 @@ def main() -> None:
         x = {s: features(states[s], turns[s], name, scale) for s in SPLITS}
         choice = {}
         for penalty in PENALTIES:
-            w = _fit(x["train"], labels, penalty)
+            w = fit_logistic(x["train"], labels, penalty)
             choice[penalty] = _accuracy(turns["valid"], _predict(w, x["valid"]), 0).value or 0.0
         penalty = max(PENALTIES, key=lambda p: (choice[p], p))
-        w = _fit(x["train"], labels, penalty)
+        w = fit_logistic(x["train"], labels, penalty)
         picks = {s: _predict(w, x[s]) for s in ("train", "valid", "test")}
         cells = [_accuracy(turns[s], picks[s], args.resamples).format() for s in ("valid", "test")]
         diff = _paired(turns["test"], picks["test"], prior["test"], args.resamples)

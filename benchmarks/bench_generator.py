@@ -4,9 +4,11 @@ Rows (the same seeded sample of ESConv **test** supporter turns for every row; `
 takes valid turns instead, to choose a setting without touching test):
 
 - ``shipped``: the bundled SmolLM2-135M-Instruct + the bundled generator adapter (spec ``default``),
-  its weights read as expectations (its default ``expected_weights``, see :class:`care_sdk.RubricGenerator`);
+  its weights read by the bundled weights head (its default ``weights_head``, see
+  :class:`care_sdk.RubricGenerator`);
 - ``shipped, decoded weights``: the same rubrics with the integer weights the model decoded
-  (``expected_weights=False``), with its paired difference from the shipped row and from the prior;
+  (``weights_head=False, expected_weights=False``), with its paired difference from the shipped row
+  and from the prior;
 - ``untrained base``: the same model without the adapter (spec ``base``, whole context);
 - ``uniform weights``: 1/3 each;
 - ``majority class``: all weight on the dimension most often on top in ESConv train;
@@ -58,7 +60,7 @@ from care_sdk.types import DIMENSIONS, Dimension, Rubric
 
 MODEL_ROWS = {"shipped": "default", "untrained base": "base"}
 DECODED_ROW = "shipped, decoded weights"
-"""The shipped generator's rubrics with the integer weights it decoded instead of the expected weights."""
+"""The shipped generator's rubrics with the integer weights it decoded instead of the weights head's."""
 
 
 def _slug(name: str) -> str:
@@ -128,29 +130,48 @@ def _backend(spec: str, threads: int) -> Any:
     return resolve_backend(spec, role="generator", n_threads=threads)
 
 
+def default_weights(default: Any, context: Any) -> dict[Dimension, float] | Exception:
+    """The weights the generator ``default`` (a :class:`care_sdk.RubricGenerator` with its default
+    settings) reads for ``context`` besides the decoded rubric: its weights head's, or its expected
+    weights; the error where the read fails."""
+    from care_sdk._engine import drive
+    from care_sdk._weights import expected_weights_plan
+    from care_sdk.errors import CareError
+
+    if default.weights_head is not None:
+        try:
+            return default.weights_head.weights([context], default.backend)[0]
+        except CareError as exc:
+            return exc
+    weights: dict[Dimension, float] | Exception = drive(
+        expected_weights_plan([default.request(context)]), default.backend
+    )[0]
+    return weights
+
+
 def generate_rows(name: str, spec: str, items: list[dict[str, Any]], out: Path, threads: int, shard: int = 0) -> str:
     """Write ``rubrics_<row>.<shard>.jsonl``: one rubric (or error) and its seconds per item; skips the
     items any shard of the row has done (a run that is started again resumes).
 
-    Where the row's generator reads expected weights by default (a trained adapter on llama.cpp), the
-    rubric is decoded once and its weights read as :class:`~care_sdk.RubricGenerator` does by default
-    (``expected_weights_plan`` on the same request); the record keeps the decoded weights too
-    (``decoded_weights``), for the row of the same model with ``expected_weights=False``. A record from an
-    earlier run without them gets them read now, its rubric reused."""
+    Where the row's generator reads its weights apart from the decoded rubric by default (the bundled
+    generator's weights head, or expected weights for another trained adapter on llama.cpp), the
+    rubric is decoded once and its weights read as :class:`~care_sdk.RubricGenerator` does by
+    default (:func:`default_weights` on the same context); the record keeps the decoded weights too
+    (``decoded_weights``), for the row of the same model with them. A record from an earlier run
+    without them gets them read now, its rubric reused."""
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     from care_sdk import RubricGenerator
-    from care_sdk._engine import drive
-    from care_sdk._weights import expected_weights_plan
 
     path = out / f"rubrics_{_slug(name)}.{shard}.jsonl"
     done = _read_files(_row_files(out, name))
     backend = _backend(spec, threads)
-    expected = RubricGenerator(backend).expected_weights
-    generator = RubricGenerator(backend, cache=False, expected_weights=False)
+    default = RubricGenerator(backend, cache=False)
+    apart = default.expected_weights or default.weights_head is not None
+    generator = RubricGenerator(backend, cache=False, expected_weights=False, weights_head=False)
     with path.open("a", encoding="utf-8") as fh:
         for item in items:
             earlier = done.get(item["key"])
-            if earlier is not None and (not expected or "decoded_weights" in earlier or "rubric" not in earlier):
+            if earlier is not None and (not apart or "decoded_weights" in earlier or "rubric" not in earlier):
                 continue
             start = time.perf_counter()
             result: Rubric | Exception
@@ -159,8 +180,8 @@ def generate_rows(name: str, spec: str, items: list[dict[str, Any]], out: Path, 
             else:
                 result, seconds = generator.generate_batch([item["context"]])[0], 0.0
             row: dict[str, Any] = {"key": item["key"]}
-            if isinstance(result, Rubric) and expected:
-                weights = drive(expected_weights_plan([generator.request(item["context"])]), backend)[0]
+            if isinstance(result, Rubric) and apart:
+                weights = default_weights(default, item["context"])
                 row["decoded_weights"] = {d.value: w for d, w in result.weights.items()}
                 result = weights if isinstance(weights, Exception) else result.with_weights(weights)
             row["seconds"] = seconds + time.perf_counter() - start

@@ -47,13 +47,14 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from bench_context_probe import _fit, _soft_labels, features, probabilities, scale_of
+from bench_context_probe import _soft_labels, features, probabilities, scale_of
 from bench_context_signal import VISIBLE, _annotated, _turns
 
 from care_sdk.data import data_dir, default_strategy_map, load_esconv
 from care_sdk.prompts import generator_position, parse_rubric, rubric_reply_json
 from care_sdk.rubric_checks import check_rubric
 from care_sdk.training.targets import count_weights
+from care_sdk.training.weights_head import fit_logistic
 from care_sdk.types import DIMENSIONS, Dimension, Rubric
 
 FEATURE = "middle mean"
@@ -85,7 +86,7 @@ def predictions(
         train = [turns["train"][i] for i in train_rows]
         sub = {k: v[train_rows] for k, v in states["train"].items()}
         scale = scale_of(sub, FEATURE)
-        w = _fit(features(sub, train, FEATURE, scale), _soft_labels(train), PENALTY)
+        w = fit_logistic(features(sub, train, FEATURE, scale), _soft_labels(train), PENALTY)
         target = [turns[split][i] for i in rows]
         x = features({k: v[rows] for k, v in states[split].items()}, target, FEATURE, scale)
         for i, p in zip(rows, probabilities(w, x).tolist(), strict=True):

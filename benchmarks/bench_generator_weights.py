@@ -3,15 +3,18 @@
 ``bench_generator.py`` decodes whole rubrics (weights and six criteria) and checks them: the whole
 test split took it 1 h 43 min on two processes (6.1 s a rubric).
 Where the question is only which dimension a generator puts on top, this reads the weights as
-:class:`care_sdk.RubricGenerator` returns them by default for a trained adapter (expected weights,
-:func:`care_sdk._weights.expected_weights_plan`: 13 forced reads after one prefill of the prompt)
-and decodes nothing. They are the weights ``bench_generator.py`` reads on the same request (a
-rubric writes its weights first), so for a generator whose rubrics parse (the shipped one: 100 %)
-the top match is the same, up to the run-to-run wobble of llama.cpp's expected weights.
+:class:`care_sdk.RubricGenerator` returns them by default (``bench_generator.default_weights``):
+the bundled generator's weights head (one read of layer 15 of the prompt's user message), or, for
+another trained adapter, expected weights (:func:`care_sdk._weights.expected_weights_plan`: 13
+forced reads after one prefill of the prompt), and decodes nothing. They are the weights
+``bench_generator.py`` reads on the same context, so for a generator whose rubrics parse (the
+shipped one: 100 %) the top match is the same, up to the run-to-run wobble of llama.cpp.
 
 Rows (the same turns for every row; all labelled supporter turns of the split unless ``--turns``):
 
-- ``shipped``: the bundled model + the bundled generator adapter (spec ``default``);
+- ``shipped``: the bundled model + the bundled generator adapter (spec ``default``), its weights
+  read by the bundled weights head;
+- with ``--expected-row``: ``shipped adapter, expected weights``, the same with the weights head off;
 - one row per ``--adapter NAME=FILE``: the bundled model + that GGUF generator adapter;
 - ``uniform weights``, ``majority class``, ``turn-position prior``: as in ``bench_generator.py``,
   learned on ESConv train;
@@ -26,8 +29,9 @@ the shipped row; the share of turns each row puts each dimension on top.
 
 Each model row runs in two processes (one thread each, halves of the turns); the weights are kept
 in ``--out`` (``weights_<row>.<half>.jsonl``) and a run started again reads only what is missing.
-Measured: a median 3.9 s a turn on one thread with both processes busy (500 valid turns a row in
-17 min), on a machine slower than the one that measured ``bench_generator.py``'s 6.1 s a rubric.
+Measured: expected weights a median 3.9 s a turn on one thread with both processes busy (500 valid
+turns a row in 17 min), on a machine slower than the one that measured ``bench_generator.py``'s
+6.1 s a rubric.
 
 Usage:
     python benchmarks/bench_generator_weights.py --split valid --turns 500 --out runs/generator_weights_valid \
@@ -55,6 +59,7 @@ from bench_generator import (
     _row_files,
     _slug,
     against_prior,
+    default_weights,
     esconv_items,
     fit_priors,
     score_row,
@@ -67,28 +72,31 @@ from care_sdk.training.rubric_targets import POSITION_CAP
 from care_sdk.types import DIMENSIONS, Dimension
 
 PROBE_ROW = "layer-15 probe"
+EXPECTED = "+expected"
+EXPECTED_ROW = "shipped adapter, expected weights"
+"""The bundled generator with its weights head off: the weights read as expectations (13 forced reads)."""
 
 
 def read_weights(name: str, spec: str, items: list[dict[str, Any]], out: Path, threads: int, half: int) -> str:
-    """Write ``weights_<row>.<half>.jsonl``: each item's expected weights (or error) and its seconds;
-    items any half of the row has done are skipped."""
+    """Write ``weights_<row>.<half>.jsonl``: each item's weights as the row's generator reads them by
+    default (or its error) and its seconds; items any half of the row has done are skipped. A spec
+    ending in ``+expected`` reads expected weights with the weights head off."""
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     from care_sdk import RubricGenerator
-    from care_sdk._engine import drive
-    from care_sdk._weights import expected_weights_plan
 
     path = out / f"weights_{_slug(name)}.{half}.jsonl"
     done = _read_files(_row_files(out, name, "weights"))
-    backend = _backend(spec, threads)
-    generator = RubricGenerator(backend, cache=False)
-    if not generator.expected_weights:
-        raise SystemExit(f"{name}: {spec} does not read expected weights (no trained generator adapter)")
+    expected = spec.endswith(EXPECTED)
+    backend = _backend(spec.removesuffix(EXPECTED), threads)
+    generator = RubricGenerator(backend, cache=False, **({"weights_head": False} if expected else {}))
+    if not (generator.expected_weights or generator.weights_head is not None):
+        raise SystemExit(f"{name}: {spec} reads neither expected weights nor a weights head")
     with path.open("a", encoding="utf-8") as fh:
         for item in items:
             if item["key"] in done:
                 continue
             start = time.perf_counter()
-            weights = drive(expected_weights_plan([generator.request(item["context"])]), backend)[0]
+            weights = default_weights(generator, item["context"])
             row: dict[str, Any] = {"key": item["key"], "seconds": time.perf_counter() - start}
             if isinstance(weights, Exception):
                 row["error"] = str(weights)
@@ -109,11 +117,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads per process")
     parser.add_argument("--no-shipped", action="store_true", help="leave out the shipped row")
     parser.add_argument(
+        "--expected-row", action="store_true", help=f"add the row '{EXPECTED_ROW}' (the weights head off)"
+    )
+    parser.add_argument(
         "--adapter", action="append", default=[], metavar="NAME=FILE", help="another model row (repeatable)"
     )
     parser.add_argument("--probe", default=None, metavar="DIR", help="add the layer-15 probe's row (its states)")
     args = parser.parse_args()
     rows = {} if args.no_shipped else {"shipped": MODEL_ROWS["shipped"]}
+    rows |= {EXPECTED_ROW: MODEL_ROWS["shipped"] + EXPECTED} if args.expected_row else {}
     rows |= {name: f"adapter:{path}" for name, path in map(_named, args.adapter)}
     if not rows:
         raise SystemExit("no model row: give --adapter or leave out --no-shipped")
@@ -173,7 +185,7 @@ def main() -> None:
             same = sum(top_name(readers[name](i)) == t for i, t in zip(items, probe_tops, strict=True))
             agree[name] = same / len(items)
     lines = [
-        f"ESConv {args.split}, {len(items)} turns; weights only (expected weights, nothing decoded)",
+        f"ESConv {args.split}, {len(items)} turns; weights only (nothing decoded)",
         "",
         "| row | top match [95% CI] | mean r_align | minus the prior, paired | minus shipped, paired "
         "| on top: cognitive / affective / proactive |",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from care_sdk.errors import ConfigError
-from care_sdk.training.config import BuildDataConfig, PrefGRPOConfig, SFTStageConfig, load_config
+from care_sdk.training.config import BuildDataConfig, PrefGRPOConfig, SFTStageConfig, WeightsHeadConfig, load_config
 from care_sdk.training.policy.config import EvalPolicyConfig, PolicyGRPOConfig
 
 pytest.importorskip("yaml")
@@ -29,11 +29,13 @@ OTHER = {  # configs of the bundled adapters
     "generator_pref_grpo": PrefGRPOConfig,
     "evaluator_data": BuildDataConfig,
     "evaluator_sft": SFTStageConfig,
+    "generator_weights_head": WeightsHeadConfig,
 }
 
 
 def _class_for(path: Path) -> type:
-    return next(cls for prefix, cls in {**CLASSES, **OTHER}.items() if path.stem.startswith(prefix))
+    prefixes = sorted({**CLASSES, **OTHER}.items(), key=lambda item: -len(item[0]))  # the longest prefix first
+    return next(cls for prefix, cls in prefixes if path.stem.startswith(prefix))
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)

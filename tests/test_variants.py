@@ -112,16 +112,19 @@ def test_care_score_builds_its_reward_with_the_factory(flags: list[str], variant
     assert reward.variant == variant and (reward.generator is None) == (variant == "fixed_rubric")
 
 
-def test_care_score_passes_expected_weights_to_the_generator() -> None:
+def test_care_score_passes_its_weight_reader_to_the_generator() -> None:
     pytest.importorskip("openai", reason="needs the openai extra")
     from care_sdk.cli import _build_reward, build_parser
 
     spec = "openai:m@http://127.0.0.1:9/v1"  # built lazily: nothing is sent
     args = ["score", "in.jsonl", "--backend", spec]
-    reward = _build_reward(build_parser().parse_args([*args, "--expected-weights", "off"]))
+    reward = _build_reward(build_parser().parse_args([*args, "--weight-reader", "decoded"]))
     assert reward.generator is not None and reward.generator.expected_weights is False
+    assert reward.generator.weights_head is None
     with pytest.raises(ConfigError, match="supports forced replies"):  # a hosted API cannot force replies
-        _build_reward(build_parser().parse_args([*args, "--expected-weights", "on"]))
+        _build_reward(build_parser().parse_args([*args, "--weight-reader", "expected"]))
+    with pytest.raises(ConfigError, match="reads hidden states"):  # nor read hidden states
+        _build_reward(build_parser().parse_args([*args, "--weight-reader", "head"]))
 
 
 def test_care_score_reads_context_fit_against_the_baselines_it_names() -> None:

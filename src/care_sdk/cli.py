@@ -47,7 +47,7 @@ def _print_record(record: dict[str, Any]) -> None:
 
 
 def _build_reward(args: argparse.Namespace) -> Any:
-    from care_sdk.bench._cli_args import context_fit_of, expected_weights_of
+    from care_sdk.bench._cli_args import context_fit_of, weights_options
     from care_sdk.guards import Guards
     from care_sdk.reward import build_reward
     from care_sdk.variants import variant_of
@@ -57,7 +57,7 @@ def _build_reward(args: argparse.Namespace) -> Any:
         backend=args.backend,
         generator_backend=args.generator_backend,
         evaluator_backend=args.evaluator_backend,
-        generator_options={"seed": args.seed, "expected_weights": expected_weights_of(args)},
+        generator_options={"seed": args.seed, **weights_options(args)},
         evaluator_options={"seed": args.seed},
         guards=None if args.guards == "off" else Guards(on_flag=args.guards),
         context_fit=context_fit_of(args),
@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         >>> build_parser().parse_args(["score", "in.jsonl"]).backend
         'default'
     """
-    from care_sdk.bench._cli_args import add_context_fit_options, add_expected_weights_option
+    from care_sdk.bench._cli_args import add_context_fit_options, add_weight_reader_option
 
     parser = argparse.ArgumentParser(
         prog="care", description="CARE: turn-adaptive rubric rewards for empathetic dialogue."
@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     score.add_argument("--generator-backend", help="backend spec for the rubric generator only")
     score.add_argument("--evaluator-backend", help="backend spec for the evaluator only")
-    add_expected_weights_option(score)
+    add_weight_reader_option(score)
     score.add_argument("--out", help="output JSONL, one record per assistant turn; an existing file is resumed")
     score.add_argument("--weights", choices=["generated", "uniform"], default="generated", help="rubric weights")
     score.add_argument("--criteria", choices=["generated", "fixed"], default="generated", help="rubric criteria")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from care_sdk._engine import Plan, adrive, drive, fewer_messages, parse_plan, unwrap
 from care_sdk._weights import expected_weights_plan
+from care_sdk.adapters import bundled_adapter
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.cache import MemoryCache, RubricCache, context_key
@@ -20,6 +22,7 @@ from care_sdk.prompts import (
     shown_messages,
 )
 from care_sdk.types import Message, Rubric, as_messages
+from care_sdk.weights_head import WeightsHead, bundled_weights_head
 
 __all__ = ["RubricGenerator"]
 
@@ -51,8 +54,15 @@ class RubricGenerator:
             13 short reads a rubric, on a backend that
             :attr:`~care_sdk.backends.Backend.supports_forced_replies`). ``False`` keeps the
             integers the model wrote. Default (``None``): on where the backend carries a trained
-            generator adapter and supports forced replies (the bundled generator: see its docs
-            page for what it measured), else off.
+            generator adapter and supports forced replies and no ``weights_head`` reads the weights,
+            else off.
+        weights_head: read the weights with a :class:`~care_sdk.weights_head.WeightsHead` on the
+            model's own hidden states of the prompt (the criteria stay the decoded reply's). ``True``
+            is the head shipped with the bundled generator; ``False`` turns it off. Default
+            (``None``): the shipped head where the backend is the bundled model with the bundled
+            generator adapter, ``expected_weights`` is not asked for, and the backend
+            :attr:`~care_sdk.backends.Backend.supports_hidden_states` (the ``default`` spec: see
+            the bundled generator's docs page for what it measured), else off.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, rubric_json
@@ -76,6 +86,7 @@ class RubricGenerator:
         cache: RubricCache | bool | None = True,
         max_context_messages: int | None = None,
         expected_weights: bool | None = None,
+        weights_head: WeightsHead | bool | None = None,
     ) -> None:
         if criteria_per_dimension < 1:
             raise ConfigError("criteria_per_dimension must be at least 1")
@@ -83,6 +94,8 @@ class RubricGenerator:
             raise ConfigError("max_attempts must be at least 1")
         if max_context_messages is not None and max_context_messages < 1:
             raise ConfigError("max_context_messages must be at least 1")
+        if expected_weights and weights_head:
+            raise ConfigError("expected_weights=True and a weights head: choose one way to read the weights")
         self.backend = resolve_backend(backend, role="generator")
         forced = bool(getattr(self.backend, "supports_forced_replies", False))
         if expected_weights and not forced:
@@ -95,7 +108,10 @@ class RubricGenerator:
             if max_context_messages is None:
                 max_context_messages = adapter.max_context_messages
         self.max_context_messages = max_context_messages
-        self.expected_weights = forced and adapter is not None if expected_weights is None else expected_weights
+        self.weights_head = self._head(False if expected_weights else weights_head, adapter)
+        if expected_weights is None:
+            expected_weights = forced and adapter is not None and self.weights_head is None
+        self.expected_weights = expected_weights
         self.criteria_per_dimension = criteria_per_dimension
         self.temperature = temperature
         self.seed = seed
@@ -104,6 +120,29 @@ class RubricGenerator:
         self.cache: RubricCache | None = MemoryCache() if cache is True else (None if cache is False else cache)
         self._schema = rubric_schema(criteria_per_dimension)
 
+    def _head(self, choice: WeightsHead | bool | None, adapter: Any) -> WeightsHead | None:
+        if choice is False:
+            return None
+        readable = bool(getattr(self.backend, "supports_hidden_states", False))
+        if choice is None:
+            bundled = bundled_adapter("generator")
+            if not readable or adapter is None or bundled is None or Path(adapter.path) != bundled:
+                return None
+        if choice is None or choice is True:
+            head = bundled_weights_head()
+            if head is None:
+                if choice is None:
+                    return None
+                raise ConfigError("weights_head=True: this build of care-sdk ships no weights head")
+        else:
+            head = choice
+        if not readable:
+            raise ConfigError(f"a weights head needs a backend that reads hidden states; {self.backend!r} does not")
+        inner = getattr(self.backend, "inner", self.backend)  # a wrapper answers with its inner model
+        model = getattr(self.backend, "model_path", None) or getattr(inner, "model_path", "")
+        head.require(prompt_version=GENERATOR_PROMPT_VERSION, model=str(model))
+        return head
+
     @property
     def identity(self) -> str:
         """Backend identity, prompt version and sampling settings: everything that shapes a rubric."""
@@ -111,6 +150,7 @@ class RubricGenerator:
             f"{self.backend.identity}|prompt=generator-{GENERATOR_PROMPT_VERSION}|k={self.criteria_per_dimension}"
             f"|t={self.temperature}|seed={self.seed}|max_tokens={self.max_tokens}|keep={self.max_context_messages}"
             + ("|weights=expected" if self.expected_weights else "")
+            + (f"|weights=head-{self.weights_head.digest}" if self.weights_head is not None else "")
         )
 
     def request(self, context: Context) -> GenerationRequest:
@@ -163,6 +203,8 @@ class RubricGenerator:
             )
             if self.expected_weights:
                 outcomes = yield from self._expected(outcomes, sent)
+            if self.weights_head is not None:
+                outcomes = self._headed(outcomes, contexts_todo)
             for key, outcome in zip(todo, outcomes, strict=True):
                 found[key] = outcome
                 if self.cache is not None and isinstance(outcome, Rubric):
@@ -180,6 +222,22 @@ class RubricGenerator:
             rubric = out[i]
             assert isinstance(rubric, Rubric)
             out[i] = weights if isinstance(weights, CareError) else rubric.with_weights(weights)
+        return out
+
+    def _headed(
+        self, outcomes: list[Rubric | CareError], contexts: list[tuple[Message, ...]]
+    ) -> list[Rubric | CareError]:
+        """The parsed rubrics with the weights head's weights (the item is the error where the read fails)."""
+        assert self.weights_head is not None
+        out = list(outcomes)
+        for i, outcome in enumerate(outcomes):
+            if isinstance(outcome, Rubric):
+                try:
+                    weights = self.weights_head.weights([contexts[i]], self.backend)[0]
+                except CareError as exc:
+                    out[i] = exc
+                else:
+                    out[i] = outcome.with_weights(weights)
         return out
 
     def generate(self, context: Context) -> Rubric:

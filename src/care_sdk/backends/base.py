@@ -228,6 +228,8 @@ class Backend:
     (one prefill of the fixed text, one distribution per slot) rather than by decoding."""
     supports_reply_logprobs: bool = False
     """Whether :meth:`reply_logprobs` reads how likely a given reply is (a prefill, no decoding)."""
+    supports_hidden_states: bool = False
+    """Whether :meth:`hidden_state_means` reads the model's hidden states of a text."""
 
     @property
     def identity(self) -> str:
@@ -268,6 +270,25 @@ class Backend:
             hint="use a backend that holds the model: llamacpp or hf",
         )
 
+    def hidden_state_means(self, texts: Sequence[str], layer: int) -> list[list[float]]:
+        """Each text's ``hidden_states[layer]`` (the output of the first ``layer`` decoder layers),
+        averaged over its tokens (the text alone: no chat template, no BOS).
+
+        Backends that hold the model (:attr:`supports_hidden_states`) compute the layers up to
+        ``layer`` and stop there.
+
+        Raises:
+            BackendError: the backend cannot read them (hosted APIs return no hidden states).
+
+        Examples:
+            >>> from care_sdk.testing import ScriptedBackend
+            >>> ScriptedBackend([]).hidden_state_means(["hi"], layer=15)
+            Traceback (most recent call last):
+            ...
+            care_sdk.errors.BackendError: [scripted] this backend cannot read hidden states ...
+        """
+        raise BackendError("this backend cannot read hidden states", provider=self.provider, hint="use llamacpp or hf")
+
     def close(self) -> None:
         """Release resources (models, connections). Safe to call twice."""
 
@@ -304,6 +325,7 @@ class ForwardingBackend(Backend):
         self.supports_logprobs = inner.supports_logprobs
         self.supports_forced_replies = inner.supports_forced_replies
         self.supports_reply_logprobs = inner.supports_reply_logprobs
+        self.supports_hidden_states = inner.supports_hidden_states
         self.adapter: Any = getattr(inner, "adapter", None)
         """The inner backend's trained adapter, if any: a wrapper answers with the same model, so
         components built on it check the adapter's role and prompt version and cut the context as
@@ -337,6 +359,10 @@ class ForwardingBackend(Backend):
     def reply_logprobs(self, messages: Sequence[Message], reply: str) -> list[float]:
         """Forwarded to ``inner.reply_logprobs``."""
         return self.inner.reply_logprobs(messages, reply)
+
+    def hidden_state_means(self, texts: Sequence[str], layer: int) -> list[list[float]]:
+        """Forwarded to ``inner.hidden_state_means``."""
+        return self.inner.hidden_state_means(texts, layer)
 
     def close(self) -> None:
         """Close the inner backend."""

@@ -72,6 +72,7 @@ class HFBackend(Backend):
     supports_logprobs = True
     supports_forced_replies = True
     supports_reply_logprobs = True
+    supports_hidden_states = True
 
     def __init__(
         self,
@@ -244,6 +245,32 @@ class HFBackend(Backend):
             raise self._overflow(len(prompt) + len(tokens))
         with self._lock, torch.inference_mode():
             return self._prefix.span_logprobs(prompt + tokens, len(prompt))
+
+    def hidden_state_means(self, texts: Sequence[str], layer: int) -> list[list[float]]:
+        """Each text's ``hidden_states[layer]`` averaged over its tokens, one forward pass a text
+        (transformers' numbering: ``layer`` decoder layers in; the last one is after the final norm).
+
+        Examples:
+            >>> backend = HFBackend.from_gguf(default_model_path())  # doctest: +SKIP
+            >>> len(backend.hidden_state_means(["I lost my job."], layer=15)[0])  # doctest: +SKIP
+            576
+        """
+        import torch
+
+        if self._model is None:
+            raise BackendError("the backend is closed", provider=self.provider)
+        layers = int(self._model.config.num_hidden_layers)
+        if not 1 <= layer <= layers:
+            raise ConfigError(f"hf: hidden state layer must be 1 to {layers}, got {layer}")
+        out = []
+        with self._lock, torch.inference_mode():
+            for text in texts:
+                enc = self._tokenizer(text, return_tensors="pt").to(self._device)
+                if self._context is not None and enc["input_ids"].shape[1] > int(self._context):
+                    raise self._overflow(int(enc["input_ids"].shape[1]))
+                hidden = self._model.base_model(**enc, output_hidden_states=True).hidden_states[layer]
+                out.append(hidden[0].float().mean(0).tolist())
+        return out
 
     def close(self) -> None:
         """Drop the model and tokenizer so their memory can be freed. Safe to call twice."""

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from care_sdk.backends._llamacpp_states import LayerMeans
 from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob
 from care_sdk.backends.forced import build_forced_reply, common_prefix, forced_completion
 from care_sdk.errors import BackendError, ConfigError, ContextOverflowError, MissingDependencyError
@@ -252,6 +253,7 @@ class LlamaCppBackend(Backend):
     supports_seed = True
     supports_forced_replies = True
     supports_reply_logprobs = True
+    supports_hidden_states = True
 
     def __init__(
         self,
@@ -304,6 +306,8 @@ class LlamaCppBackend(Backend):
         self.supports_logprobs = bool(getattr(self.llama, "_logits_all", logprobs))
         self.evaluated_tokens = 0
         """Tokens evaluated for forced replies so far (what the KV cache did not already hold)."""
+        self._n_threads = n_threads or max(1, _usable_cores() // 2)
+        self._layer_means: LayerMeans | None = None
         _OPEN.add(self)
 
     @property
@@ -512,9 +516,19 @@ class LlamaCppBackend(Backend):
         with self._lock:
             return [self._request(r) for r in requests]
 
+    def hidden_state_means(self, texts: Sequence[str], layer: int) -> list[list[float]]:
+        """Read on a second context of the same model without the adapter, stopping at ``layer``
+        (:class:`~care_sdk.backends._llamacpp_states.LayerMeans`)."""
+        if self._layer_means is None:
+            self._layer_means = LayerMeans(self.llama, n_ctx=self.llama.n_ctx(), n_threads=self._n_threads)
+        return self._layer_means.read_many(texts, layer)
+
     def close(self) -> None:
         """Free the model (also done at interpreter exit for a backend still alive then)."""
         _OPEN.discard(self)
+        means = self.__dict__.pop("_layer_means", None)
+        if means is not None:
+            means.close()
         llama = self.__dict__.pop("llama", None)  # dropped, so the model is freed now
         if llama is not None and hasattr(llama, "close"):
             llama.close()

@@ -27,13 +27,13 @@ __all__ = [
     "ProgressBar",
     "add_backend_options",
     "add_context_fit_options",
-    "add_expected_weights_option",
     "add_run_options",
+    "add_weight_reader_option",
     "context_fit_of",
     "csv_list",
-    "expected_weights_of",
     "resolve_backends",
     "slug",
+    "weights_options",
 ]
 
 
@@ -73,38 +73,51 @@ def add_backend_options(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("--evaluator-backend", help="backend spec for the evaluator only")
 
 
-def add_expected_weights_option(cmd: argparse.ArgumentParser) -> None:
-    """Add ``--expected-weights auto|on|off``: how the rubric generator reads its weights.
+WEIGHT_READERS = {
+    "auto": {},
+    "head": {"weights_head": True, "expected_weights": False},
+    "expected": {"weights_head": False, "expected_weights": True},
+    "decoded": {"weights_head": False, "expected_weights": False},
+}
+"""The ``--weight-reader`` choices and the :class:`~care_sdk.RubricGenerator` arguments each stands for."""
 
-    ``auto`` is :class:`~care_sdk.RubricGenerator`'s own default (expected weights for a trained
-    generator adapter that supports forced replies, such as the bundled one); ``off`` keeps the
-    integers the model wrote, for example to continue or reproduce a run made with them.
-    :func:`expected_weights_of` turns the value into the generator's argument.
+
+def add_weight_reader_option(cmd: argparse.ArgumentParser) -> None:
+    """Add ``--weight-reader auto|head|expected|decoded``: how the rubric generator reads its weights.
+
+    ``auto`` is :class:`~care_sdk.RubricGenerator`'s own default (the weights head for the bundled
+    generator, expected weights for another trained generator adapter that supports forced
+    replies, else the integers the model wrote); ``head`` asks for the bundled weights head,
+    ``expected`` for expectations over 0-10, ``decoded`` keeps the integers the model wrote, for
+    example to continue or reproduce a run made with them. :func:`weights_options` turns the value
+    into the generator's arguments.
 
     Examples:
         >>> parser = argparse.ArgumentParser()
-        >>> add_expected_weights_option(parser)
-        >>> parser.parse_args([]).expected_weights, parser.parse_args(["--expected-weights", "off"]).expected_weights
-        ('auto', 'off')
+        >>> add_weight_reader_option(parser)
+        >>> parser.parse_args([]).weight_reader, parser.parse_args(["--weight-reader", "decoded"]).weight_reader
+        ('auto', 'decoded')
     """
     cmd.add_argument(
-        "--expected-weights",
-        choices=("auto", "on", "off"),
+        "--weight-reader",
+        choices=tuple(WEIGHT_READERS),
         default="auto",
-        help="read rubric weights as the model's expected values over 0-10 (on), keep the integers it wrote "
-        "(off), or let the generator decide: on for a trained generator adapter such as the bundled one "
-        "(auto; default: %(default)s)",
+        help="how the generator reads rubric weights: the bundled weights head on the model's hidden states "
+        "(head), the model's expected values over 0-10 (expected), the integers it wrote (decoded), or the "
+        "generator's own choice: the head for the bundled generator (auto; default: %(default)s)",
     )
 
 
-def expected_weights_of(args: argparse.Namespace) -> bool | None:
-    """``RubricGenerator(expected_weights=...)`` for the ``--expected-weights`` option.
+def weights_options(args: argparse.Namespace) -> dict[str, bool]:
+    """The :class:`~care_sdk.RubricGenerator` arguments for the ``--weight-reader`` option.
 
     Examples:
-        >>> [expected_weights_of(argparse.Namespace(expected_weights=v)) for v in ("auto", "on", "off")]
-        [None, True, False]
+        >>> weights_options(argparse.Namespace(weight_reader="decoded"))
+        {'weights_head': False, 'expected_weights': False}
+        >>> weights_options(argparse.Namespace(weight_reader="auto"))
+        {}
     """
-    return {"auto": None, "on": True, "off": False}[args.expected_weights]
+    return dict(WEIGHT_READERS[args.weight_reader])
 
 
 def add_context_fit_options(cmd: argparse.ArgumentParser) -> None:

@@ -14,13 +14,13 @@ from care_sdk.bench._cli_args import (
     ProgressBar,
     add_backend_options,
     add_context_fit_options,
-    add_expected_weights_option,
     add_run_options,
+    add_weight_reader_option,
     context_fit_of,
     csv_list,
-    expected_weights_of,
     resolve_backends,
     slug,
+    weights_options,
 )
 from care_sdk.variants import VARIANTS
 
@@ -64,7 +64,7 @@ def _cmd_quality(args: argparse.Namespace) -> int:
         resamples=args.resamples,
     )
     generator_backend, evaluator_backend = resolve_backends(args)
-    generator = RubricGenerator(generator_backend, seed=args.seed, expected_weights=expected_weights_of(args))
+    generator = RubricGenerator(generator_backend, seed=args.seed, **weights_options(args))
     evaluator = RubricEvaluator(evaluator_backend, seed=args.seed)
     spec = (
         args.backend
@@ -151,7 +151,7 @@ def add_bench_commands(subparsers: Any) -> None:
         ),
     )
     add_backend_options(quality)
-    add_expected_weights_option(quality)
+    add_weight_reader_option(quality)
     quality.add_argument(
         "--limit", type=int, help="units per task (turns, judged turns, conversations, dialogues per class)"
     )

@@ -9,8 +9,9 @@ inside their functions and raise :class:`~care_sdk.errors.MissingDependencyError
   :class:`PrefGRPORewards` (the three together: a failed evaluation masks the whole completion).
 - Data hygiene: :func:`data_role`, :func:`require_trainable` (recipes refuse test and eval-only
   data) and :func:`write_roles`; run sizes: :func:`plan_training` and :class:`TrainingPlan`.
-- Stages: :func:`build_data`, :func:`run_sft`, :func:`run_pref_grpo`, with their configs
-  :class:`BuildDataConfig`, :class:`SFTStageConfig`, :class:`PrefGRPOConfig` and :func:`load_config`.
+- Stages: :func:`build_data`, :func:`run_sft`, :func:`run_pref_grpo`, :func:`fit_weights_head`, with
+  their configs :class:`BuildDataConfig`, :class:`SFTStageConfig`, :class:`PrefGRPOConfig`,
+  :class:`WeightsHeadConfig` and :func:`load_config`.
 - Models: :func:`tiny_model_dir` (a tiny random SmolLM2-shaped model for tests),
   :func:`load_trained_generator` (a trained generator as a :class:`~care_sdk.RubricGenerator`).
 
@@ -21,7 +22,14 @@ Examples:
 """
 
 from care_sdk.training.build_data import BuildReport, build_data, count_weights
-from care_sdk.training.config import BuildDataConfig, LoraSettings, PrefGRPOConfig, SFTStageConfig, load_config
+from care_sdk.training.config import (
+    BuildDataConfig,
+    LoraSettings,
+    PrefGRPOConfig,
+    SFTStageConfig,
+    WeightsHeadConfig,
+    load_config,
+)
 from care_sdk.training.models import tiny_model_dir
 from care_sdk.training.plan import TrainingPlan, plan_training
 from care_sdk.training.pref_grpo import PrefGRPOResult, run_pref_grpo
@@ -38,6 +46,7 @@ from care_sdk.training.rewards import (
 )
 from care_sdk.training.roles import data_role, require_trainable, write_roles
 from care_sdk.training.sft import SFTResult, load_trained_generator, run_sft
+from care_sdk.training.weights_head import fit_weights_head
 
 __all__ = [
     "AlignReward",
@@ -52,11 +61,13 @@ __all__ = [
     "SFTResult",
     "SFTStageConfig",
     "TrainingPlan",
+    "WeightsHeadConfig",
     "align_violations",
     "build_data",
     "completion_text",
     "count_weights",
     "data_role",
+    "fit_weights_head",
     "format_reward",
     "load_config",
     "load_trained_generator",

@@ -1,4 +1,5 @@
-"""``care train <stage> --config FILE``: the training subcommands (build-data, sft, pref-grpo, export-adapter).
+"""``care train <stage> --config FILE``: the training subcommands (build-data, sft, pref-grpo, export-adapter,
+weights-head).
 
 The ``care`` command calls :func:`add_train_commands` on its subparsers.
 """
@@ -99,8 +100,16 @@ def _export_adapter(args: argparse.Namespace) -> int:
     return 0
 
 
+def _weights_head(args: argparse.Namespace) -> int:
+    from care_sdk.training.config import WeightsHeadConfig, load_config
+    from care_sdk.training.weights_head import fit_weights_head
+
+    fit_weights_head(load_config(WeightsHeadConfig, args.config, config_overrides(args)))
+    return 0
+
+
 def add_train_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register ``train`` with its stages ``build-data``, ``sft``, ``pref-grpo`` and ``export-adapter``.
+    """Register ``train`` with its stages (build-data, sft, pref-grpo, export-adapter, weights-head).
 
     Each stage takes ``--config FILE`` (YAML, see ``training/configs/``) and an optional
     ``--output-dir`` that overrides the file's; ``sft`` and ``pref-grpo`` print their plan
@@ -128,6 +137,7 @@ def add_train_commands(subparsers: argparse._SubParsersAction) -> None:  # type:
                 "write a trained LoRA adapter (sft, or pref-grpo with the adapter it started from) as a GGUF "
                 "adapter file for llama.cpp",
             ),
+            ("weights-head", _weights_head, "fit the generator's weights head on the base model's hidden states"),
         ],
         trainers=("sft", "pref-grpo"),
     )

@@ -19,6 +19,7 @@ __all__ = [
     "LoraSettings",
     "PrefGRPOConfig",
     "SFTStageConfig",
+    "WeightsHeadConfig",
     "load_config",
 ]
 
@@ -287,6 +288,30 @@ def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:line {mark.line + 1}" if mark is not None else str(path)
         raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+
+
+class WeightsHeadConfig(_Config):
+    """Settings of ``care train weights-head`` (:mod:`care_sdk.training.weights_head`).
+
+    Examples:
+        >>> WeightsHeadConfig(output_dir="out").layer
+        15
+    """
+
+    output_dir: str
+    """Where to write ``generator_head.json``, ``report.json`` and the kept states (``states-<split>.pt``)."""
+    data_dir: str | None = None
+    """The shared data directory; ``$CARE_DATA_DIR`` or ``../shared/data`` when omitted."""
+    layer: int = Field(default=15, ge=1)
+    """The hidden state read: ``hidden_states[layer]``, the output of the first ``layer`` decoder layers."""
+    max_context_messages: int | None = Field(default=4, ge=1)
+    """The context messages the prompt text shows (the bundled generator adapter's setting)."""
+    position_cap: int = Field(default=15, ge=1)
+    """Supporter-turn numbers from this one on share one position feature."""
+    penalties: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+    """L2 penalties tried; the best on ESConv valid is kept."""
+    threads: int = Field(default=2, ge=1)
+    """CPU threads (the fit repeats exactly with the same number)."""
 
 
 def load_config(cls: type[C], path: str | Path, overrides: dict[str, Any] | None = None) -> C:
