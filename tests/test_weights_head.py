@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from care_sdk import RubricGenerator
-from care_sdk.errors import BackendError, ConfigError
+from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION
 from care_sdk.testing import ScriptedBackend, rubric_json
 from care_sdk.types import DIMENSIONS, Dimension
@@ -44,14 +44,17 @@ class StatesBackend(ScriptedBackend):
     supports_hidden_states = True
     model_path = "/models/tiny.gguf"
 
-    def __init__(self, replies: Sequence[str], fail: bool = False) -> None:
+    def __init__(self, replies: Sequence[str], fail: bool = False, window: int = 10_000) -> None:
         super().__init__(replies)
         self.read: list[tuple[str, int]] = []
         self.fail = fail
+        self.window = window
 
     def hidden_state_means(self, texts: Sequence[str], layer: int) -> list[list[float]]:
         if self.fail:
             raise BackendError("states failed", provider=self.provider)
+        if any(len(t) > self.window for t in texts):
+            raise ContextOverflowError(max(map(len, texts)), self.window, provider=self.provider)
         self.read += [(t, layer) for t in texts]
         return [[1.0 + 2 * t.count("?"), 1.0 + 2 * t.count("!"), 1.0, 1.0] for t in texts]
 
@@ -127,6 +130,17 @@ def test_the_generator_takes_its_weights_from_the_head_and_its_criteria_from_the
     decoded = RubricGenerator(backend, weights_head=False, cache=False).generate(asked)
     assert decoded.criteria == rubric.criteria and decoded.top_dimension is Dimension.PROACTIVE
     assert backend.read == [(head().text_of(asked), 2)]  # one read a context, on the head's layer
+
+
+def test_a_text_over_the_window_is_read_with_fewer_messages() -> None:
+    long = [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Go on? " + "x" * 500}]
+    context = [*long, {"role": "user", "content": "Why? Why?"}]  # the head shows 2 messages: over the window
+    backend = StatesBackend([], window=300)
+    weights = head().weights([context], backend)[0]
+    assert [len(t) < 300 for t, _ in backend.read] == [True]  # only the last message fitted
+    assert weights == head().weights_from_state([5.0, 1.0, 1.0, 1.0], position=2)  # the whole context's turn
+    with pytest.raises(ContextOverflowError):
+        head().weights([[{"role": "user", "content": "y" * 400}]], backend)
 
 
 def test_a_failed_state_read_fails_that_rubric_only_and_says_why() -> None:

@@ -30,9 +30,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from care_sdk.errors import ConfigError
+from care_sdk.errors import ConfigError, ContextOverflowError
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION, Context, generator_messages, generator_position
-from care_sdk.types import DIMENSIONS, Dimension
+from care_sdk.types import DIMENSIONS, Dimension, as_messages
 
 __all__ = ["WeightsHead", "bundled_weights_head"]
 
@@ -125,11 +125,26 @@ class WeightsHead:
         """The weights for each context, reading the states on ``backend`` (one that
         :attr:`~care_sdk.backends.Backend.supports_hidden_states`).
 
+        A text that does not fit the model's context window (the backend raises
+        :class:`~care_sdk.errors.ContextOverflowError`) is read again with fewer messages, the
+        oldest dropped first, down to the last one; the position is the whole context's.
+
         Raises:
             BackendError: the backend cannot read hidden states or failed.
         """
-        states = backend.hidden_state_means([self.text_of(c) for c in contexts], self.layer)
-        return [self.weights_from_state(s, self.position_of(c)) for s, c in zip(states, contexts, strict=True)]
+        return [self.weights_from_state(self._state(c, backend), self.position_of(c)) for c in contexts]
+
+    def _state(self, context: Context, backend: Any) -> Sequence[float]:
+        keep = self.max_context_messages or len(as_messages(context))
+        while True:
+            text = generator_messages(context, max_context_messages=keep)[1].content
+            try:
+                state: Sequence[float] = backend.hidden_state_means([text], self.layer)[0]
+                return state
+            except ContextOverflowError:
+                if keep <= 1:
+                    raise
+                keep -= 1
 
     def to_json(self) -> dict[str, Any]:
         """The head as a JSON object (what :meth:`save` writes)."""
