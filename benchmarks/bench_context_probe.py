@@ -44,10 +44,16 @@ import torch
 from bench_context_signal import VISIBLE, _annotated, _table, _turns, over_dialogues, pick_match
 
 from care_sdk.data import data_dir, default_strategy_map, load_esconv
-from care_sdk.prompts import generator_messages
 from care_sdk.training.rubric_targets import POSITION_CAP
-from care_sdk.training.weights_head import fit_logistic, position_onehot, soft_labels, transformers_states
+from care_sdk.training.weights_head import (
+    fit_logistic,
+    position_onehot,
+    probabilities,
+    soft_labels,
+    transformers_states,
+)
 from care_sdk.types import DIMENSIONS
+from care_sdk.weights_head import head_text
 
 SPLITS = ("train", "valid", "test")
 MIDDLE = 15
@@ -59,7 +65,7 @@ FEATURES = ("position", "final mean", "final last", "middle mean")
 
 def _texts(turns: list[dict[str, Any]]) -> list[str]:
     """What the generator reads before each turn: the user message of its prompt."""
-    return [generator_messages(t["context"], max_context_messages=VISIBLE)[1].content for t in turns]
+    return [head_text(t["context"], VISIBLE) for t in turns]
 
 
 STATES = {"final mean": (-1, "mean"), "final last": (-1, "last"), "middle mean": (MIDDLE, "mean")}
@@ -92,11 +98,6 @@ def features(states: dict[str, torch.Tensor], turns: list[dict[str, Any]], name:
 def scale_of(states: dict[str, torch.Tensor], name: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and sd (floored) of the ``name`` states, to standardise with."""
     return states[name].mean(0), states[name].std(0) + 1e-6
-
-
-def probabilities(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """The fitted probe's distribution over :data:`DIMENSIONS` for each row of ``x``."""
-    return torch.softmax(torch.cat([x, torch.ones(len(x), 1)], 1) @ w, 1)
 
 
 def _predict(w: torch.Tensor, x: torch.Tensor) -> list[int]:

@@ -47,14 +47,14 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from bench_context_probe import _soft_labels, features, probabilities, scale_of
+from bench_context_probe import _soft_labels, features, scale_of
 from bench_context_signal import VISIBLE, _annotated, _turns
 
 from care_sdk.data import data_dir, default_strategy_map, load_esconv
 from care_sdk.prompts import generator_position, parse_rubric, rubric_reply_json
 from care_sdk.rubric_checks import check_rubric
 from care_sdk.training.targets import count_weights
-from care_sdk.training.weights_head import fit_logistic
+from care_sdk.training.weights_head import fit_logistic, probabilities
 from care_sdk.types import DIMENSIONS, Dimension, Rubric
 
 FEATURE = "middle mean"

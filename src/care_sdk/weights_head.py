@@ -34,9 +34,20 @@ from care_sdk.errors import ConfigError, ContextOverflowError
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION, Context, generator_messages, generator_position
 from care_sdk.types import DIMENSIONS, Dimension, as_messages
 
-__all__ = ["WeightsHead", "bundled_weights_head"]
+__all__ = ["WeightsHead", "bundled_weights_head", "head_text"]
 
 _BUNDLED = "generator_head.json"
+
+
+def head_text(context: Context, max_context_messages: int | None) -> str:
+    """What a weights head reads of ``context``: the generator prompt's user message, cut to the last
+    ``max_context_messages`` messages. Fitting (:mod:`care_sdk.training.weights_head`) and reading use it alike.
+
+    Examples:
+        >>> head_text("I failed my exam.", 4).splitlines()[0]
+        'Position: supporter turn 1, after 1 messages.'
+    """
+    return generator_messages(context, max_context_messages=max_context_messages)[1].content
 
 
 @dataclass(frozen=True)
@@ -97,7 +108,7 @@ class WeightsHead:
 
     def text_of(self, context: Context) -> str:
         """What the head reads of ``context``: the generator prompt's user message."""
-        return generator_messages(context, max_context_messages=self.max_context_messages)[1].content
+        return head_text(context, self.max_context_messages)
 
     def position_of(self, context: Context) -> int:
         """The supporter-turn number of the reply after ``context``, capped at :attr:`position_cap`."""
@@ -137,7 +148,7 @@ class WeightsHead:
     def _state(self, context: Context, backend: Any) -> Sequence[float]:
         keep = self.max_context_messages or len(as_messages(context))
         while True:
-            text = generator_messages(context, max_context_messages=keep)[1].content
+            text = head_text(context, keep)
             try:
                 state: Sequence[float] = backend.hidden_state_means([text], self.layer)[0]
                 return state

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from care_sdk.data import data_dir, default_strategy_map, load_esconv
-from care_sdk.prompts import GENERATOR_PROMPT_VERSION, generator_messages
+from care_sdk.prompts import GENERATOR_PROMPT_VERSION
 from care_sdk.rubric_checks import top_match
 from care_sdk.training.config import WeightsHeadConfig
 from care_sdk.training.rubric_targets import POSITION_CAP, turn_number
 from care_sdk.types import DIMENSIONS, Dimension
-from care_sdk.weights_head import WeightsHead
+from care_sdk.weights_head import WeightsHead, head_text
 
 __all__ = [
     "HeadTurn",
@@ -39,6 +39,7 @@ __all__ = [
     "fit_weights_head",
     "head_turns",
     "position_onehot",
+    "probabilities",
     "soft_labels",
     "transformers_states",
 ]
@@ -77,7 +78,7 @@ def head_turns(path: Path, max_context_messages: int | None, position_cap: int =
     for dialogue in load_esconv(path, strategy_map=mapping).records:
         for turn in dialogue.supporter_turns(mapping):
             if turn.top_dimensions:
-                text = generator_messages(turn.context, max_context_messages=max_context_messages)[1].content
+                text = head_text(turn.context, max_context_messages)
                 position = min(turn_number(turn), position_cap)
                 out.append(HeadTurn(dialogue.id, turn.index, text, position, dict(turn.counts), turn.top_dimensions))
     return out
@@ -207,6 +208,20 @@ def fit_logistic(x: Any, y: Any, penalty: float) -> Any:
     return w.detach()
 
 
+def probabilities(w: Any, x: Any) -> Any:
+    """The distribution over :data:`~care_sdk.types.DIMENSIONS` that weights ``w`` of
+    :func:`fit_logistic` give each row of ``x``.
+
+    Examples:
+        >>> import torch
+        >>> probabilities(torch.zeros(2, 3), torch.ones(1, 1)).tolist()
+        [[0.3333333432674408, 0.3333333432674408, 0.3333333432674408]]
+    """
+    import torch
+
+    return torch.softmax(torch.cat([x, torch.ones(len(x), 1)], 1) @ w, 1)
+
+
 def _match(turns: Sequence[HeadTurn], picks: Sequence[int]) -> float:
     picked = [{d: float(k == p) for k, d in enumerate(DIMENSIONS)} for p in picks]
     values = [top_match(w, t.counts) for t, w in zip(turns, picked, strict=True)]
@@ -252,7 +267,7 @@ def fit_weights_head(config: WeightsHeadConfig) -> WeightsHead:
     fits = {}
     for penalty in config.penalties:
         w = fit_logistic(train, labels, penalty)
-        picks = (torch.cat([valid, torch.ones(len(valid), 1)], 1) @ w).argmax(1).tolist()
+        picks = probabilities(w, valid).argmax(1).tolist()
         by_penalty[penalty] = _match(turns["valid"], picks)
         fits[penalty] = w
         print(f"weights-head: penalty {penalty:g}: valid top match {by_penalty[penalty]:.4f}", flush=True)
