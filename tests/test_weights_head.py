@@ -3,8 +3,10 @@ test_weights_head_model.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -49,6 +51,7 @@ class StatesBackend(ScriptedBackend):
         self.read: list[tuple[str, int]] = []
         self.fail = fail
         self.window = window
+        self.threads: list[int] = []
 
     def hidden_state_means(self, texts: Sequence[str], layer: int) -> list[list[float]]:
         if self.fail:
@@ -56,6 +59,7 @@ class StatesBackend(ScriptedBackend):
         if any(len(t) > self.window for t in texts):
             raise ContextOverflowError(max(map(len, texts)), self.window, provider=self.provider)
         self.read += [(t, layer) for t in texts]
+        self.threads.append(threading.get_ident())
         return [[1.0 + 2 * t.count("?"), 1.0 + 2 * t.count("!"), 1.0, 1.0] for t in texts]
 
 
@@ -130,6 +134,19 @@ def test_the_generator_takes_its_weights_from_the_head_and_its_criteria_from_the
     decoded = RubricGenerator(backend, weights_head=False, cache=False).generate(asked)
     assert decoded.criteria == rubric.criteria and decoded.top_dimension is Dimension.PROACTIVE
     assert backend.read == [(head().text_of(asked), 2)]  # one read a context, on the head's layer
+
+
+def test_async_generation_reads_the_states_off_the_event_loop() -> None:
+    backend = StatesBackend([rubric_json({"cognitive": 0, "affective": 0, "proactive": 10})] * 2)
+    generator = RubricGenerator(backend, weights_head=head(), cache=False)
+
+    async def generate() -> tuple[object, int]:
+        return await generator.agenerate([{"role": "user", "content": "Why me?"}]), threading.get_ident()
+
+    rubric, loop_thread = asyncio.run(generate())
+    assert rubric == generator.generate([{"role": "user", "content": "Why me?"}])  # same rubric both ways
+    assert backend.threads[0] != loop_thread  # the blocking read ran in a worker thread
+    assert backend.threads[1] == threading.get_ident()  # the blocking API reads in place
 
 
 def test_a_text_over_the_window_is_read_with_fewer_messages() -> None:

@@ -1,16 +1,19 @@
 """The request/parse/retry loop shared by the generator and the evaluator, written once.
 
 A *plan* is a generator that yields batches of requests and receives their results; it returns
-one parsed value or :class:`CareError` per input. :func:`drive` and :func:`adrive` run a plan on
-a backend synchronously or asynchronously, so sync and async APIs share every line of logic.
+one parsed value or :class:`CareError` per input. A plan can also yield an :class:`Offload`, a
+blocking call (a read of the model's hidden states, ...) it receives the value of. :func:`drive` and
+:func:`adrive` run a plan on a backend synchronously or asynchronously (an offloaded call in a
+worker thread, so it never blocks the event loop), so sync and async APIs share every line of logic.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable, Generator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult
 from care_sdk.errors import CareError, ContextOverflowError, OutputError
@@ -18,7 +21,34 @@ from care_sdk.errors import CareError, ContextOverflowError, OutputError
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Plan = Generator[list[GenerationRequest], list[GenerationResult], list[T | CareError]]
+R = TypeVar("R")
+
+
+@dataclasses.dataclass(frozen=True)
+class Offload:
+    """A blocking call a plan hands to its driver, which sends back its value: :func:`drive` calls
+    it in place, :func:`adrive` in a worker thread. Yield it through :func:`offload`, which types the value.
+
+    Examples:
+        >>> def plan():
+        ...     doubled = yield from offload(lambda: 2 * 21)
+        ...     return [doubled]
+        >>> drive(plan(), backend=None)
+        [42]
+    """
+
+    call: Callable[[], Any]
+
+
+Plan = Generator[list[GenerationRequest] | Offload, Any, list[T | CareError]]
+"""Yields request batches (sent back their results) and :class:`Offload` calls (sent back their values)."""
+
+
+def offload(call: Callable[[], R]) -> Generator[Offload, Any, R]:
+    """Inside a plan, ``value = yield from offload(call)``: ``call()`` run by the driver (see :class:`Offload`)."""
+    value: R = yield Offload(call)
+    return value
+
 
 RETRY_TEMPERATURE = 0.7
 """Sampling temperature used for retries when the first attempt was greedy."""
@@ -97,7 +127,7 @@ def parse_plan(
     attempts = [0] * len(sent)
     pending = list(range(len(sent)))
     while pending:
-        results = yield [retry_request(sent[i], attempts[i]) for i in pending]
+        results: list[GenerationResult] = yield [retry_request(sent[i], attempts[i]) for i in pending]
         again: list[int] = []
         for i, result in zip(pending, results, strict=True):
             if result.error is not None:
@@ -157,22 +187,30 @@ def fewer_messages(
     return shorter
 
 
-def drive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
-    """Run a plan with the backend's blocking API."""
+def drive(plan: Plan[T], backend: Backend | None) -> list[T | CareError]:
+    """Run a plan with the backend's blocking API (an :class:`Offload` is called in place)."""
     try:
-        batch = next(plan)
+        step = next(plan)
         while True:
-            batch = plan.send(backend.generate(batch))
+            if isinstance(step, Offload):
+                step = plan.send(step.call())
+            else:
+                assert backend is not None, "a plan that sends requests needs a backend"
+                step = plan.send(backend.generate(step))
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 
 
-async def adrive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
-    """Run a plan with the backend's async API."""
+async def adrive(plan: Plan[T], backend: Backend | None) -> list[T | CareError]:
+    """Run a plan with the backend's async API (an :class:`Offload` in a worker thread)."""
     try:
-        batch = next(plan)
+        step = next(plan)
         while True:
-            batch = plan.send(await backend.agenerate(batch))
+            if isinstance(step, Offload):
+                step = plan.send(await asyncio.to_thread(step.call))
+            else:
+                assert backend is not None, "a plan that sends requests needs a backend"
+                step = plan.send(await backend.agenerate(step))
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 

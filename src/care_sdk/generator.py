@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from care_sdk._engine import Plan, adrive, drive, fewer_messages, parse_plan, unwrap
+from care_sdk._engine import Plan, adrive, drive, fewer_messages, offload, parse_plan, unwrap
 from care_sdk._weights import expected_weights_plan
 from care_sdk.adapters import bundled_adapter
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
@@ -204,7 +204,8 @@ class RubricGenerator:
             if self.expected_weights:
                 outcomes = yield from self._expected(outcomes, sent)
             if self.weights_head is not None:
-                outcomes = self._headed(outcomes, contexts_todo)
+                read = outcomes  # the head reads hidden states: a blocking call, off the event loop in async use
+                outcomes = yield from offload(lambda: self._headed(read, contexts_todo))
             for key, outcome in zip(todo, outcomes, strict=True):
                 found[key] = outcome
                 if self.cache is not None and isinstance(outcome, Rubric):
