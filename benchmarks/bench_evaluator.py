@@ -29,7 +29,9 @@ gives every score's distribution over 1-5, so the shipped reward is read two way
 calls, the greedy scores and the logprob-expected scores.
 
 Rows: the shipped reward (bundled generator + bundled evaluator) and the paper's ablations with the
-shipped models (uniform weights, fixed criteria, fixed rubric); with ``--compare-evaluator``,
+shipped models (uniform weights, fixed criteria, fixed rubric); with stage ``rubrics-expected``, the
+shipped reward on the same criteria and scores weighted as the generator adapter writes them (read
+as expectations, the default before the weights head); with ``--compare-evaluator``,
 another evaluator adapter under the same rubrics; the untrained evaluator under the
 shipped rubrics (what the evaluator's training adds; on every Lend-an-Ear item and the subsample's
 ESConv groups, since with the whole context it takes about 8 s an evaluation); reply length. On a seeded subsample of
@@ -127,11 +129,14 @@ def _append(path: Path, key: str, value: Any) -> None:
         fh.write(json.dumps({"key": key, "value": value}, ensure_ascii=False) + "\n")
 
 
-def rubrics(spec: str, items: list[dict[str, Any]], out: Path) -> dict[str, Any]:
-    """The rubric of every group's context by generator ``spec`` (cached in ``rubrics_<spec>.jsonl``)."""
-    path = out / f"rubrics_{spec}.jsonl"
+def rubrics(spec: str, items: list[dict[str, Any]], out: Path, weights_head: bool | None = None) -> dict[str, Any]:
+    """The rubric of every group's context by generator ``spec`` (cached in ``rubrics_<spec>.jsonl``);
+    with ``weights_head=False``, the bundled generator's rubrics with the weights its adapter writes,
+    read as expectations (the default before the weights head; ``rubrics_<spec>_expected.jsonl``)."""
+    path = out / f"rubrics_{spec}{'_expected' if weights_head is False else ''}.jsonl"
     done = _cache(path)
-    generator = RubricGenerator(resolve_backend(spec, role="generator", n_threads=THREADS, n_ctx=4096))
+    backend = resolve_backend(spec, role="generator", n_threads=THREADS, n_ctx=4096)
+    generator = RubricGenerator(backend, weights_head=weights_head)
     contexts = {it["group"]: it["context"] for it in items}
     for group, context in contexts.items():
         if group in done:
@@ -459,6 +464,18 @@ def report(
         criteria = "fixed" if variant in ("fixed_criteria", "fixed_rubric") else "generated"
         evals = fixed if criteria == "fixed" else generated
         rows[f"shipped: {variant}"] = row_rewards(items, shipped_rubrics, evals, "sampled", weights, criteria)
+    before_head = _cache(out / "rubrics_default_expected.jsonl")
+    if before_head:  # the same criteria and scores, the weights the adapter writes (read as expectations)
+        reweighted = {
+            group: {"rubric": shipped_rubrics[group]["rubric"] | {"weights": value["rubric"]["weights"]}}
+            for group, value in before_head.items()
+            if group in shipped_rubrics
+            and "error" not in value["rubric"]
+            and "error" not in shipped_rubrics[group]["rubric"]
+        }
+        rows["shipped: care, the adapter's expected weights"] = row_rewards(
+            items, reweighted, generated, "sampled", "generated", "generated"
+        )
     if any("expected" in v for v in generated.values()):  # forced-position scoring reads them in the same call
         rows["shipped: care, expected scores"] = row_rewards(
             items, shipped_rubrics, generated, "expected", "generated", "generated"
@@ -508,6 +525,9 @@ def report(
         expected = rows.get("shipped: care, expected scores")
         if expected is not None:
             forms.append(("shipped gate, expected scores", shipped_gate, DEFAULT_FLOOR, expected))
+        adapter_weights = rows.get("shipped: care, the adapter's expected weights")
+        if adapter_weights is not None:
+            forms.append(("shipped gate, the adapter's expected weights", shipped_gate, DEFAULT_FLOOR, adapter_weights))
         if sweep_floors:
             forms += [(f"shipped gate, floor {floor}", shipped_gate, floor, greedy) for floor in FLOOR_SWEEP]
         own = own_shares(items)
@@ -609,8 +629,8 @@ def main() -> None:
         "it to the context-fit stages and the report, in a directory of its own",
     )
     stages = [
-        "rubrics", "base", "shipped", "shipped-fixed", "shipped-logprobs", "compare", "context-fit",
-        "context-fit-as-written",
+        "rubrics", "rubrics-expected", "base", "shipped", "shipped-fixed", "shipped-logprobs", "compare",
+        "context-fit", "context-fit-as-written",
     ]  # fmt: skip
     parser.add_argument(
         "--context-fit-window", type=int, default=GATES_WINDOW, help="messages of context the context-fit stages read"
@@ -641,6 +661,7 @@ def main() -> None:
     lae_and_sub = [it for it in items if it["task"] == "lend-an-ear" or it["group"] in subsample]
     run: dict[str, Callable[[], Any]] = {
         "rubrics": lambda: rubrics("default", items, out),
+        "rubrics-expected": lambda: rubrics("default", items, out, weights_head=False),
         "base": lambda: (
             evaluations("base", "default", "generated", lae_and_sub, out, rubrics("default", items, out)),
             evaluations("base", "base", "generated", base_items, out, rubrics("base", base_items, out)),
