@@ -30,10 +30,11 @@ class Offload:
     it in place, :func:`adrive` in a worker thread. Yield it through :func:`offload`, which types the value.
 
     Examples:
+        >>> from care_sdk.testing import ScriptedBackend
         >>> def plan():
         ...     doubled = yield from offload(lambda: 2 * 21)
         ...     return [doubled]
-        >>> drive(plan(), backend=None)
+        >>> drive(plan(), ScriptedBackend([]))
         [42]
     """
 
@@ -187,7 +188,7 @@ def fewer_messages(
     return shorter
 
 
-def drive(plan: Plan[T], backend: Backend | None) -> list[T | CareError]:
+def drive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
     """Run a plan with the backend's blocking API (an :class:`Offload` is called in place)."""
     try:
         step = next(plan)
@@ -195,13 +196,12 @@ def drive(plan: Plan[T], backend: Backend | None) -> list[T | CareError]:
             if isinstance(step, Offload):
                 step = plan.send(step.call())
             else:
-                assert backend is not None, "a plan that sends requests needs a backend"
                 step = plan.send(backend.generate(step))
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 
 
-async def adrive(plan: Plan[T], backend: Backend | None) -> list[T | CareError]:
+async def adrive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
     """Run a plan with the backend's async API (an :class:`Offload` in a worker thread)."""
     try:
         step = next(plan)
@@ -209,7 +209,6 @@ async def adrive(plan: Plan[T], backend: Backend | None) -> list[T | CareError]:
             if isinstance(step, Offload):
                 step = plan.send(await asyncio.to_thread(step.call))
             else:
-                assert backend is not None, "a plan that sends requests needs a backend"
                 step = plan.send(await backend.agenerate(step))
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
