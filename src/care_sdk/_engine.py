@@ -193,10 +193,7 @@ def drive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
     try:
         step = next(plan)
         while True:
-            if isinstance(step, Offload):
-                step = plan.send(step.call())
-            else:
-                step = plan.send(backend.generate(step))
+            step = plan.send(step.call() if isinstance(step, Offload) else backend.generate(step))
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 
@@ -206,10 +203,9 @@ async def adrive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
     try:
         step = next(plan)
         while True:
-            if isinstance(step, Offload):
-                step = plan.send(await asyncio.to_thread(step.call))
-            else:
-                step = plan.send(await backend.agenerate(step))
+            step = plan.send(
+                await (asyncio.to_thread(step.call) if isinstance(step, Offload) else backend.agenerate(step))
+            )
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 

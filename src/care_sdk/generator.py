@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -204,8 +205,8 @@ class RubricGenerator:
             if self.expected_weights:
                 outcomes = yield from self._expected(outcomes, sent)
             if self.weights_head is not None:
-                read = outcomes  # the head reads hidden states: a blocking call, off the event loop in async use
-                outcomes = yield from offload(lambda: self._headed(read, contexts_todo))
+                # the head reads hidden states: a blocking call, off the event loop in async use
+                outcomes = yield from offload(partial(self._headed, outcomes, contexts_todo))
             for key, outcome in zip(todo, outcomes, strict=True):
                 found[key] = outcome
                 if self.cache is not None and isinstance(outcome, Rubric):
