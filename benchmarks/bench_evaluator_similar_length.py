@@ -46,6 +46,7 @@ from typing import Any
 
 import bench_evaluator as be
 from _evaluator_items import items as evaluator_items
+from _evaluator_metrics import metrics, row_rewards
 from bench_surface_cues import CUES
 
 from care_sdk.bench.metrics import similar_length
@@ -117,14 +118,14 @@ def report(out: Path, items: list[dict[str, Any]], resamples: int) -> str:
             evals.update(be._cache(shard / f"evals_{name}_default_generated.jsonl"))
         for how in ("sampled", "expected"):
             if evals:
-                rewards = be.row_rewards(items, rubric_of, evals, how, "rubric", "generated")
+                rewards = row_rewards(items, rubric_of, evals, how, "rubric", "generated")
                 rows.append((f"{label}, {'greedy' if how == 'sampled' else 'expected'} scores", rewards))
     for cue in ("words", "feeling words"):
         rows.append((f"count of {cue}", {it["key"]: CUES[cue](it["reply"]) for it in items}))
     keys = ("lae pairwise", "lae pairwise, similar length", "lae spearman with length")
     lines = ["| row | all pairs | pairs of similar length | Spearman with length |", "|---|---|---|---|"]
     for label, rewards in rows:
-        result = be.metrics(items, rewards, resamples)
+        result = metrics(items, rewards, resamples)
         cells = [result[k].format() if k in result else "" for k in keys]
         lines.append(f"| {label} | {' | '.join(cells)} |")
     return "\n".join(lines)

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from _evaluator_items import items as load_items
-from bench_evaluator import esconv_pairs, share_by_group
+from _evaluator_metrics import esconv_pairs, share_by_group
 
 from care_sdk import ContextFit
 from care_sdk.backends import resolve_backend

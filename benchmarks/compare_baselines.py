@@ -38,6 +38,7 @@ from typing import Any
 
 import bench_evaluator as bench
 from _evaluator_items import items as load_items
+from _evaluator_metrics import esconv_pairs, own_shares, row_rewards, valid_gate, with_context_fit
 
 from care_sdk.bench.metrics import Estimate, bootstrap, preference_pairs, score_pairs
 from care_sdk.context_fit import DEFAULT_FLOOR, bundled_gate
@@ -52,7 +53,7 @@ def rewards(
     """``{"reward with context fit": {key: reward}, "PMI alone": {key: nats}}`` for one run directory
     (``own``: each item's own share, :func:`bench_evaluator.own_shares`; ``fitted_gate``: through the
     gate fitted on the run's valid pairs, not the bundled one)."""
-    rubric = bench.row_rewards(
+    rubric = row_rewards(
         items,
         bench._cache(out / "rubrics_default.jsonl"),
         bench._cache(out / "evals_default_default_generated.jsonl"),
@@ -63,13 +64,13 @@ def rewards(
     pmi = {k: v["pmi"] for k, v in bench._cache(bench._fit_cache(out)).items() if "pmi" in v}
     gate = None if fitted_gate else bundled_gate(bench.baseline_pool(baselines))
     if gate is None:  # the one fitted on the run's valid pairs, as the report does without a bundled one
-        gate = bench.valid_gate(pmi)
+        gate = valid_gate(pmi)
         if gate is None:
             raise SystemExit(
                 f"{out}: no bundled gate asked for or known for {baselines}, and the run read no valid pairs"
             )
         print(f"{out}: gate fitted on the run's valid pairs: {gate}")
-    fitted = bench.with_context_fit(rubric, pmi, own, gate, DEFAULT_FLOOR)
+    fitted = with_context_fit(rubric, pmi, own, gate, DEFAULT_FLOOR)
     return {"reward with context fit": fitted, "PMI alone": {it["key"]: pmi.get(it["key"]) for it in items}}
 
 
@@ -81,7 +82,7 @@ def units(items: list[dict[str, Any]], values: dict[str, float | None]) -> dict[
             judged[it["group"]][it["key"]] = it["judge"]
     pairs = {"lae pairwise": preference_pairs(judged, margin=1.0)}
     for kind in ("other", "platitude", "evasive"):
-        pairs[f"esconv reference > {kind}"] = bench.esconv_pairs(items, kind)
+        pairs[f"esconv reference > {kind}"] = esconv_pairs(items, kind)
     out: dict[str, Units] = {}
     for metric, listed in pairs.items():
         outcomes, _ = score_pairs(listed, values)
@@ -181,7 +182,7 @@ def main() -> None:
             args.esconv_contexts, args.seed, args.esconv_split, tasks, args.lend_an_ear, args.lend_an_ear_turns
         )
         grouped = {}
-        own = bench.own_shares(items)  # the same items in every run
+        own = own_shares(items)  # the same items in every run
         specs = [spec.rpartition(":") for spec in args.runs]
         names = [name for _, _, name in specs]
         for spec, (directory, _, name) in zip(args.runs, specs, strict=True):
