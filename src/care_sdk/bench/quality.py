@@ -28,7 +28,6 @@ Examples:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -51,7 +50,7 @@ from care_sdk.generator import RubricGenerator
 from care_sdk.jsonl import BadLine, append_jsonl, iter_jsonl, replace_jsonl
 from care_sdk.prompts import PROMPT_VERSION
 
-__all__ = ["QualityReport", "QualityRunner", "Shard", "file_sha256", "markdown_report"]
+__all__ = ["QualityReport", "QualityRunner", "Shard", "markdown_report"]
 
 logger = logging.getLogger("care_sdk")
 
@@ -129,23 +128,6 @@ def _claimed(path: Path) -> Iterator[IO[str]]:
                 "still going; wait for it to finish"
             ) from None
         yield handle
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes.
-
-    Examples:
-        >>> import tempfile
-        >>> p = Path(tempfile.mkdtemp()) / "x"
-        >>> _ = p.write_bytes(b"abc")
-        >>> file_sha256(p)[:12]
-        'ba7816bf8f01'
-    """
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass
@@ -446,9 +428,8 @@ class QualityRunner:
         replace_jsonl(path, (store[key] for key in ordered))
 
     def _meta(self, loaded: dict[str, TaskData], settings: Settings, seconds: float) -> dict[str, Any]:
-        from care_sdk.evals._run import run_meta
+        from care_sdk.evals._run import file_hashes, run_meta
 
-        sources = sorted({p for data in loaded.values() for p in data.sources if p.is_file()})
         identity = self.identity()
         return {
             **run_meta("care-quality", seconds),
@@ -464,6 +445,6 @@ class QualityRunner:
                 "seed": settings.seed,
                 "resamples": settings.resamples,
             },
-            "data": {str(p): file_sha256(p) for p in sources},
+            "data": file_hashes(p for data in loaded.values() for p in data.sources),
             "requests": {"sent": self.scorer.requests_sent, "shared": self.scorer.requests_shared},
         }

@@ -11,6 +11,7 @@ Examples:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import platform
@@ -78,10 +79,25 @@ def load_records(path: Path, key: Callable[[dict[str, Any]], Hashable]) -> dict[
     return records
 
 
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes.
+
+    Examples:
+        >>> import tempfile
+        >>> p = Path(tempfile.mkdtemp()) / "x"
+        >>> _ = p.write_bytes(b"abc")
+        >>> file_sha256(p)[:12]
+        'ba7816bf8f01'
+    """
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def file_hashes(paths: Iterable[Path]) -> dict[str, str]:
     """SHA-256 of each existing file."""
-    from care_sdk.bench.quality import file_sha256
-
     return {str(p): file_sha256(p) for p in sorted(set(paths)) if p.is_file()}
 
 
