@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -414,6 +415,19 @@ def test_shard_option(capsys: pytest.CaptureFixture[str]) -> None:
     assert "argument --shard: expected K/N with 1 <= K <= N" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="the platform cannot pin a process to cores")
+def test_a_shard_keeps_to_its_share_of_the_cores() -> None:
+    assert Shard(2, 2).cores([3, 0, 1, 2]) == [1, 3] and Shard(1, 3).cores([4, 5]) == [4]
+    assert Shard(3, 3).cores([4, 5]) == [4]  # fewer cores than shards: one core each, in turn
+    usable = sorted(os.sched_getaffinity(0))
+    script = "import json, os; from care_sdk.bench.quality import Shard; "
+    script += "print(json.dumps([Shard(2, 2).pin(), sorted(os.sched_getaffinity(0))]))"
+    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, check=True).stdout
+    pinned, affinity = json.loads(shown)
+    assert pinned == affinity == Shard(2, 2).cores(usable)
+    assert sorted(os.sched_getaffinity(0)) == usable  # only the shard's own process is pinned
+
+
 def test_a_run_of_some_variants_counts_failures_of_those_only(toy_data: DataPaths, tmp_path: Path) -> None:
     sage = toy_data.sage_files[0]
     sage.write_text(sage.read_text().replace("<BAD> 随便", "<FAIL> 随便"))
@@ -556,6 +570,7 @@ def test_cli_shards_run_at_once_on_the_bundled_model(data_dir: Path, tmp_path: P
     for shard, (stdout, stderr) in zip(shards, finished, strict=True):
         assert shard.returncode == 0, stderr
         assert stdout == "" and "2 items scored, 0 reused" in stderr and "without --shard merges" in stderr
+        assert re.search(r"shard [12]/2: cores \[\d", stderr), stderr  # each keeps to its share of the cores
     assert not (out / "quality.json").exists()
     merge = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert "0 items scored, 4 reused" in merge.stderr, merge.stderr

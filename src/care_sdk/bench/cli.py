@@ -63,6 +63,10 @@ def _cmd_quality(args: argparse.Namespace) -> int:
         seed=args.seed,
         resamples=args.resamples,
     )
+    if args.shard is not None:  # before any backend is built: a local model sizes its threads to the cores it has
+        cores = args.shard.pin()
+        if cores is not None:
+            print(f"care bench quality: shard {args.shard.index}/{args.shard.count}: cores {cores}", file=sys.stderr)
     generator_backend, evaluator_backend = resolve_backends(args)
     generator = RubricGenerator(generator_backend, seed=args.seed, **weights_options(args))
     evaluator = RubricEvaluator(evaluator_backend, seed=args.seed)
@@ -189,7 +193,8 @@ def add_bench_commands(subparsers: Any) -> None:
         type=_shard,
         metavar="K/N",
         help="score only the K-th of N parts of the items (run N processes at once, one per part, with the same "
-        "options and --out), then run the command without --shard to merge them and write the report",
+        "options and --out), then run the command without --shard to merge them and write the report; on Linux "
+        "each part keeps to every N-th of the cores it may use, so the parts do not compete for them",
     )
     add_run_options(quality, out_dir="care-quality", batch_size=8, batch_unit="items per backend batch")
     quality.set_defaults(func=_cmd_quality)

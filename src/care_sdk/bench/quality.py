@@ -107,6 +107,41 @@ class Shard:
         """The file, in the run's directory, this shard appends its records to."""
         return f"records.shard-{self.index}-of-{self.count}.jsonl"
 
+    def cores(self, usable: Sequence[int]) -> list[int]:
+        """This shard's share of the ``usable`` cores: every ``count``-th from the ``index``-th, or
+        one core in turn where there are fewer cores than shards.
+
+        Examples:
+            >>> Shard.parse("2/2").cores([0, 1, 2, 3])
+            [1, 3]
+            >>> Shard.parse("3/4").cores([0, 1])
+            [0]
+        """
+        ordered = sorted(usable)
+        return ordered[self.index - 1 :: self.count] or [ordered[(self.index - 1) % len(ordered)]]
+
+    def pin(self) -> list[int] | None:
+        """Keep this process to its share of the cores it may run on (:meth:`cores`), so that the
+        ``count`` shards of a run started at once do not compete for the same cores; a llama.cpp
+        backend built afterwards sizes its threads to that share (one core: one thread, for
+        decoding and prompts alike). A process already pinned to fewer cores (``taskset``) keeps
+        its share of those.
+
+        Returns:
+            The cores this process now runs on, or ``None`` where the platform cannot pin processes.
+
+        Examples:
+            >>> Shard.parse("1/2").pin()  # doctest: +SKIP
+            [0]
+        """
+        if not hasattr(os, "sched_setaffinity"):
+            return None
+        usable = sorted(os.sched_getaffinity(0))
+        share = self.cores(usable)
+        if share != usable:
+            os.sched_setaffinity(0, share)
+        return share
+
 
 @contextmanager
 def _claimed(path: Path) -> Iterator[IO[str]]:
