@@ -246,7 +246,7 @@ def lend_an_ear_held_out_pairs(
         load_judged_turns,
         load_lend_an_ear,
     )
-    from care_sdk.training.build_data import BuildReport
+    from care_sdk.training.build_report import BuildReport
     from care_sdk.training.config import BuildDataConfig
     from care_sdk.training.pairs import mint_pairs
     from care_sdk.training.targets import BuildContext

@@ -21,7 +21,8 @@ Examples:
     1.0
 """
 
-from care_sdk.training.build_data import BuildReport, build_data, count_weights
+from care_sdk.training.build_data import build_data, count_weights
+from care_sdk.training.build_report import BuildReport
 from care_sdk.training.config import (
     BuildDataConfig,
     LoraSettings,

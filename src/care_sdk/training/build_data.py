@@ -23,7 +23,6 @@ import hashlib
 import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +38,9 @@ from care_sdk.data import (
     load_lend_an_ear,
 )
 from care_sdk.data.splits import lend_an_ear_split
+from care_sdk.training.build_report import BuildReport
 from care_sdk.training.config import BuildDataConfig
 from care_sdk.training.pairs import HUMAN_SYSTEMS, annotate, candidate_pairs, mint_pairs, offcontext_pairs
-from care_sdk.training.prompts import DATA_PROMPT_VERSION
 from care_sdk.training.roles import Role, write_roles
 from care_sdk.training.targets import BuildContext, build_targets, count_weights
 from care_sdk.types import Message
@@ -61,52 +60,6 @@ def input_key(context: Sequence[Message]) -> str:
     """
     payload = json.dumps([[m.role, m.content] for m in context], ensure_ascii=False)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
-@dataclass
-class BuildReport:
-    """Counts of everything build-data kept, rejected and why.
-
-    Examples:
-        >>> r = BuildReport()
-        >>> r.sft["kept"] += 2
-        >>> "kept" in r.table()
-        True
-    """
-
-    sft: Counter[str] = field(default_factory=Counter)
-    """SFT target counts: candidates, rejections by reason, kept per split."""
-    pairs: Counter[str] = field(default_factory=Counter)
-    """Preference-pair counts: candidates, rejections by reason, kept per source and split."""
-    load_issues: list[str] = field(default_factory=list)
-    """Issues the loaders reported (file, position, field)."""
-    judge_reasons: list[str] = field(default_factory=list)
-    """A sample of the judges' rejection reasons."""
-    files: dict[str, int] = field(default_factory=dict)
-    """Each written file and its number of records."""
-
-    def table(self) -> str:
-        """The counts as a plain-text table."""
-        lines = [f"{'stage':<6} {'count':<36} value", f"{'-' * 6} {'-' * 36} -----"]
-        for name, counter in (("sft", self.sft), ("pairs", self.pairs)):
-            for key in sorted(counter):
-                lines.append(f"{name:<6} {key:<36} {counter[key]}")
-        for path, n in self.files.items():
-            lines.append(f"file   {path:<36} {n}")
-        if self.load_issues:
-            lines.append(f"load issues: {len(self.load_issues)} (first: {self.load_issues[0]})")
-        return "\n".join(lines)
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict of the report."""
-        return {
-            "sft": dict(self.sft),
-            "pairs": dict(self.pairs),
-            "load_issues": self.load_issues,
-            "judge_reasons": self.judge_reasons[:50],
-            "files": self.files,
-            "prompt_version": DATA_PROMPT_VERSION,
-        }
 
 
 def _load(cfg: BuildDataConfig, mapping: StrategyMap, report: BuildReport) -> list[tuple[SupportDialogue, str]]:

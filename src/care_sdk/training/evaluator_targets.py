@@ -41,7 +41,7 @@ from care_sdk.data import (
     load_lend_an_ear,
 )
 from care_sdk.data.splits import lend_an_ear_split
-from care_sdk.training.build_data import BuildReport
+from care_sdk.training.build_report import BuildReport
 from care_sdk.training.roles import write_roles
 from care_sdk.training.rubric_targets import TemplateTargets, esconv_setup
 from care_sdk.types import DIMENSIONS, Criterion, Dimension, Rubric

@@ -44,8 +44,9 @@ from care_sdk.data import (
 from care_sdk.errors import ConfigError
 from care_sdk.prompts import generator_position, rubric_reply_json
 from care_sdk.rubric_checks import STOPWORDS, check_rubric, content_words
-from care_sdk.training.build_data import BuildReport, count_weights
+from care_sdk.training.build_report import BuildReport
 from care_sdk.training.roles import write_roles
+from care_sdk.training.targets import count_weights
 from care_sdk.types import DIMENSIONS, Criterion, Dimension, Message, Rubric
 
 if TYPE_CHECKING:
