@@ -51,7 +51,7 @@ def rewards(
     items: list[dict[str, Any]], own: dict[str, float], out: Path, baselines: str, fitted_gate: bool = False
 ) -> dict[str, dict[str, float | None]]:
     """``{"reward with context fit": {key: reward}, "PMI alone": {key: nats}}`` for one run directory
-    (``own``: each item's own share, :func:`bench_evaluator.own_shares`; ``fitted_gate``: through the
+    (``own``: each item's own share, :func:`_evaluator_metrics.own_shares`; ``fitted_gate``: through the
     gate fitted on the run's valid pairs, not the bundled one)."""
     rubric = row_rewards(
         items,
