@@ -1,13 +1,27 @@
 # ruff: noqa: E501  (the conversations are data: one message to a line)
-"""Support conversations written for this package (no dataset's text), for context fit to compare
-a reply against (:data:`care_sdk.context_fit.SUPPORT_CONVERSATIONS`).
+"""What context fit compares a reply against: the baseline pools by name, and how to draw your own.
+
+The public names are :mod:`care_sdk.context_fit`'s (``from care_sdk.context_fit import
+sample_baselines``); the gate fitted for each bundled pool lives there too
+(:func:`care_sdk.context_fit.bundled_gate`). ``CONVERSATIONS`` holds the support conversations
+written for this package (no dataset's text) behind :data:`SUPPORT_CONVERSATIONS`.
 
 Examples:
     >>> len(CONVERSATIONS), all(c[-1][0] == "user" for c in CONVERSATIONS)
     (8, True)
+    >>> named_baselines("neutral") == NEUTRAL, BASELINE_NAMES
+    (True, ('neutral', 'support', 'esconv'))
 """
 
 from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from care_sdk.errors import ConfigError
+from care_sdk.types import Context, Dialogue, Message, as_messages
 
 CONVERSATIONS: tuple[tuple[tuple[str, str], ...], ...] = (
     (
@@ -92,3 +106,181 @@ CONVERSATIONS: tuple[tuple[tuple[str, str], ...], ...] = (
 )
 """Eight short exchanges between a user and a supporter, on varied topics and at several stages of
 a conversation, ``(role, content)`` in order, each ending with the user's message."""
+
+
+NEUTRAL: tuple[Context, ...] = ("Hi.",)
+"""The default baseline (``neutral``): one neutral user message, the setting
+:data:`~care_sdk.context_fit.BUNDLED_GATE` was fitted with; two reads a reply.
+
+Examples:
+    >>> from care_sdk.context_fit import BUNDLED_GATE, NEUTRAL, bundled_gate
+    >>> NEUTRAL, bundled_gate(NEUTRAL) == BUNDLED_GATE
+    (('Hi.',), True)
+"""
+
+SUPPORT_CONVERSATIONS: tuple[tuple[Message, ...], ...] = tuple(
+    tuple(Message(role=role, content=text) for role, text in conversation) for conversation in CONVERSATIONS
+)
+"""Eight short support conversations written for this package (a user and a supporter, on varied
+topics and at several stages, each ending with the user's message), to pool as the baseline:
+``ContextFit(baselines=SUPPORT_CONVERSATIONS)``. A reply that would suit any support conversation
+is likely after them too, so it earns less evidence than against ``"Hi."`` (:data:`NEUTRAL`); each
+reply then costs nine reads instead of two. Its gate is :data:`~care_sdk.context_fit.SUPPORT_GATE`.
+With the bundled reward it tells a reply written for the conversation from another
+conversation's reply more often than ``"Hi."`` does, and orders the Lend-an-Ear judge's pairs
+worse; what it measured is in ``docs/guides/context_fit.md``.
+
+Examples:
+    >>> len(SUPPORT_CONVERSATIONS), SUPPORT_CONVERSATIONS[0][-1].role
+    (8, 'user')
+"""
+
+
+def esconv_contexts(data: str | Path | None = None) -> tuple[tuple[Message, ...], ...]:
+    """Four contexts of ESConv's ``train`` split to pool as the baselines (``esconv``):
+    ``sample_baselines(esconv_train, 4, seed=11)``, the last six messages before a supporter turn
+    of four train dialogues, read from the data directory (``data``, else ``$CARE_DATA_DIR``; the
+    package holds no dataset text). Their gate is :data:`~care_sdk.context_fit.ESCONV_GATE`.
+    With the bundled reward they tell a reply written for the conversation from another
+    conversation's reply best of the pools measured, at some cost on the Lend-an-Ear judge's pairs
+    and against two-word evasive replies (``docs/guides/context_fit.md``).
+
+    Raises:
+        ConfigError: no data directory, or no ESConv ``train.jsonl`` in it (the message says where
+            to get it).
+
+    Examples:
+        >>> from care_sdk.context_fit import ESCONV_GATE, bundled_gate, esconv_contexts
+        >>> pool = esconv_contexts()  # doctest: +SKIP
+        >>> len(pool), [len(c) for c in pool], bundled_gate(pool) == ESCONV_GATE  # doctest: +SKIP
+        (4, [6, 6, 6, 6], True)
+    """
+    from care_sdk.data import data_dir, load_esconv
+
+    path = data_dir(data) / "esconv" / "train.jsonl"
+    if not path.is_file():
+        raise ConfigError(f"{path}: not found; the esconv baselines are drawn from ESConv's train split there")
+    return sample_baselines([d.to_dialogue() for d in load_esconv(path).records], 4, seed=11)
+
+
+NAMED_BASELINES: dict[str, tuple[Context, ...]] = {
+    "neutral": NEUTRAL,
+    "support": SUPPORT_CONVERSATIONS,
+}
+"""The bundled baselines by the names the command line gives them (``--context-fit-baselines``):
+``neutral`` is :data:`NEUTRAL`, ``support`` is :data:`SUPPORT_CONVERSATIONS`; each has a bundled
+gate.
+
+Examples:
+    >>> {name: len(pool) for name, pool in NAMED_BASELINES.items()}
+    {'neutral': 1, 'support': 8}
+"""
+
+BASELINE_NAMES: tuple[str, ...] = (*NAMED_BASELINES, "esconv")
+"""Every name :func:`named_baselines` knows: the bundled pools, and ``esconv``
+(:func:`esconv_contexts`, read from the data directory).
+
+Examples:
+    >>> BASELINE_NAMES
+    ('neutral', 'support', 'esconv')
+"""
+
+
+DEFAULT_BASELINES = "neutral"
+"""The name in :data:`BASELINE_NAMES` of what context fit compares a reply against unless told
+otherwise: :class:`~care_sdk.context_fit.ContextFit`, :func:`~care_sdk.context_fit.context_fit_for`,
+``--context-fit-baselines``, the policy recipe's ``reward.context_fit_baselines`` and the verl
+plug-in all default to it.
+
+Examples:
+    >>> named_baselines(DEFAULT_BASELINES) == NEUTRAL
+    True
+"""
+
+
+def baselines_name(name: str, where: str | None = "baselines") -> str:
+    """``name`` if :func:`named_baselines` knows it (:data:`BASELINE_NAMES`), without reading any
+    data: what a setting's validator checks (``where``: the setting, for the error; ``None`` for a
+    caller that names it itself, such as a config's validator).
+
+    Raises:
+        ConfigError: no baselines have that name; the message names ``where`` and the choices.
+
+    Examples:
+        >>> baselines_name("esconv")
+        'esconv'
+        >>> baselines_name("pals", where="-b")
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.ConfigError: -b: unknown baselines 'pals'; choose one of neutral, support, esconv
+    """
+    if not isinstance(name, str) or name not in BASELINE_NAMES:
+        place = f"{where}: " if where else ""
+        raise ConfigError(f"{place}unknown baselines {name!r}; choose one of {', '.join(BASELINE_NAMES)}")
+    return name
+
+
+def named_baselines(name: str, where: str | None = "baselines", data: str | Path | None = None) -> tuple[Context, ...]:
+    """The baselines called ``name`` (:data:`BASELINE_NAMES`): a bundled pool of
+    :data:`NAMED_BASELINES`, or ``esconv`` (:func:`esconv_contexts`, read from the data directory
+    ``data``, else ``$CARE_DATA_DIR``), for a setting that names them (``where``: the setting, for
+    the error).
+
+    Raises:
+        ConfigError: no baselines have that name (see :func:`baselines_name`), or ``esconv``
+            without ESConv in the data directory.
+
+    Examples:
+        >>> named_baselines("neutral")
+        ('Hi.',)
+    """
+    if baselines_name(name, where) != "esconv":
+        return NAMED_BASELINES[name]
+    try:
+        return esconv_contexts(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}" if where else str(exc)) from exc
+
+
+def fingerprint(baselines: Sequence[Context]) -> str:
+    """The SHA-256 of a pool's messages: how a pool is known without holding its text.
+
+    Examples:
+        >>> fingerprint(["Hi."]) == fingerprint([[{"role": "user", "content": "Hi."}]])
+        True
+    """
+    text = repr([[(m.role, m.content) for m in b] for b in as_baselines(baselines)])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def sample_baselines(
+    dialogues: Iterable[Dialogue], count: int = 4, seed: int = 0, window: int = 6, min_index: int = 3
+) -> tuple[tuple[Message, ...], ...]:
+    """``count`` contexts drawn from your own dialogues (seeded), to pool as the baselines: the last
+    ``window`` messages before an assistant turn at position ``min_index`` or later. Contexts from
+    the data a reward will score are the baseline that helped most on ESConv
+    (``docs/guides/context_fit.md``). Draw them from a training split, and fit their gate
+    (:meth:`~care_sdk.context_fit.Gate.fit`) on held-out pairs.
+
+    Raises:
+        ValueError: fewer than ``count`` such turns.
+
+    Examples:
+        >>> chat = Dialogue(messages=[{"role": r, "content": f"m{i}"} for i, r in enumerate(["user", "assistant"] * 3)])
+        >>> [[m.content for m in c] for c in sample_baselines([chat], count=2, window=2)]
+        [['m3', 'm4'], ['m1', 'm2']]
+    """
+    turns = [t for d in dialogues for t in d.turns() if t.index >= min_index]
+    if len(turns) < count:
+        raise ValueError(f"sample_baselines: {count} contexts asked, only {len(turns)} assistant turns qualify")
+    return tuple(tuple(t.context[-window:]) for t in random.Random(seed).sample(turns, count))
+
+
+def as_baselines(baselines: Sequence[Context]) -> tuple[tuple[Message, ...], ...]:
+    """A pool as tuples of messages (a string is one user message), comparable and hashable.
+
+    Examples:
+        >>> as_baselines(["Hi."])[0][0].role
+        'user'
+    """
+    return tuple(tuple(as_messages(b)) for b in baselines)

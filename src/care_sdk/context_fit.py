@@ -35,21 +35,30 @@ Examples:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
-import random
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from care_sdk._baselines import CONVERSATIONS
+from care_sdk._baselines import (
+    BASELINE_NAMES,
+    DEFAULT_BASELINES,
+    NAMED_BASELINES,
+    NEUTRAL,
+    SUPPORT_CONVERSATIONS,
+    as_baselines,
+    baselines_name,
+    esconv_contexts,
+    fingerprint,
+    named_baselines,
+    sample_baselines,
+)
 from care_sdk.backends import Backend, is_default_spec, resolve_backend
 from care_sdk.errors import BackendError, CareError, ConfigError, ContextOverflowError
 from care_sdk.guards import own_share, strip_copied
-from care_sdk.types import Context, Dialogue, Message, as_messages
+from care_sdk.types import Context, Message, as_messages
 
 __all__ = [
     "AUTO",
@@ -152,34 +161,6 @@ data. A reply with 13.3 nats of evidence gets 0.5; the median valid reference ha
 median reply from another dialogue 7.1 (0.27)."""
 
 
-NEUTRAL: tuple[Context, ...] = ("Hi.",)
-"""The default baseline (``neutral``): one neutral user message, the setting :data:`BUNDLED_GATE`
-was fitted with; two reads a reply.
-
-Examples:
-    >>> NEUTRAL, bundled_gate(NEUTRAL) == BUNDLED_GATE
-    (('Hi.',), True)
-"""
-
-SUPPORT_CONVERSATIONS: tuple[tuple[Message, ...], ...] = tuple(
-    tuple(Message(role=role, content=text) for role, text in conversation) for conversation in CONVERSATIONS
-)
-"""Eight short support conversations written for this package (a user and a supporter, on varied
-topics and at several stages, each ending with the user's message), to pool as the baseline:
-``ContextFit(baselines=SUPPORT_CONVERSATIONS)``. A reply that would suit any support conversation
-is likely after them too, so it earns less evidence than against ``"Hi."`` (:data:`NEUTRAL`); each
-reply then costs nine reads instead of two. Its gate is :data:`SUPPORT_GATE`. On 144 ESConv test
-contexts the bundled reward with it puts the reference above another conversation's reply 0.836
-of the time, against 0.782 with ``"Hi."``; on Lend-an-Ear, where every reply was written for its
-turn, it orders the judge's pairs worse (0.652 against 0.809); four ESConv train contexts
-(:func:`esconv_contexts`) do better on both (``docs/guides/context_fit.md``).
-
-Examples:
-    >>> len(SUPPORT_CONVERSATIONS), SUPPORT_CONVERSATIONS[0][-1].role
-    (8, 'user')
-"""
-
-
 SUPPORT_GATE = Gate(slope=0.2468, intercept=-0.7108)
 """The gate of the bundled SmolLM2-135M-Instruct on llama.cpp (window 6) with
 :data:`SUPPORT_CONVERSATIONS` as the baselines, fitted on 195 ESConv ``valid`` pairs (seed 7) by
@@ -205,118 +186,8 @@ Examples:
 """
 
 _ESCONV_SHA256 = "11687a6518568b67e25a58b3b7cf48bf68bb7336a7b63d91f9d2c30ab7fccaa4"
-"""The SHA-256 of :func:`esconv_contexts` (:func:`_fingerprint`): how :func:`bundled_gate` knows
-them without the package holding their text."""
-
-
-def esconv_contexts(data: str | Path | None = None) -> tuple[tuple[Message, ...], ...]:
-    """Four contexts of ESConv's ``train`` split to pool as the baselines (``esconv``):
-    ``sample_baselines(esconv_train, 4, seed=11)``, the last six messages before a supporter turn
-    of four train dialogues, read from the data directory (``data``, else ``$CARE_DATA_DIR``; the
-    package holds no dataset text). Their gate is :data:`ESCONV_GATE`. On 144 ESConv test
-    contexts the bundled reward with them puts the reference above another conversation's reply
-    0.878 of the time (0.783 against ``"Hi."``); on Lend-an-Ear it orders 0.730 of the judge's
-    pairs (0.820 against ``"Hi."``), and a two-word evasive reply beats the reference more often
-    (``docs/guides/context_fit.md``).
-
-    Raises:
-        ConfigError: no data directory, or no ESConv ``train.jsonl`` in it (the message says where
-            to get it).
-
-    Examples:
-        >>> pool = esconv_contexts()  # doctest: +SKIP
-        >>> len(pool), [len(c) for c in pool], bundled_gate(pool) == ESCONV_GATE  # doctest: +SKIP
-        (4, [6, 6, 6, 6], True)
-    """
-    from care_sdk.data import data_dir, load_esconv
-
-    path = data_dir(data) / "esconv" / "train.jsonl"
-    if not path.is_file():
-        raise ConfigError(f"{path}: not found; the esconv baselines are drawn from ESConv's train split there")
-    return sample_baselines([d.to_dialogue() for d in load_esconv(path).records], 4, seed=11)
-
-
-NAMED_BASELINES: dict[str, tuple[Context, ...]] = {
-    "neutral": NEUTRAL,
-    "support": SUPPORT_CONVERSATIONS,
-}
-"""The bundled baselines by the names the command line gives them (``--context-fit-baselines``):
-``neutral`` is :data:`NEUTRAL`, ``support`` is :data:`SUPPORT_CONVERSATIONS`; each has a bundled
-gate.
-
-Examples:
-    >>> {name: len(pool) for name, pool in NAMED_BASELINES.items()}
-    {'neutral': 1, 'support': 8}
-"""
-
-BASELINE_NAMES: tuple[str, ...] = (*NAMED_BASELINES, "esconv")
-"""Every name :func:`named_baselines` knows: the bundled pools, and ``esconv``
-(:func:`esconv_contexts`, read from the data directory).
-
-Examples:
-    >>> BASELINE_NAMES
-    ('neutral', 'support', 'esconv')
-"""
-
-
-DEFAULT_BASELINES = "neutral"
-"""The name in :data:`BASELINE_NAMES` of what context fit compares a reply against unless told
-otherwise: :class:`ContextFit`, :func:`context_fit_for`, ``--context-fit-baselines``, the policy
-recipe's ``reward.context_fit_baselines`` and the verl plug-in all default to it.
-
-Examples:
-    >>> named_baselines(DEFAULT_BASELINES) == NEUTRAL
-    True
-"""
-
-
-def baselines_name(name: str, where: str | None = "baselines") -> str:
-    """``name`` if :func:`named_baselines` knows it (:data:`BASELINE_NAMES`), without reading any
-    data: what a setting's validator checks (``where``: the setting, for the error; ``None`` for a
-    caller that names it itself, such as a config's validator).
-
-    Raises:
-        ConfigError: no baselines have that name; the message names ``where`` and the choices.
-
-    Examples:
-        >>> baselines_name("esconv")
-        'esconv'
-        >>> baselines_name("pals", where="-b")
-        Traceback (most recent call last):
-        ...
-        care_sdk.errors.ConfigError: -b: unknown baselines 'pals'; choose one of neutral, support, esconv
-    """
-    if not isinstance(name, str) or name not in BASELINE_NAMES:
-        place = f"{where}: " if where else ""
-        raise ConfigError(f"{place}unknown baselines {name!r}; choose one of {', '.join(BASELINE_NAMES)}")
-    return name
-
-
-def named_baselines(name: str, where: str | None = "baselines", data: str | Path | None = None) -> tuple[Context, ...]:
-    """The baselines called ``name`` (:data:`BASELINE_NAMES`): a bundled pool of
-    :data:`NAMED_BASELINES`, or ``esconv`` (:func:`esconv_contexts`, read from the data directory
-    ``data``, else ``$CARE_DATA_DIR``), for a setting that names them (``where``: the setting, for
-    the error).
-
-    Raises:
-        ConfigError: no baselines have that name (see :func:`baselines_name`), or ``esconv``
-            without ESConv in the data directory.
-
-    Examples:
-        >>> named_baselines("neutral")
-        ('Hi.',)
-    """
-    if baselines_name(name, where) != "esconv":
-        return NAMED_BASELINES[name]
-    try:
-        return esconv_contexts(data)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}" if where else str(exc)) from exc
-
-
-def _fingerprint(baselines: Sequence[Context]) -> str:
-    text = repr([[(m.role, m.content) for m in b] for b in _as_baselines(baselines)])
-    return hashlib.sha256(text.encode()).hexdigest()
+"""The SHA-256 of :func:`esconv_contexts` (:func:`~care_sdk._baselines.fingerprint`): how
+:func:`bundled_gate` knows them without the package holding their text."""
 
 
 def bundled_gate(baselines: Sequence[Context]) -> Gate | None:
@@ -330,41 +201,11 @@ def bundled_gate(baselines: Sequence[Context]) -> Gate | None:
         >>> bundled_gate(["Hello."]) is None
         True
     """
-    gates = {_as_baselines(NEUTRAL): BUNDLED_GATE, SUPPORT_CONVERSATIONS: SUPPORT_GATE}
-    pool = _as_baselines(baselines)
+    gates = {as_baselines(NEUTRAL): BUNDLED_GATE, SUPPORT_CONVERSATIONS: SUPPORT_GATE}
+    pool = as_baselines(baselines)
     if pool in gates:
         return gates[pool]
-    return ESCONV_GATE if _fingerprint(pool) == _ESCONV_SHA256 else None
-
-
-def sample_baselines(
-    dialogues: Iterable[Dialogue], count: int = 4, seed: int = 0, window: int = 6, min_index: int = 3
-) -> tuple[tuple[Message, ...], ...]:
-    """``count`` contexts drawn from your own dialogues (seeded), to pool as the baselines: the last
-    ``window`` messages before an assistant turn at position ``min_index`` or later. Contexts from
-    the data a reward will score are the baseline that helped most: four ESConv train contexts put
-    the reference first in 0.918 of 195 ESConv test pairs, against 0.836 for ``"Hi."`` and 0.867
-    for :data:`SUPPORT_CONVERSATIONS`; in the bundled reward they put the reference above another
-    conversation's reply in 0.878 of 144 ESConv test contexts (0.783 against ``"Hi."``) and keep
-    0.730 of the Lend-an-Ear judge's pairs (0.820) (``docs/guides/context_fit.md``). Draw them
-    from a training split, and fit their gate (:meth:`Gate.fit`) on held-out pairs.
-
-    Raises:
-        ValueError: fewer than ``count`` such turns.
-
-    Examples:
-        >>> chat = Dialogue(messages=[{"role": r, "content": f"m{i}"} for i, r in enumerate(["user", "assistant"] * 3)])
-        >>> [[m.content for m in c] for c in sample_baselines([chat], count=2, window=2)]
-        [['m3', 'm4'], ['m1', 'm2']]
-    """
-    turns = [t for d in dialogues for t in d.turns() if t.index >= min_index]
-    if len(turns) < count:
-        raise ValueError(f"sample_baselines: {count} contexts asked, only {len(turns)} assistant turns qualify")
-    return tuple(tuple(t.context[-window:]) for t in random.Random(seed).sample(turns, count))
-
-
-def _as_baselines(baselines: Sequence[Context]) -> tuple[tuple[Message, ...], ...]:
-    return tuple(tuple(as_messages(b)) for b in baselines)
+    return ESCONV_GATE if fingerprint(pool) == _ESCONV_SHA256 else None
 
 
 def _log_mean_exp(values: Sequence[float]) -> float:
@@ -440,7 +281,7 @@ class ContextFit:
         self.floor = floor
         self.strip_copies = strip_copies
         self.window = window
-        self.baselines = _as_baselines(named_baselines(DEFAULT_BASELINES) if baselines is None else baselines)
+        self.baselines = as_baselines(named_baselines(DEFAULT_BASELINES) if baselines is None else baselines)
         if not self.baselines or not all(self.baselines):
             raise ConfigError("context fit: baselines must hold at least one context, and no empty one")
         gate = gate if gate is not None else bundled_gate(self.baselines)
@@ -458,8 +299,8 @@ class ContextFit:
         """The model, window, baselines (when not :data:`NEUTRAL`), gate and floor that determine the values."""
         copies = "|copies discounted" if self.strip_copies else ""
         baselines = ""
-        if self.baselines != _as_baselines(NEUTRAL):
-            baselines = f"|baselines={len(self.baselines)}:{_fingerprint(self.baselines)[:12]}"
+        if self.baselines != as_baselines(NEUTRAL):
+            baselines = f"|baselines={len(self.baselines)}:{fingerprint(self.baselines)[:12]}"
         return f"{self.backend.identity}|window={self.window}{baselines}|{self.gate}|floor={self.floor}{copies}"
 
     def _read_as(self, context: Context, reply: str) -> tuple[tuple[Message, ...], str]:
