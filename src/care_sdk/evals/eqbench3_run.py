@@ -43,22 +43,18 @@ from care_sdk.backends.base import Completion
 from care_sdk.bench.metrics import Estimate, bootstrap, mean
 from care_sdk.errors import CareError
 from care_sdk.evals._run import check_identity, file_hashes, load_records, run_meta
-from care_sdk.evals.eqbench3 import (
-    MIN_REPLY_CHARS,
-    EqBench3Data,
-    Scenario,
+from care_sdk.evals.eqbench3 import MIN_REPLY_CHARS, EqBench3Data, Scenario, parse_sections, turn_message
+from care_sdk.evals.eqbench3_judge import (
     pairwise_criteria,
     pairwise_fraction,
     pairwise_prompt,
     pairwise_schema,
     parse_pairwise,
     parse_rubric_scores,
-    parse_sections,
     plus_tally,
     rubric_prompt,
     rubric_schema,
     task_rubric_score,
-    turn_message,
 )
 from care_sdk.jsonl import replace_jsonl
 from care_sdk.types import Message
