@@ -181,3 +181,24 @@ def test_care_train_prints_the_plan_and_refuses_a_short_run(
     assert "the run plans 3 optimiser steps, fewer than the minimum of 20" in err and "--min-steps 0" in err
     assert not (tmp_path / "out" / "adapter").exists()  # refused before training
     assert main(["train", "sft", "--config", str(config), "--min-steps", "4"]) == 2
+
+
+def test_export_refuses_a_run_without_an_adapter_or_from_a_full_model(tmp_path: Path) -> None:
+    """``care train export-adapter`` writes the adapters a run's model is made of, and names what it cannot write."""
+    from care_sdk.training.models import adapter_chain
+
+    run = tmp_path / "run" / "adapter"
+    assert adapter_chain("bundled", run) == [run]  # a run from the bundled base is its own adapter
+    with pytest.raises(ConfigError, match="saved no LoRA adapter"):
+        adapter_chain(str(tmp_path), run)
+    run.mkdir(parents=True)
+    (run / "adapter_config.json").write_text("{}")
+    full = tmp_path / "full"
+    (full / "merged").mkdir(parents=True)
+    (full / "merged" / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="started from a full model"):
+        adapter_chain(str(full), run)
+    start = tmp_path / "sft" / "adapter"
+    start.mkdir(parents=True)
+    (start / "adapter_config.json").write_text("{}")
+    assert adapter_chain(str(start), run) == [start, run]

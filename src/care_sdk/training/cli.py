@@ -57,7 +57,8 @@ def _export_adapter(args: argparse.Namespace) -> int:
     from care_sdk.errors import ConfigError
     from care_sdk.prompts import EVALUATOR_PROMPT_VERSION, GENERATOR_PROMPT_VERSION
     from care_sdk.training.config import PrefGRPOConfig, SFTStageConfig, load_config
-    from care_sdk.training.export_adapter import adapter_chain, export_lora_gguf
+    from care_sdk.training.export_adapter import export_lora_gguf
+    from care_sdk.training.models import adapter_chain
 
     config: SFTStageConfig | PrefGRPOConfig
     try:

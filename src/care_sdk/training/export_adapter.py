@@ -30,7 +30,7 @@ from typing import Any
 from care_sdk.adapters import gguf_metadata, read_adapter
 from care_sdk.errors import ConfigError, InputError, MissingDependencyError
 
-__all__ = ["GGUF_NAMES", "adapter_chain", "export_lora_gguf", "import_lora_gguf"]
+__all__ = ["GGUF_NAMES", "export_lora_gguf", "import_lora_gguf"]
 
 GGUF_NAMES = {
     "self_attn.q_proj": "attn_q",
@@ -115,38 +115,6 @@ def _peft_factors(adapter_dir: Path) -> tuple[dict[tuple[int, str], tuple[Any, A
         own = [v for k, v in alpha_pattern.items() if name == k or name.endswith("." + k)]
         out[(layer, module)] = (a, b * ((own[0] if own else alpha) / a.shape[0]))  # PEFT's scaling, alpha / r
     return out, alpha
-
-
-def adapter_chain(model: str, adapter_dir: str | Path) -> list[Path]:
-    """The adapters that make a LoRA run's model out of the bundled base: the run's ``adapter_dir``,
-    after the adapter its ``model`` setting started from, when that was one.
-
-    A run from ``bundled`` is its own adapter; a run from ``bundled:generator`` (or any PEFT adapter
-    directory: an SFT run's ``adapter/``) trained on that adapter merged, so the two are written
-    together (:func:`export_lora_gguf`).
-
-    Raises:
-        ConfigError: the run started from a full model (a merged directory, another base), which a
-            GGUF adapter of the bundled base cannot hold, or it saved no adapter.
-
-    Examples:
-        >>> [p.name for p in adapter_chain("bundled", "runs/generator_sft/adapter")]
-        ['adapter']
-    """
-    from care_sdk.training.models import resolve_model
-
-    adapter_dir = Path(adapter_dir)
-    if model == "bundled":
-        return [adapter_dir]
-    if not (adapter_dir / "adapter_config.json").is_file():
-        raise ConfigError(f"{adapter_dir}: the run saved no LoRA adapter (finetune: lora writes one)")
-    start = resolve_model(model)
-    if not (start / "adapter_config.json").is_file():
-        raise ConfigError(
-            f"model: {model}: the run started from a full model, not the bundled base or a LoRA adapter of it; "
-            "a GGUF adapter of the bundled base cannot hold it"
-        )
-    return [start, adapter_dir]
 
 
 def export_lora_gguf(
@@ -247,7 +215,9 @@ def import_lora_gguf(
         out_dir: the directory to write (``adapter_config.json``, ``adapter_model.safetensors``, the
             tokenizer, ``care_adapter.json``).
         base_gguf: the GGUF base model the adapter applies to (default: the bundled one).
-        base_model: its transformers directory (default: :func:`~care_sdk.training.models.bundled_model_dir`).
+        base_model: its transformers directory (default: ``base_gguf`` dequantised into the
+            transformers backend's cache, :func:`~care_sdk.training.models.bundled_model_dir` for the
+            bundled one).
 
     Returns:
         ``out_dir``.
@@ -270,8 +240,8 @@ def import_lora_gguf(
         from transformers import AutoTokenizer
     except ImportError as exc:
         raise MissingDependencyError(exc.name or "gguf", extra="train") from exc
+    from care_sdk.backends._hf_load import cache_gguf
     from care_sdk.backends.llamacpp import default_model_path
-    from care_sdk.training.models import bundled_model_dir
 
     path, out_dir = Path(path), Path(out_dir)
     meta = gguf_metadata(path)
@@ -303,7 +273,7 @@ def import_lora_gguf(
     if not tensors:
         raise InputError("the adapter holds no LoRA tensors", location=str(path))
     rank = max(set(ranks.values()), key=list(ranks.values()).count)
-    base_dir = Path(base_model) if base_model is not None else bundled_model_dir()
+    base_dir = Path(base_model) if base_model is not None else cache_gguf(base_gguf or default_model_path())
     lora_alpha: Any = (int(alpha) if alpha.is_integer() else alpha) if alpha else rank  # llama.cpp: 0 is scale 1
     config = LoraConfig(
         r=rank,

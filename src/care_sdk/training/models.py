@@ -2,7 +2,8 @@
 ``bundled:generator``, ``bundled:evaluator`` or a directory) into a transformers or PEFT adapter
 directory; :func:`tiny_model_dir` builds a tiny random SmolLM2-shaped model for tests and smoke
 runs; :func:`bundled_model_dir` the bundled SmolLM2 as a plain transformers directory;
-:func:`bundled_adapter_dir` a shipped adapter as a PEFT adapter directory on it.
+:func:`bundled_adapter_dir` a shipped adapter as a PEFT adapter directory on it;
+:func:`adapter_chain` the adapters a LoRA run's model is made of, for export.
 
 The built models are made from the bundled SmolLM2-135M-Instruct GGUF and adapters (no hub, no
 network) and cached on disk, so every recipe test can share them.
@@ -18,7 +19,14 @@ from pathlib import Path
 from care_sdk.backends._hf_load import COMPLETE, build_once
 from care_sdk.errors import MissingDependencyError
 
-__all__ = ["bundled_adapter_dir", "bundled_model_dir", "require_train", "resolve_model", "tiny_model_dir"]
+__all__ = [
+    "adapter_chain",
+    "bundled_adapter_dir",
+    "bundled_model_dir",
+    "require_train",
+    "resolve_model",
+    "tiny_model_dir",
+]
 
 
 def require_train() -> None:
@@ -201,3 +209,35 @@ def resolve_model(name: str) -> Path:
     if (path / "merged" / "config.json").exists():
         return path / "merged"
     return path
+
+
+def adapter_chain(model: str, adapter_dir: str | Path) -> list[Path]:
+    """The adapters that make a LoRA run's model out of the bundled base: the run's ``adapter_dir``,
+    after the adapter its ``model`` setting started from, when that was one.
+
+    A run from ``bundled`` is its own adapter; a run from ``bundled:generator`` (or any PEFT adapter
+    directory: an SFT run's ``adapter/``) trained on that adapter merged, so the two are written
+    together (:func:`~care_sdk.training.export_adapter.export_lora_gguf`).
+
+    Raises:
+        ConfigError: the run started from a full model (a merged directory, another base), which a
+            GGUF adapter of the bundled base cannot hold, or it saved no adapter.
+
+    Examples:
+        >>> [p.name for p in adapter_chain("bundled", "runs/generator_sft/adapter")]
+        ['adapter']
+    """
+    from care_sdk.errors import ConfigError
+
+    adapter_dir = Path(adapter_dir)
+    if model == "bundled":
+        return [adapter_dir]
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise ConfigError(f"{adapter_dir}: the run saved no LoRA adapter (finetune: lora writes one)")
+    start = resolve_model(model)
+    if not (start / "adapter_config.json").is_file():
+        raise ConfigError(
+            f"model: {model}: the run started from a full model, not the bundled base or a LoRA adapter of it; "
+            "a GGUF adapter of the bundled base cannot hold it"
+        )
+    return [start, adapter_dir]
