@@ -40,6 +40,7 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import IO, Any
 
+from care_sdk._run_dir import file_hashes, run_meta
 from care_sdk.bench.tasks import TASKS, DataPaths, Settings, TaskData, TaskResult
 from care_sdk.bench.variants import VARIANT_LABELS, VARIANTS, Item, VariantScorer, record_done
 from care_sdk.context_fit import ContextFit
@@ -463,8 +464,6 @@ class QualityRunner:
         replace_jsonl(path, (store[key] for key in ordered))
 
     def _meta(self, loaded: dict[str, TaskData], settings: Settings, seconds: float) -> dict[str, Any]:
-        from care_sdk.evals._run import file_hashes, run_meta
-
         identity = self.identity()
         return {
             **run_meta("care-quality", seconds),

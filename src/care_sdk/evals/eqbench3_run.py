@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from care_sdk._engine import drive, parse_plan
+from care_sdk._run_dir import check_identity, file_hashes, load_records, run_meta
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.bench.metrics import Estimate, bootstrap, mean
 from care_sdk.errors import CareError
-from care_sdk.evals._run import check_identity, file_hashes, load_records, run_meta
 from care_sdk.evals.eqbench3 import MIN_REPLY_CHARS, EqBench3Data, Scenario, parse_sections, turn_message
 from care_sdk.evals.eqbench3_judge import (
     pairwise_criteria,

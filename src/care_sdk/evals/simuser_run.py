@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from care_sdk._run_dir import RECORDS, check_identity, file_hashes, load_records, run_meta
 from care_sdk.bench.metrics import Estimate, bootstrap, mean
 from care_sdk.errors import CareError
-from care_sdk.evals._run import RECORDS, check_identity, file_hashes, load_records, run_meta
 from care_sdk.evals.judge import DialogueJudge
 from care_sdk.evals.simuser import EmotionSimulator, run_sim_episodes
 from care_sdk.jsonl import replace_jsonl

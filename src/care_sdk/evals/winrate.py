@@ -50,10 +50,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from care_sdk._run_dir import RECORDS, check_identity, file_hashes, load_records, run_meta
 from care_sdk.bench.metrics import Estimate, PairOutcome, bootstrap, mean, pairwise_accuracy
 from care_sdk.bench.variants import Item, VariantScorer
 from care_sdk.errors import ConfigError
-from care_sdk.evals._run import RECORDS, check_identity, file_hashes, load_records, run_meta
 from care_sdk.evals.pairs import EvalPair, HeldOutPairs
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator

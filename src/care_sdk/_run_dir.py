@@ -1,4 +1,5 @@
-"""What every ``care eval`` run shares: an output directory that refuses mixed models, resumable records, run metadata.
+"""What every run of ``care eval`` and ``care bench quality`` shares: an output directory that refuses mixed
+models, resumable records, run metadata.
 
 Examples:
     >>> import tempfile
