@@ -55,7 +55,7 @@ from care_sdk.data import SupportTurn, data_dir, load_esconv
 from care_sdk.dialogues import read_dialogues
 from care_sdk.rubric_checks import check_rubric, top_match
 from care_sdk.training import r_align
-from care_sdk.training.rubric_targets import POSITION_CAP, position_prior, turn_number
+from care_sdk.training.rubric_targets import POSITION_CAP, fit_top_priors, turn_number
 from care_sdk.types import DIMENSIONS, Dimension, Rubric
 
 MODEL_ROWS = {"shipped": "default", "untrained base": "base"}
@@ -65,18 +65,6 @@ DECODED_ROW = "shipped, decoded weights"
 
 def _slug(name: str) -> str:
     return name.replace(" ", "_")
-
-
-def fit_priors(train: list[SupportTurn]) -> tuple[Dimension, dict[int, Dimension]]:
-    """The majority top dimension and the top dimension per turn number, from ESConv train (ties split)."""
-    prior = position_prior(train)
-    overall = dict.fromkeys(DIMENSIONS, 0.0)
-    for turn in train:
-        tops = turn.top_dimensions
-        for d in tops:
-            overall[d] += 1 / len(tops)
-    majority = max(DIMENSIONS, key=lambda d: overall[d])
-    return majority, {n: max(DIMENSIONS, key=lambda d: shares[d]) for n, shares in prior.items()}
 
 
 def esconv_items(
@@ -436,7 +424,8 @@ def main() -> None:
                 examples.append(
                     {"key": f"{dialogue.id}:{i}", "context": [m.model_dump() for m in dialogue.messages[:i]]}
                 )
-    majority, by_turn = fit_priors(train)
+    priors = fit_top_priors(train)
+    majority = priors.majority
     n_dialogues = len({i["dialogue"] for i in items})
     print(f"{len(items)} ESConv {args.split} turns from {n_dialogues} dialogues; majority {majority.value}")
 
@@ -481,7 +470,7 @@ def main() -> None:
     read_expected = any("decoded_weights" in r for r in generated["shipped"].values())
 
     def prior_weights(item: dict[str, Any]) -> dict[Dimension, float]:
-        return _one_hot(by_turn.get(min(item["turn"], POSITION_CAP), majority))
+        return _one_hot(priors.top(item["turn"]))
 
     def all_rows(on: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         keys = {i["key"] for i in on}
@@ -579,7 +568,7 @@ def main() -> None:
         "dialogues": len({i["dialogue"] for i in items}),
         "seed": args.seed,
         "majority": majority.value,
-        "position_prior": {str(k): v.value for k, v in sorted(by_turn.items())},
+        "position_prior": {str(k): v.value for k, v in sorted(priors.by_turn.items())},
         "rows": rows,
         "shipped_vs_prior": {"paired_difference": paired.to_json(), "by_turn": by_turn_rows},
         "adapter_rows": {

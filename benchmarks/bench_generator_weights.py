@@ -61,14 +61,13 @@ from bench_generator import (
     against_prior,
     default_weights,
     esconv_items,
-    fit_priors,
     score_row,
     top_name,
 )
 
 from care_sdk.bench.metrics import Estimate
 from care_sdk.data import data_dir
-from care_sdk.training.rubric_targets import POSITION_CAP
+from care_sdk.training.rubric_targets import fit_top_priors
 from care_sdk.types import DIMENSIONS, Dimension
 
 PROBE_ROW = "layer-15 probe"
@@ -132,7 +131,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     train, items = esconv_items(data_dir(), args.split, args.turns, args.seed)
-    majority, by_turn = fit_priors(train)
+    priors = fit_top_priors(train)
+    majority = priors.majority
     print(f"{len(items)} ESConv {args.split} turns from {len({i['dialogue'] for i in items})} dialogues", flush=True)
     started = time.perf_counter()
     order = sorted(rows, key=lambda name: name == "shipped")  # the adapters screened first
@@ -151,7 +151,7 @@ def main() -> None:
         return weights
 
     def prior(item: dict[str, Any]) -> dict[Dimension, float]:
-        return _one_hot(by_turn.get(min(item["turn"], POSITION_CAP), majority))
+        return _one_hot(priors.top(item["turn"]))
 
     readers = {name: model(name) for name in rows}
     if args.probe:

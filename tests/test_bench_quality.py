@@ -219,6 +219,28 @@ def test_alignment_by_hand(toy_data: DataPaths, tmp_path: Path) -> None:
     assert result.extra["chance"] == pytest.approx(1 / 3)
 
 
+def test_alignment_beside_the_turn_position_prior(toy_data: DataPaths, tmp_path: Path) -> None:
+    """With ESConv train beside the test file, the note gives the prior fitted there and CARE's paired gain."""
+    report = runner(tmp_path / "out").run(["alignment"], toy_data, SETTINGS)
+    assert "Turn-position prior: not measured" in " ".join(report.results[0].notes)
+    train = [  # first supporter turns mostly a question (cognitive), the second a reflection (affective)
+        [("usr", "a", None), ("sys", "Why?", "Question"), ("usr", "b", None), ("sys", "Oh.", "Reflection of feelings")],
+        [("usr", "c", None), ("sys", "How so?", "Question")],
+    ]
+    with (toy_data.root / "esconv" / "train.jsonl").open("w") as handle:
+        for turns in train:
+            dialog = [{"text": t, "speaker": s, **({"strategy": g} if g else {})} for s, t, g in turns]
+            handle.write(json.dumps({"emotion_type": "anxiety", "problem_type": "job", "dialog": dialog}) + "\n")
+    report = runner(tmp_path / "out2").run(["alignment"], toy_data, SETTINGS)
+    result = report.results[0]
+    # The prior names cognitive at turn 1 and affective at turn 2: of the test turns (1 cognitive, 2 affective,
+    # 1 affective, 1 proactive) it hits the first two; CARE also hits the proactive turn and misses the same one.
+    assert result.extra["turn_position_prior"]["value"] == pytest.approx(0.5)
+    assert result.extra["care_minus_prior"]["value"] == pytest.approx(0.25)
+    assert any(n.startswith("Turn-position prior (") and "paired on its 4 turns" in n for n in result.notes)
+    assert toy_data.root / "esconv" / "train.jsonl" in TASKS["alignment"].load(toy_data, SETTINGS).sources
+
+
 def test_pairwise_by_hand(toy_data: DataPaths, tmp_path: Path) -> None:
     report = runner(tmp_path / "out").run(["pairwise"], toy_data, SETTINGS)
     # Turn a1: (gold 1.0 > s1 0.0) agrees, (s2 0.5 > s1 0.0) agrees; gold vs s2 differ by 0.5 < margin.

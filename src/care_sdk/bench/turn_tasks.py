@@ -55,6 +55,8 @@ class AlignmentTask(
     """Priority alignment on ESConv supporter turns: does the top weight match the reference strategies?"""
 
     def load(self, paths: DataPaths, settings: Settings) -> TaskData:
+        from care_sdk.training.rubric_targets import fit_top_priors, turn_number
+
         loaded = load_esconv(paths.esconv_file)
         turns: list[tuple[SupportDialogue, SupportTurn, int]] = []
         for dialogue in loaded:
@@ -62,6 +64,14 @@ class AlignmentTask(
                 if turn.top_dimensions:
                     turns.append((dialogue, turn, number))
         chosen = select(turns, settings.limit, settings.seed)
+        sources, issues = [paths.esconv_file], list(loaded.issues)
+        train = paths.esconv_file.parent / "train.jsonl"  # the turn-position prior is fitted there, if it is there
+        priors = None
+        if train.is_file() and train.resolve() != paths.esconv_file.resolve():
+            train_loaded = load_esconv(train)
+            priors = fit_top_priors(t for d in train_loaded for t in d.supporter_turns())
+            sources.append(train)
+            issues += train_loaded.issues
         items = [
             _turn_item(
                 "",
@@ -71,10 +81,11 @@ class AlignmentTask(
                 emotion=dialogue.metadata.get("emotion_type"),
                 counts={d.value: n for d, n in turn.counts.items()},
                 top=[d.value for d in turn.top_dimensions],
+                prior_top=priors.top(turn_number(turn)).value if priors else None,
             )
             for dialogue, turn, number in chosen
         ]
-        return TaskData(items, len(items), len(turns), [paths.esconv_file], list(loaded.issues))
+        return TaskData(items, len(items), len(turns), sources, issues)
 
     def evaluate(self, data: TaskData, records: Records, settings: Settings) -> TaskResult:
         from care_sdk.training import r_align
@@ -82,8 +93,9 @@ class AlignmentTask(
         match_row: dict[str, Estimate] = {}
         align_row: dict[str, Estimate] = {}
         mean_weights: dict[str, dict[str, float | None]] = {}
+        care_hits: dict[str, float] = {}
         for variant in MODEL_VARIANTS:
-            hits: list[float] = []
+            hits: dict[str, float] = {}
             aligns: list[float] = []
             weights: list[dict[str, float]] = []
             for item in data.items:
@@ -93,20 +105,24 @@ class AlignmentTask(
                 assert record is not None
                 w = record["rubric"]["weights"]
                 weights.append(w)
-                hits.append(top_match(w, item.fields["top"]))
+                hits[item.key] = top_match(w, item.fields["top"])
                 aligns.append(r_align(w, item.fields["counts"]))
             if not weights:
                 continue
-            match_row[variant] = bootstrap(hits, _mean, resamples=settings.resamples, seed=settings.seed)
+            if variant == "care":
+                care_hits = hits
+            match_row[variant] = bootstrap(list(hits.values()), _mean, resamples=settings.resamples, seed=settings.seed)
             align_row[variant] = bootstrap(aligns, _mean, resamples=settings.resamples, seed=settings.seed)
             mean_weights[variant] = {d.value: mean(w[d.value] for w in weights) for d in DIMENSIONS}
         chance = mean(len(item.fields["top"]) / len(DIMENSIONS) for item in data.items)
+        prior_note, prior = _against_prior(data, care_hits, settings)
         majority = {d.value: mean(float(d.value in item.fields["top"]) for item in data.items) for d in DIMENSIONS}
         notes = [
             "A weight tie counts as the expected hit of a random tie-break, so uniform weights score the chance level.",
             f"Chance level {_fmt(chance)}; always naming one dimension scores "
             + ", ".join(f"{d} {_fmt(v)}" for d, v in majority.items())
             + ".",
+            prior_note,
             "r_align's top rule is strict: uniform weights score 0.5 on a turn with a single top dimension.",
             "Length only has no weights: not applicable.",
         ]
@@ -117,8 +133,31 @@ class AlignmentTask(
             [MetricRow("top-dimension match", match_row), MetricRow("mean r_align", align_row)],
             notes,
             variants=MODEL_VARIANTS,
-            extra={"chance": chance, "single_dimension": majority, "mean_weights": mean_weights},
+            extra={"chance": chance, "single_dimension": majority, "mean_weights": mean_weights, **prior},
         )
+
+
+def _against_prior(
+    data: TaskData, care_hits: dict[str, float], settings: Settings
+) -> tuple[str, dict[str, dict[str, Any]]]:
+    """The note on the turn-position prior's top-dimension match and CARE's paired difference from it
+    (``care_hits``: CARE's match per item key), and the two estimates for the report's JSON."""
+    if not data.items or any(item.fields.get("prior_top") is None for item in data.items):
+        return "Turn-position prior: not measured (no ESConv train.jsonl beside the test file to fit it on).", {}
+    prior = {item.key: float(item.fields["prior_top"] in item.fields["top"]) for item in data.items}
+    estimate = bootstrap(list(prior.values()), _mean, resamples=settings.resamples, seed=settings.seed)
+    note = (
+        "Turn-position prior (the dimension most often on top at each supporter-turn number of ESConv train): "
+        + estimate.format()
+    )
+    if not care_hits:
+        return note + ".", {"turn_position_prior": estimate.to_json()}
+    diffs = [hit - prior[key] for key, hit in care_hits.items()]
+    paired = bootstrap(diffs, _mean, resamples=settings.resamples, seed=settings.seed)
+    return (
+        f"{note}; CARE minus the prior, paired on its {len(diffs)} turns: {paired.format()}.",
+        {"turn_position_prior": estimate.to_json(), "care_minus_prior": paired.to_json()},
+    )
 
 
 class PairwiseTask(

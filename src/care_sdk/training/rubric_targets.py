@@ -58,8 +58,10 @@ __all__ = [
     "TEMPLATES_VERSION",
     "EsconvSetup",
     "TemplateTargets",
+    "TopPriors",
     "build_template_sft",
     "esconv_setup",
+    "fit_top_priors",
     "position_prior",
     "turn_number",
 ]
@@ -192,6 +194,52 @@ def position_prior(turns: Iterable[SupportTurn]) -> dict[int, dict[Dimension, fl
         for d in tops:
             tally[min(turn_number(turn), POSITION_CAP)][d] += 1 / len(tops)
     return {n: {d: c[d] / sum(c.values()) for d in DIMENSIONS} for n, c in sorted(tally.items())}
+
+
+@dataclass(frozen=True)
+class TopPriors:
+    """The baselines a generator's top dimension must beat, fitted on a training split: the
+    majority top dimension, and the one most often on top at each supporter-turn number (the
+    turn-position prior; numbers from :data:`POSITION_CAP` on pooled). Made by :func:`fit_top_priors`.
+
+    Examples:
+        >>> priors = TopPriors(Dimension.AFFECTIVE, {1: Dimension.COGNITIVE})
+        >>> priors.top(1).value, priors.top(7).value
+        ('cognitive', 'affective')
+    """
+
+    majority: Dimension
+    """The dimension most often on top over all turns."""
+    by_turn: dict[int, Dimension]
+    """The dimension most often on top at each supporter-turn number (capped at :data:`POSITION_CAP`)."""
+
+    def top(self, number: int) -> Dimension:
+        """The turn-position prior's top dimension at supporter turn ``number`` (the majority where no turn had it)."""
+        return self.by_turn.get(min(number, POSITION_CAP), self.majority)
+
+
+def fit_top_priors(turns: Iterable[SupportTurn]) -> TopPriors:
+    """The majority top dimension and the turn-position prior of ``turns`` (a training split's supporter
+    turns; ties in a turn's strategy counts split evenly, turns without a mapped strategy left out).
+
+    Examples:
+        >>> d = SupportDialogue(id="d", source="demo", messages=[
+        ...     {"role": "user", "content": "hi"}, {"role": "assistant", "content": "What happened?"},
+        ...     {"role": "user", "content": "I failed."}, {"role": "assistant", "content": "That hurts."},
+        ...     {"role": "user", "content": "Yes."}, {"role": "assistant", "content": "So hard."}],
+        ...     strategies=[None, ("Question",), None, ("Reflection of feelings",), None, ("Reflection of feelings",)])
+        >>> priors = fit_top_priors(d.supporter_turns())
+        >>> priors.majority.value, {n: t.value for n, t in priors.by_turn.items()}
+        ('affective', {1: 'cognitive', 2: 'affective', 3: 'affective'})
+    """
+    turns = list(turns)
+    overall = dict.fromkeys(DIMENSIONS, 0.0)
+    for turn in turns:
+        tops = turn.top_dimensions
+        for d in tops:
+            overall[d] += 1 / len(tops)
+    by_turn = {n: max(DIMENSIONS, key=lambda d: shares[d]) for n, shares in position_prior(turns).items()}
+    return TopPriors(max(DIMENSIONS, key=lambda d: overall[d]), by_turn)
 
 
 def _pick(key: str, options: Sequence[str], n: int) -> list[str]:
