@@ -112,16 +112,21 @@ SAGE = [  # (role, text, emotion point, change caused by the previous reply)
 ]
 
 
-def write_data(root: Path) -> Path:
-    esconv = root / "esconv"
-    esconv.mkdir(parents=True)
-    with (esconv / "test.jsonl").open("w") as handle:
-        for turns in SUCCESS:
+def write_esconv(path: Path, dialogues: list[list[tuple[str, str, str | None]]]) -> None:
+    """ESConv dialogues in the dataset's JSONL form, one per line: (speaker, text, strategy) turns."""
+    with path.open("w") as handle:
+        for turns in dialogues:
             dialog = [{"text": t, "speaker": s, **({"strategy": g} if g else {})} for s, t, g in turns]
             handle.write(
                 json.dumps({"emotion_type": "anxiety", "problem_type": "job", "situation": "s", "dialog": dialog})
                 + "\n"
             )
+
+
+def write_data(root: Path) -> Path:
+    esconv = root / "esconv"
+    esconv.mkdir(parents=True)
+    write_esconv(esconv / "test.jsonl", SUCCESS)
     failed = [
         {
             "emotion_type": "sadness",
@@ -227,10 +232,7 @@ def test_alignment_beside_the_turn_position_prior(toy_data: DataPaths, tmp_path:
         [("usr", "a", None), ("sys", "Why?", "Question"), ("usr", "b", None), ("sys", "Oh.", "Reflection of feelings")],
         [("usr", "c", None), ("sys", "How so?", "Question")],
     ]
-    with (toy_data.root / "esconv" / "train.jsonl").open("w") as handle:
-        for turns in train:
-            dialog = [{"text": t, "speaker": s, **({"strategy": g} if g else {})} for s, t, g in turns]
-            handle.write(json.dumps({"emotion_type": "anxiety", "problem_type": "job", "dialog": dialog}) + "\n")
+    write_esconv(toy_data.root / "esconv" / "train.jsonl", train)
     report = runner(tmp_path / "out2").run(["alignment"], toy_data, SETTINGS)
     result = report.results[0]
     # The prior names cognitive at turn 1 and affective at turn 2: of the test turns (1 cognitive, 2 affective,
