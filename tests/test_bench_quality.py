@@ -243,6 +243,22 @@ def test_alignment_beside_the_turn_position_prior(toy_data: DataPaths, tmp_path:
     assert toy_data.root / "esconv" / "train.jsonl" in TASKS["alignment"].load(toy_data, SETTINGS).sources
 
 
+def test_turn_numbers_count_a_supporter_opening(tmp_path: Path) -> None:
+    """A record's turn_number is the one the generator prompt states: a supporter greeting that opens
+    the conversation (no turn of its own, nothing before it) is still the first supporter turn."""
+    (tmp_path / "esconv").mkdir()
+    dialogue = [
+        ("sys", "Hello, how are you?", "Question"),  # the greeting: turn 1, not scored (nothing before it)
+        ("usr", "bad", None),
+        ("sys", "What happened?", "Question"),
+        ("usr", "x", None),
+        ("sys", "Oh.", "Restatement or Paraphrasing"),
+    ]
+    write_esconv(tmp_path / "esconv" / "test.jsonl", [dialogue])
+    items = TASKS["alignment"].load(DataPaths(tmp_path), SETTINGS).items
+    assert sorted(i.fields["turn_number"] for i in items) == [2, 3]
+
+
 def test_pairwise_by_hand(toy_data: DataPaths, tmp_path: Path) -> None:
     report = runner(tmp_path / "out").run(["pairwise"], toy_data, SETTINGS)
     # Turn a1: (gold 1.0 > s1 0.0) agrees, (s2 0.5 > s1 0.0) agrees; gold vs s2 differ by 0.5 < margin.

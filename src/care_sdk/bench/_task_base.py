@@ -23,6 +23,7 @@ from care_sdk.data import (
     LoadIssue,
     SupportTurn,
 )
+from care_sdk.prompts import generator_position
 
 __all__ = [
     "DataPaths",
@@ -331,12 +332,17 @@ def spread(turns: Sequence[T], k: int | None) -> list[T]:
     return [turns[i] for i in picks]
 
 
-def _turn_item(prefix: str, turn: SupportTurn, number: int, reply: bool, **fields: Any) -> Item:
+def _turn_item(prefix: str, turn: SupportTurn, reply: bool, **fields: Any) -> Item:
     return Item(
         key=f"{prefix}{turn.dialogue_id}:{turn.index}",
         context=turn.context,
         reply=turn.reply if reply else None,
-        fields={"id": turn.dialogue_id, "turn": turn.index, "turn_number": number, **fields},
+        fields={
+            "id": turn.dialogue_id,
+            "turn": turn.index,
+            "turn_number": generator_position(turn.context)[1],  # as the generator prompt states it
+            **fields,
+        },
     )
 
 

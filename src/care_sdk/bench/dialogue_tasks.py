@@ -101,8 +101,7 @@ class ExpertTask(
         experts: dict[str, dict[str, float]] = {}
         for dialogue, complete in chosen:
             experts[dialogue.id] = {d: float(statistics.median(r[d] for r in complete)) for d in MINT_JUDGE_DIMENSIONS}
-            turns = list(enumerate(dialogue.supporter_turns(), start=1))
-            items += [_turn_item("", t, n, reply=True) for n, t in spread(turns, settings.max_turns)]
+            items += [_turn_item("", t, reply=True) for t in spread(dialogue.supporter_turns(), settings.max_turns)]
         judged_dir = paths.lend_an_ear_dir / "judged_turns"
         published = {r["metric"]: float(r["spearman_rho"]) for r in _read_csv(judged_dir / JUDGE_AGREEMENT_FILE)}
         judge = {
@@ -233,10 +232,9 @@ class SuccessTask(
         ]
         for label, dialogue in ranked:
             labels[dialogue.id] = label
-            turns = list(enumerate(dialogue.supporter_turns(), start=1))
             items += [
-                _turn_item(f"{label}:", t, n, reply=True, label=label, emotion=dialogue.metadata.get("emotion_type"))
-                for n, t in spread(turns, settings.max_turns)
+                _turn_item(f"{label}:", t, reply=True, label=label, emotion=dialogue.metadata.get("emotion_type"))
+                for t in spread(dialogue.supporter_turns(), settings.max_turns)
             ]
         issues = list(success.issues) + list(failed.issues)
         return TaskData(items, units, available, [paths.esconv_file, paths.failed_file], issues, {"labels": labels})

@@ -44,6 +44,7 @@ from care_sdk.data import (
     load_lend_an_ear,
 )
 from care_sdk.errors import InputError
+from care_sdk.prompts import generator_position
 from care_sdk.types import DIMENSIONS
 
 __all__ = ["AlignmentTask", "PairwiseTask"]
@@ -58,11 +59,11 @@ class AlignmentTask(
         from care_sdk.training.rubric_targets import fit_top_priors, turn_number
 
         loaded = load_esconv(paths.esconv_file)
-        turns: list[tuple[SupportDialogue, SupportTurn, int]] = []
+        turns: list[tuple[SupportDialogue, SupportTurn]] = []
         for dialogue in loaded:
-            for number, turn in enumerate(dialogue.supporter_turns(), start=1):
+            for turn in dialogue.supporter_turns():
                 if turn.top_dimensions:
-                    turns.append((dialogue, turn, number))
+                    turns.append((dialogue, turn))
         chosen = select(turns, settings.limit, settings.seed)
         sources, issues = [paths.esconv_file], list(loaded.issues)
         train = paths.esconv_file.parent / "train.jsonl"  # the turn-position prior is fitted there, if it is there
@@ -76,14 +77,13 @@ class AlignmentTask(
             _turn_item(
                 "",
                 turn,
-                number,
                 reply=False,
                 emotion=dialogue.metadata.get("emotion_type"),
                 counts={d.value: n for d, n in turn.counts.items()},
                 top=[d.value for d in turn.top_dimensions],
                 prior_top=priors.top(turn_number(turn)).value if priors else None,
             )
-            for dialogue, turn, number in chosen
+            for dialogue, turn in chosen
         ]
         return TaskData(items, len(items), len(turns), sources, issues)
 
@@ -220,7 +220,7 @@ class PairwiseTask(
                         fields={
                             "id": cid,
                             "turn": index,
-                            "turn_number": sum(1 for m in context if m.role == "assistant") + 1,
+                            "turn_number": generator_position(context)[1],
                             "system": system,
                             "judge_score": response.aggregated_empathy,
                         },
