@@ -45,7 +45,8 @@ those of ``--baselines``), through the shipped gate (``BUNDLED_GATE``, ``SUPPORT
 ``--baselines support``) and through a gate fitted in
 this run on ``--valid-pairs`` ESConv ``valid`` pairs (reference against another valid dialogue's
 reply), never on the items measured; the same
-on the logprob-expected scores; and the plain product of the two (floor 0), the first form.
+on the logprob-expected scores; the plain product of the two (floor 0), the first form; and with
+``--compare-evaluator``, the other adapter's reward with context fit through the shipped gate.
 Rewards here are the reward formula on the evaluation, without the pre-checks of
 :class:`~care_sdk.guards.Guards`, so that the model itself is measured; two rows apply the default
 guards as the shipped reward does (a flagged reply, such as a copy of the dialogue, gets 0), with
@@ -374,6 +375,11 @@ def report(
         own = own_shares(items)
         for name, use, floor, care in forms:
             rows[f"shipped: care with context fit, {name}"] = with_context_fit(care, pmi, own, use, floor)
+        compared_greedy = rows.get("compared evaluator adapter, shipped rubrics, sampled scores")
+        if compared_greedy is not None:  # the other adapter in the default reward's place
+            rows["compared evaluator adapter with context fit, shipped gate"] = with_context_fit(
+                compared_greedy, pmi, own, shipped_gate, DEFAULT_FLOOR
+            )
         if as_written:
             rows["shipped: care with context fit, shipped gate, copies not discounted"] = {
                 k: (
