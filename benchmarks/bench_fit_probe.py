@@ -25,6 +25,10 @@ With ``--run DIR`` (a ``bench_evaluator.py`` run and its item options), the ``sh
 on the train pairs takes PMI's place in context fit on that run's items, through a gate fitted on
 the train pairs' out-of-fold probe scores: the shipped reward read that way, and the probe alone,
 beside the run's own rows (today's reward with context fit, PMI alone), with paired differences.
+``--contrasts all`` fits the probe on every contrast the reward must keep besides: training
+platitudes, evasive replies and echoes of the user against the reference on 200 of the train
+contexts, and the Lend-an-Ear judge's pairs on 80 train-conversation turns outside the 60
+selection turns (``features-contrasts.jsonl``).
 
 Features are cached in ``--out`` (``features-<split>.jsonl``) and in the run (``fit_probe_shift.jsonl``),
 so a run resumes.
@@ -176,21 +180,78 @@ def choose_penalty(diff: np.ndarray, grid: tuple[float, ...], seed: int) -> tupl
     return max(scores, key=lambda p: scores[p]), scores
 
 
-def shift_probe(train: list[dict[str, Any]], seed: int) -> tuple[np.ndarray, np.ndarray, Gate]:
+def contrast_features(out: Path, seed: int, contexts: int, lae_turns: int, layer: int) -> tuple[np.ndarray, np.ndarray]:
+    """``shift`` features of (better, worse) pairs of every contrast the reward must keep, none from a
+    selection set: on the first ``contexts`` ESConv train pairs' contexts, the reference against a
+    training platitude, a training evasive reply and an echo of the user's last message; and the
+    Lend-an-Ear judge's pairs (margin >= 1) on ``lae_turns`` train-conversation turns outside the
+    60 selection turns (seed 1). Cached in ``features-contrasts.jsonl``."""
+    from _evaluator_items import items as load_items
+
+    from care_sdk.bench.metrics import preference_pairs
+    from care_sdk.training.evaluator_targets import EVASIVE_REPLIES, PLATITUDES
+
+    rng = random.Random(seed)
+    replies: list[tuple[str, Any, str]] = []  # (key, context, reply)
+    pairs: list[tuple[str, str]] = []  # (better key, worse key)
+    for i, (context, reference, _) in enumerate(valid_pairs(contexts, seed, "train")):
+        said = next(m["content"] for m in reversed(context) if m["role"] == "user").strip()
+        replies.append((f"esconv:{i}:reference", context, reference))
+        for kind, reply in (
+            ("platitude", rng.choice(PLATITUDES)),
+            ("evasive", rng.choice(EVASIVE_REPLIES)),
+            ("echo", said),
+        ):
+            replies.append((f"esconv:{i}:{kind}", context, reply))
+            pairs.append((f"esconv:{i}:reference", f"esconv:{i}:{kind}"))
+    selection = {it["group"] for it in load_items(0, 1, "valid", ("lend-an-ear",), "train", 60)}
+    lae = [it for it in load_items(0, 1, "valid", ("lend-an-ear",), "train") if it["group"] not in selection]
+    turns = sorted({it["group"] for it in lae})
+    kept = set(random.Random(seed).sample(turns, min(lae_turns, len(turns))))
+    judged: dict[str, dict[str, float]] = {}
+    for it in lae:
+        if it["group"] in kept:
+            replies.append((f"lae:{it['key']}", it["context"], it["reply"]))
+            judged.setdefault(it["group"], {})[f"lae:{it['key']}"] = it["judge"]
+    pairs += [(p.better, p.worse) for p in preference_pairs(judged, margin=1.0)]
+    path = out / "features-contrasts.jsonl"
+    done = {r["key"]: r["shift"] for r in map(json.loads, path.read_text().splitlines())} if path.exists() else {}
+    todo = [r for r in replies if r[0] not in done]
+    if todo:
+        reader = Reader(layer)
+        with path.open("a", encoding="utf-8") as handle:
+            for n, (key, context, reply) in enumerate(todo):
+                shift = reader.reply_mean(_transcript(context), reply) - reader.reply_mean(HI, reply)
+                done[key] = shift.round(5).tolist()
+                handle.write(json.dumps({"key": key, "shift": done[key]}) + "\n")
+                if n % 50 == 0:
+                    print(f"contrasts: {n + 1}/{len(todo)}", flush=True)
+    print(f"contrast pairs: {len(pairs)} ({sum(k.startswith('lae:') for k, _ in pairs)} Lend-an-Ear)", flush=True)
+    return np.array([done[b] for b, _ in pairs]), np.array([done[w] for _, w in pairs])
+
+
+def shift_probe(
+    train: list[dict[str, Any]], seed: int, extra: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray, Gate]:
     """The ``shift`` probe fitted on the train pairs (penalty by cross-validation), its feature scale,
-    and a gate fitted on the train pairs' out-of-fold probe scores (reference: written for the context)."""
+    and a gate fitted on the train pairs' out-of-fold probe scores (reference: written for the context).
+    ``extra`` (better, worse) pairs are fitted on as well (the gate reads only the train pairs)."""
     ref, oth = matrix(train, ("shift",))
     scale = np.concatenate([ref, oth]).std(axis=0) + 1e-8
+    if extra is not None:
+        ref, oth = np.concatenate([ref, extra[0]]), np.concatenate([oth, extra[1]])
     diff = (ref - oth) / scale
     penalty, _ = choose_penalty(diff, PENALTIES, seed)
     order = list(range(len(diff)))
     random.Random(seed).shuffle(order)
     written_for, other = [], []
+    n_train = len(matrix(train, ("shift",))[0])
     for k in range(5):  # the gate reads out-of-fold scores: a probe's scores on its own train pairs overstate it
         held = order[k::5]
         w_k = fit_probe(diff[[i for i in order if i not in set(held)]], penalty)
-        written_for += list((ref[held] / scale) @ w_k)
-        other += list((oth[held] / scale) @ w_k)
+        gate_rows = [i for i in held if i < n_train]  # other conversations' replies: what the gate is about
+        written_for += list((ref[gate_rows] / scale) @ w_k)
+        other += list((oth[gate_rows] / scale) @ w_k)
     return fit_probe(diff, penalty), scale, Gate.fit(written_for, other)
 
 
@@ -223,7 +284,8 @@ def apply(args: argparse.Namespace, train: list[dict[str, Any]]) -> None:
                 handle.write(json.dumps({"key": it["key"], "shift": shift}) + "\n")
                 if n % 50 == 0:
                     print(f"shift: {n + 1}/{len(todo)}", flush=True)
-    w, scale, gate = shift_probe(train, args.seed)
+    extra = contrast_features(args.out, args.seed, 200, 80, args.layer) if args.contrasts == "all" else None
+    w, scale, gate = shift_probe(train, args.seed, extra)
     print(f"probe gate (fitted on the train pairs' out-of-fold scores): {gate}")
     score = {k: float((np.array(v) / scale) @ w) for k, v in done.items()}
     own = own_shares(items)
@@ -257,7 +319,9 @@ def apply(args: argparse.Namespace, train: list[dict[str, Any]]) -> None:
             diff = paired(grouped[new][metric], grouped[old][metric], args.resamples)
             out[new][f"{metric}, minus {old}"] = diff.to_json()
             print(f"{new} minus {old}: {metric} {diff.format()}")
-    (args.run / "fit_probe_results.json").write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    (args.run / f"fit_probe_results_{args.contrasts}.json").write_text(
+        json.dumps(out, indent=1) + "\n", encoding="utf-8"
+    )
 
 
 def main() -> None:
@@ -270,6 +334,13 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument(
         "--run", type=Path, help="a bench_evaluator.py run: the probe in context fit's place on its items"
+    )
+    parser.add_argument(
+        "--contrasts",
+        choices=["other", "all"],
+        default="other",
+        help="with --run: the probe fitted on other conversations' replies only, or also on platitudes, "
+        "evasive replies, echoes and Lend-an-Ear judged pairs of train turns outside the selection set",
     )
     parser.add_argument("--run-seed", type=int, default=2, help="that run's --seed")
     parser.add_argument("--esconv-contexts", type=int, default=48)
