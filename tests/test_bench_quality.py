@@ -245,7 +245,7 @@ def test_alignment_beside_the_turn_position_prior(toy_data: DataPaths, tmp_path:
 
 def test_turn_numbers_count_a_supporter_opening(tmp_path: Path) -> None:
     """A record's turn_number is the one the generator prompt states: a supporter greeting that opens
-    the conversation (no turn of its own, nothing before it) is still the first supporter turn."""
+    the conversation is the first supporter turn, though it is no item (nothing comes before it)."""
     (tmp_path / "esconv").mkdir()
     dialogue = [
         ("sys", "Hello, how are you?", "Question"),  # the greeting: turn 1, not scored (nothing before it)
