@@ -28,7 +28,8 @@ beside the run's own rows (today's reward with context fit, PMI alone), with pai
 ``--contrasts all`` fits the probe on every contrast the reward must keep besides: training
 platitudes, evasive replies and echoes of the user against the reference on 200 of the train
 contexts, and the Lend-an-Ear judge's pairs on 80 train-conversation turns outside the 60
-selection turns (``features-contrasts.jsonl``).
+selection turns (``features-contrasts.jsonl``); ``--with-pmi`` has the probe read the reply's
+PMI besides the shift (on the ESConv train pairs).
 
 Features are cached in ``--out`` (``features-<split>.jsonl``) and in the run (``fit_probe_shift.jsonl``),
 so a run resumes.
@@ -231,12 +232,16 @@ def contrast_features(out: Path, seed: int, contexts: int, lae_turns: int, layer
 
 
 def shift_probe(
-    train: list[dict[str, Any]], seed: int, extra: tuple[np.ndarray, np.ndarray] | None = None
+    train: list[dict[str, Any]],
+    seed: int,
+    extra: tuple[np.ndarray, np.ndarray] | None = None,
+    blocks: tuple[str, ...] = ("shift",),
 ) -> tuple[np.ndarray, np.ndarray, Gate]:
     """The ``shift`` probe fitted on the train pairs (penalty by cross-validation), its feature scale,
     and a gate fitted on the train pairs' out-of-fold probe scores (reference: written for the context).
-    ``extra`` (better, worse) pairs are fitted on as well (the gate reads only the train pairs)."""
-    ref, oth = matrix(train, ("shift",))
+    ``extra`` (better, worse) pairs are fitted on as well (the gate reads only the train pairs);
+    ``blocks``: the features read (``("pmi", "shift")`` adds the reply's PMI)."""
+    ref, oth = matrix(train, blocks)
     scale = np.concatenate([ref, oth]).std(axis=0) + 1e-8
     if extra is not None:
         ref, oth = np.concatenate([ref, extra[0]]), np.concatenate([oth, extra[1]])
@@ -245,7 +250,7 @@ def shift_probe(
     order = list(range(len(diff)))
     random.Random(seed).shuffle(order)
     written_for, other = [], []
-    n_train = len(matrix(train, ("shift",))[0])
+    n_train = len(matrix(train, blocks)[0])
     for k in range(5):  # the gate reads out-of-fold scores: a probe's scores on its own train pairs overstate it
         held = order[k::5]
         w_k = fit_probe(diff[[i for i in order if i not in set(held)]], penalty)
@@ -285,9 +290,12 @@ def apply(args: argparse.Namespace, train: list[dict[str, Any]]) -> None:
                 if n % 50 == 0:
                     print(f"shift: {n + 1}/{len(todo)}", flush=True)
     extra = contrast_features(args.out, args.seed, 200, 80, args.layer) if args.contrasts == "all" else None
-    w, scale, gate = shift_probe(train, args.seed, extra)
+    blocks = ("pmi", "shift") if args.with_pmi else ("shift",)
+    w, scale, gate = shift_probe(train, args.seed, extra, blocks)
     print(f"probe gate (fitted on the train pairs' out-of-fold scores): {gate}")
-    score = {k: float((np.array(v) / scale) @ w) for k, v in done.items()}
+    pmi = {k: v["pmi"] for k, v in bench._cache(args.run / "context_fit.jsonl").items() if "pmi" in v}
+    read = {k: ([pmi[k]] if args.with_pmi else []) + v for k, v in done.items() if k in pmi or not args.with_pmi}
+    score = {k: float((np.array(v) / scale) @ w) for k, v in read.items()}
     own = own_shares(items)
     rubric = row_rewards(
         items,
@@ -297,7 +305,6 @@ def apply(args: argparse.Namespace, train: list[dict[str, Any]]) -> None:
         "generated",
         "generated",
     )
-    pmi = {k: v["pmi"] for k, v in bench._cache(args.run / "context_fit.jsonl").items() if "pmi" in v}
     rows = {
         "shipped reward with context fit (today)": with_context_fit(rubric, pmi, own, BUNDLED_GATE, DEFAULT_FLOOR),
         "shipped reward, the shift probe in PMI's place": with_context_fit(rubric, score, own, gate, DEFAULT_FLOOR),
@@ -319,7 +326,7 @@ def apply(args: argparse.Namespace, train: list[dict[str, Any]]) -> None:
             diff = paired(grouped[new][metric], grouped[old][metric], args.resamples)
             out[new][f"{metric}, minus {old}"] = diff.to_json()
             print(f"{new} minus {old}: {metric} {diff.format()}")
-    (args.run / f"fit_probe_results_{args.contrasts}.json").write_text(
+    (args.run / f"fit_probe_results_{args.contrasts}{'_pmi' if args.with_pmi else ''}.json").write_text(
         json.dumps(out, indent=1) + "\n", encoding="utf-8"
     )
 
@@ -342,6 +349,9 @@ def main() -> None:
         help="with --run: the probe fitted on other conversations' replies only, or also on platitudes, "
         "evasive replies, echoes and Lend-an-Ear judged pairs of train turns outside the selection set",
     )
+    parser.add_argument(
+        "--with-pmi", action="store_true", help="with --run: the probe reads the reply's PMI besides the shift"
+    )
     parser.add_argument("--run-seed", type=int, default=2, help="that run's --seed")
     parser.add_argument("--esconv-contexts", type=int, default=48)
     parser.add_argument("--esconv-split", choices=["test", "valid"], default="valid")
@@ -349,6 +359,8 @@ def main() -> None:
     parser.add_argument("--lend-an-ear", choices=["held-out", "train"], default="held-out")
     parser.add_argument("--lend-an-ear-turns", type=int)
     args = parser.parse_args()
+    if args.with_pmi and args.contrasts == "all":
+        parser.error("--with-pmi reads PMI, which the contrasts of --contrasts all were not read with")
     args.out.mkdir(parents=True, exist_ok=True)
     train = features("train", args.train, args.seed, args.out, args.layer)
     if args.run:
