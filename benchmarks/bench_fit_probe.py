@@ -102,6 +102,23 @@ class Reader:
         return (self._read(whole) * n_whole - prefix_mean * n_prefix) / max(n_whole - n_prefix, 1)
 
 
+def cached_shifts(path: Path, replies: list[tuple[str, Any, str]], layer: int) -> dict[str, list[float]]:
+    """The ``shift`` of every ``(key, context, reply)``, read where ``path`` (JSON lines of ``key``
+    and ``shift``) does not already hold it, and appended there."""
+    done = {r["key"]: r["shift"] for r in map(json.loads, path.read_text().splitlines())} if path.exists() else {}
+    todo = [r for r in replies if r[0] not in done]
+    if todo:
+        reader = Reader(layer)
+        with path.open("a", encoding="utf-8") as handle:
+            for n, (key, context, reply) in enumerate(todo):
+                shift = reader.reply_mean(_transcript(context), reply) - reader.reply_mean(HI, reply)
+                done[key] = shift.round(5).tolist()
+                handle.write(json.dumps({"key": key, "shift": done[key]}) + "\n")
+                if n % 50 == 0:
+                    print(f"{path.name}: {n + 1}/{len(todo)}", flush=True)
+    return done
+
+
 def features(split: str, count: int, seed: int, out: Path, layer: int) -> list[dict[str, Any]]:
     """Cached features of ``count`` (reference, other) pairs of ``split``."""
     path = out / f"features-{split}.jsonl"
@@ -215,18 +232,7 @@ def contrast_features(out: Path, seed: int, contexts: int, lae_turns: int, layer
             replies.append((f"lae:{it['key']}", it["context"], it["reply"]))
             judged.setdefault(it["group"], {})[f"lae:{it['key']}"] = it["judge"]
     pairs += [(p.better, p.worse) for p in preference_pairs(judged, margin=1.0)]
-    path = out / "features-contrasts.jsonl"
-    done = {r["key"]: r["shift"] for r in map(json.loads, path.read_text().splitlines())} if path.exists() else {}
-    todo = [r for r in replies if r[0] not in done]
-    if todo:
-        reader = Reader(layer)
-        with path.open("a", encoding="utf-8") as handle:
-            for n, (key, context, reply) in enumerate(todo):
-                shift = reader.reply_mean(_transcript(context), reply) - reader.reply_mean(HI, reply)
-                done[key] = shift.round(5).tolist()
-                handle.write(json.dumps({"key": key, "shift": done[key]}) + "\n")
-                if n % 50 == 0:
-                    print(f"contrasts: {n + 1}/{len(todo)}", flush=True)
+    done = cached_shifts(out / "features-contrasts.jsonl", replies, layer)
     print(f"contrast pairs: {len(pairs)} ({sum(k.startswith('lae:') for k, _ in pairs)} Lend-an-Ear)", flush=True)
     return np.array([done[b] for b, _ in pairs]), np.array([done[w] for _, w in pairs])
 
@@ -242,6 +248,7 @@ def shift_probe(
     ``extra`` (better, worse) pairs are fitted on as well (the gate reads only the train pairs);
     ``blocks``: the features read (``("pmi", "shift")`` adds the reply's PMI)."""
     ref, oth = matrix(train, blocks)
+    n_train = len(ref)  # the rows the gate reads; ``extra`` follows them
     scale = np.concatenate([ref, oth]).std(axis=0) + 1e-8
     if extra is not None:
         ref, oth = np.concatenate([ref, extra[0]]), np.concatenate([oth, extra[1]])
@@ -250,7 +257,6 @@ def shift_probe(
     order = list(range(len(diff)))
     random.Random(seed).shuffle(order)
     written_for, other = [], []
-    n_train = len(matrix(train, blocks)[0])
     for k in range(5):  # the gate reads out-of-fold scores: a probe's scores on its own train pairs overstate it
         held = order[k::5]
         w_k = fit_probe(diff[[i for i in order if i not in set(held)]], penalty)
@@ -274,21 +280,8 @@ def apply(args: argparse.Namespace, train: list[dict[str, Any]]) -> None:
     items = load_items(
         args.esconv_contexts, args.run_seed, args.esconv_split, tasks, args.lend_an_ear, args.lend_an_ear_turns
     )
-    path = args.run / "fit_probe_shift.jsonl"
-    done = {}
-    if path.exists():
-        done = {r["key"]: r["shift"] for r in map(json.loads, path.read_text().splitlines())}
-    todo = [it for it in items if it["key"] not in done]
-    if todo:
-        reader = Reader(args.layer)
-        with path.open("a", encoding="utf-8") as handle:
-            for n, it in enumerate(todo):
-                prefix = _transcript(it["context"])
-                shift = (reader.reply_mean(prefix, it["reply"]) - reader.reply_mean(HI, it["reply"])).round(5).tolist()
-                done[it["key"]] = shift
-                handle.write(json.dumps({"key": it["key"], "shift": shift}) + "\n")
-                if n % 50 == 0:
-                    print(f"shift: {n + 1}/{len(todo)}", flush=True)
+    replies = [(it["key"], it["context"], it["reply"]) for it in items]
+    done = cached_shifts(args.run / "fit_probe_shift.jsonl", replies, args.layer)
     extra = contrast_features(args.out, args.seed, 200, 80, args.layer) if args.contrasts == "all" else None
     blocks = ("pmi", "shift") if args.with_pmi else ("shift",)
     w, scale, gate = shift_probe(train, args.seed, extra, blocks)
@@ -314,9 +307,10 @@ def apply(args: argparse.Namespace, train: list[dict[str, Any]]) -> None:
     out: dict[str, Any] = {}
     grouped = {name: units(items, values) for name, values in rows.items()}
     for name, values in rows.items():
-        out[name] = {m: e.to_json() for m, e in metrics(items, values, args.resamples).items()}
+        estimates = metrics(items, values, args.resamples)
+        out[name] = {m: e.to_json() for m, e in estimates.items()}
         print(name)
-        for metric, estimate in metrics(items, values, args.resamples).items():
+        for metric, estimate in estimates.items():
             print(f"    {metric:40s} {estimate.format()}")
     for new, old in (
         ("shipped reward, the shift probe in PMI's place", "shipped reward with context fit (today)"),
