@@ -517,6 +517,29 @@ def test_variants_share_work_without_changing_rewards() -> None:
     assert [s["length"]["reward"] for s in scored] == [7.0, 7.0, 7.0]
 
 
+def test_a_serial_backend_gets_one_contexts_evaluations_together() -> None:
+    contexts = [(Message(role="user", content=f"{m} story {i}"),) for i, m in enumerate(["[COG]", "[AFF]"])]
+    items = [Item(key=f"k{i}", context=contexts[i % 2], reply=f"<COG> reply {i}") for i in range(4)]
+
+    def run(serial: bool) -> tuple[list[dict[str, dict[str, Any]]], list[str]]:
+        backend = ScriptedBackend(script)
+        backend.serial = serial
+        scored = VariantScorer(RubricGenerator(backend), RubricEvaluator(backend)).score(items)
+        story = [
+            next(s for s in ("story 0", "story 1") if s in r.messages[-1].content)
+            for r in backend.requests
+            if r.purpose == EVALUATION
+        ]
+        return scored, story
+
+    batched, batched_order = run(serial=False)
+    serial, serial_order = run(serial=True)
+    assert serial == batched  # the same records, whatever the order
+    # all at once: each variant's criteria go through every item; serial: one context, then the other
+    assert batched_order == ["story 0", "story 1"] * 4
+    assert serial_order == ["story 0"] * 4 + ["story 1"] * 4
+
+
 def test_selection_is_a_stable_prefix() -> None:
     units = list(range(100))
     small, large = select(units, 10, 0), select(units, 30, 0)

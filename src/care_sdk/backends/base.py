@@ -230,6 +230,11 @@ class Backend:
     """Whether :meth:`reply_logprobs` reads how likely a given reply is (a prefill, no decoding)."""
     supports_hidden_states: bool = False
     """Whether :meth:`hidden_state_means` reads the model's hidden states of a text."""
+    serial: bool = False
+    """Whether requests are answered one at a time, in order, by an engine that keeps the last
+    prompt's evaluated tokens (llama.cpp): a larger batch runs no faster, and requests that share
+    a prompt prefix run faster when sent one after another. Callers that can choose the order (a
+    quality run scoring several reward variants) then send one context's requests together."""
 
     @property
     def identity(self) -> str:
@@ -326,6 +331,7 @@ class ForwardingBackend(Backend):
         self.supports_forced_replies = inner.supports_forced_replies
         self.supports_reply_logprobs = inner.supports_reply_logprobs
         self.supports_hidden_states = inner.supports_hidden_states
+        self.serial = inner.serial
         self.adapter: Any = getattr(inner, "adapter", None)
         """The inner backend's trained adapter, if any: a wrapper answers with the same model, so
         components built on it check the adapter's role and prompt version and cut the context as

@@ -254,6 +254,7 @@ class LlamaCppBackend(Backend):
     supports_forced_replies = True
     supports_reply_logprobs = True
     supports_hidden_states = True
+    serial = True
 
     def __init__(
         self,

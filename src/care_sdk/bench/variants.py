@@ -240,20 +240,33 @@ class VariantScorer:
         scored = [i for i, item in enumerate(items) if item.needs_evaluation]
         rubric_only = [i for i, item in enumerate(items) if not item.needs_evaluation]
         try:
-            if scored:
-                pairs = [(list(items[i].context), items[i].reply or "") for i in scored]
+            for batch in self._batches(items, scored):
+                pairs = [(list(items[i].context), items[i].reply or "") for i in batch]
                 for variant, reward in self.rewards.items():
-                    for i, result in zip(scored, reward.score_batch(pairs), strict=True):
+                    for i, result in zip(batch, reward.score_batch(pairs), strict=True):
                         out[i][variant] = result.model_dump(mode="json")
-                if "length" in self.variants:
-                    for i in scored:
-                        out[i]["length"] = _length_record(items[i].reply or "")
+            if "length" in self.variants:
+                for i in scored:
+                    out[i]["length"] = _length_record(items[i].reply or "")
             if rubric_only:
                 self._rubrics_only(items, rubric_only, out)
         finally:
             for shared in self._shared.values():
                 shared.clear()
         return [{v: {**items[i].fields, **rec} for v, rec in out[i].items()} for i in range(len(items))]
+
+    def _batches(self, items: Sequence[Item], indices: list[int]) -> list[list[int]]:
+        """The items to score, in one batch; or, where every model answers requests one at a time
+        (:attr:`~care_sdk.backends.Backend.serial`), one batch per context, so that one context's
+        evaluations under every variant's criteria run back to back and its dialogue, which starts
+        each evaluation prompt, is evaluated once instead of once per set of criteria."""
+        components = [c for c in (self.generator, self.evaluator) if c is not None]
+        if not indices or not all(c.backend.serial for c in components):
+            return [indices] if indices else []
+        by_context: dict[tuple[tuple[str, str], ...], list[int]] = {}
+        for i in indices:
+            by_context.setdefault(tuple((m.role, m.content) for m in items[i].context), []).append(i)
+        return list(by_context.values())
 
     def _rubrics_only(self, items: Sequence[Item], indices: list[int], out: list[dict[str, dict[str, Any]]]) -> None:
         generated: list[Rubric | CareError | None] = [None] * len(indices)
