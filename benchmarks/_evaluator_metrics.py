@@ -32,6 +32,7 @@ from care_sdk.bench.metrics import (
 )
 from care_sdk.context_fit import Gate, fitted_reward
 from care_sdk.guards import EMPTY_REPLY, NO_WORDS, Guards, own_share, policy_reward, screen
+from care_sdk.shift_check import ShiftCheck
 from care_sdk.types import DIMENSIONS, CriterionScore, Evaluation, RewardResult, Rubric, fixed_criteria
 
 
@@ -107,6 +108,16 @@ def valid_gate(pmi: dict[str, float]) -> Gate | None:
 def own_shares(items: list[dict[str, Any]]) -> dict[str, float]:
     """Each item's share of its reply that does not repeat its context (what scales its fit)."""
     return {it["key"]: own_share(it["reply"], [m["content"] for m in it["context"]]) for it in items}
+
+
+def check_factors(cached: dict[str, Any]) -> dict[str, float]:
+    """Each item's factor from the bundled shift check (:class:`~care_sdk.shift_check.ShiftCheck`), as
+    the ``shift-check`` stage cached it (``shift_check.jsonl``)."""
+    identity = ShiftCheck.bundled().identity
+    stale = {v["check"] for v in cached.values() if "check" in v} - {identity}
+    if stale:
+        raise SystemExit(f"shift_check.jsonl was read with another check ({', '.join(stale)}): run the stage again")
+    return {k: v["factor"] for k, v in cached.items() if "factor" in v}
 
 
 def with_context_fit(

@@ -52,7 +52,10 @@ Rewards here are the reward formula on the evaluation, without the pre-checks of
 guards as the shipped reward does (a flagged reply, such as a copy of the dialogue, gets 0), with
 and without context fit. Context fit discounts what the reply repeats from the context (the
 default: the model reads the reply without it, and the fit is scaled by the reply's own share);
-stage ``context-fit-as-written`` reads the reply whole, for one more row.
+stage ``context-fit-as-written`` reads the reply whole, for one more row. Stage ``shift-check``
+(after ``context-fit``, against "Hi.") reads the bundled shift check's factor of every reply
+(:class:`~care_sdk.shift_check.ShiftCheck`), for the row of the default reward: context fit times
+that factor, as ``AdaptiveReward.from_backend("default")`` pays.
 
 Usage:
     python benchmarks/bench_evaluator.py --out runs/bench_evaluator [--stage rubrics|base|shipped|...|report]
@@ -82,7 +85,15 @@ from typing import Any
 
 from _evaluator_items import items as load_items
 from _evaluator_items import turn_per_dialogue
-from _evaluator_metrics import guarded, metrics, own_shares, row_rewards, valid_gate, with_context_fit
+from _evaluator_metrics import (
+    check_factors,
+    guarded,
+    metrics,
+    own_shares,
+    row_rewards,
+    valid_gate,
+    with_context_fit,
+)
 from _written_chats import CHATS
 
 from care_sdk import ContextFit, RubricEvaluator, RubricGenerator
@@ -100,6 +111,7 @@ from care_sdk.context_fit import (
 )
 from care_sdk.evaluator import expected_scores
 from care_sdk.prompts import parse_evaluation
+from care_sdk.shift_check import ShiftCheck
 from care_sdk.types import Rubric, fixed_criteria
 
 THREADS = 1
@@ -270,6 +282,26 @@ def context_fit(
     return done
 
 
+def shift_check(items: list[dict[str, Any]], out: Path) -> None:
+    """The bundled shift check's factor (:class:`~care_sdk.shift_check.ShiftCheck`) of every item,
+    from the context-fit stage's PMI against "Hi." and the reply's hidden states; cached in
+    ``shift_check.jsonl`` with the check's identity."""
+    path = out / "shift_check.jsonl"
+    done = _cache(path)
+    pmi = {k: v["pmi"] for k, v in _cache(_fit_cache(out)).items() if "pmi" in v}
+    check = ShiftCheck.bundled()
+    fit = ContextFit(resolve_backend("default", n_threads=THREADS), gate=Gate(1.0, 0.0), check=check)
+    for it in items:
+        key = it["key"]
+        if key not in pmi or done.get(key, {}).get("check") == check.identity:
+            continue
+        start = time.perf_counter()
+        (value,) = fit.check_factors([(it["context"], it["reply"])], [pmi[key]])
+        record = {"error": str(value)} if isinstance(value, Exception) else {"factor": value}
+        done[key] = record | {"check": check.identity, "seconds": time.perf_counter() - start}
+        _append(path, key, done[key])
+
+
 def _seconds(evals: dict[str, Any]) -> float | None:
     values = [v["seconds"] for v in evals.values() if "seconds" in v]
     return statistics.median(values) if values else None
@@ -389,6 +421,14 @@ def report(
                 )
                 for k, r in greedy.items()
             }
+        checked_cache = _cache(out / "shift_check.jsonl")
+        factors = check_factors(checked_cache)
+        if factors and bundled and baselines == "neutral" and window == GATES_WINDOW:
+            timing['shift check (reads of the reply after the context and after "Hi.")'] = _seconds(checked_cache)
+            checked = {k: own[k] * factors[k] for k in own if k in factors}
+            rows["shipped: care with context fit and the shift check (the default reward)"] = with_context_fit(
+                greedy, pmi, checked, shipped_gate, DEFAULT_FLOOR
+            )
         rows["shipped: care with context fit and the default guards"] = guarded(
             items, rows["shipped: care with context fit, shipped gate"]
         )
@@ -477,7 +517,7 @@ def main() -> None:
     )
     stages = [
         "rubrics", "rubrics-expected", "base", "shipped", "shipped-fixed", "shipped-logprobs", "compare",
-        "context-fit", "context-fit-as-written",
+        "context-fit", "context-fit-as-written", "shift-check",
     ]  # fmt: skip
     parser.add_argument(
         "--context-fit-window", type=int, default=GATES_WINDOW, help="messages of context the context-fit stages read"
@@ -534,6 +574,7 @@ def main() -> None:
         "context-fit": lambda: context_fit(
             items, out, args.valid_pairs, args.seed, baselines=args.baselines, window=args.context_fit_window
         ),
+        "shift-check": lambda: shift_check(items, out),
         "context-fit-as-written": lambda: context_fit(
             items,
             out,

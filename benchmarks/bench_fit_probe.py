@@ -325,6 +325,31 @@ def apply(args: argparse.Namespace, train: list[dict[str, Any]]) -> None:
     )
 
 
+def export(args: argparse.Namespace, train: list[dict[str, Any]]) -> None:
+    """Fit the probe on PMI and the shift (as ``--with-pmi``) on the train pairs and write it as a
+    :class:`~care_sdk.shift_check.ShiftCheck` with ``--saturation``."""
+    from care_sdk.shift_check import ShiftCheck
+
+    w, scale, gate = shift_probe(train, args.seed, None, ("pmi", "shift"))
+    check = ShiftCheck(
+        layer=args.layer,
+        window=WINDOW,
+        weights=[round(float(v), 6) for v in w],
+        scale=[round(float(v), 6) for v in scale],
+        slope=round(float(gate.slope), 6),
+        intercept=round(float(gate.intercept), 6),
+        saturation=args.saturation,
+        training=(
+            f"{len(train)} ESConv train pairs (seed {args.seed}: a reference reply and another train "
+            f"conversation's reply), layer {args.layer}, window {WINDOW}; the gate fitted on the probe's "
+            f"out-of-fold scores: benchmarks/bench_fit_probe.py --train {args.train} --export PATH "
+            f"--saturation {args.saturation}"
+        ),
+    )
+    check.save(args.export)
+    print(f"wrote {args.export}: {check.identity}, gate slope {check.slope} intercept {check.intercept}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/fit_probe"))
@@ -346,6 +371,10 @@ def main() -> None:
     parser.add_argument(
         "--with-pmi", action="store_true", help="with --run: the probe reads the reply's PMI besides the shift"
     )
+    parser.add_argument(
+        "--export", type=Path, help="write the PMI + shift probe fitted on the train pairs as a ShiftCheck (JSON)"
+    )
+    parser.add_argument("--saturation", type=float, default=0.5, help="with --export: the check's saturation")
     parser.add_argument("--run-seed", type=int, default=2, help="that run's --seed")
     parser.add_argument("--esconv-contexts", type=int, default=48)
     parser.add_argument("--esconv-split", choices=["test", "valid"], default="valid")
@@ -357,6 +386,9 @@ def main() -> None:
         parser.error("--with-pmi reads PMI, which the contrasts of --contrasts all were not read with")
     args.out.mkdir(parents=True, exist_ok=True)
     train = features("train", args.train, args.seed, args.out, args.layer)
+    if args.export:
+        export(args, train)
+        return
     if args.run:
         apply(args, train)
         return

@@ -38,7 +38,7 @@ from typing import Any
 
 import bench_evaluator as bench
 from _evaluator_items import items as load_items
-from _evaluator_metrics import esconv_pairs, own_shares, row_rewards, valid_gate, with_context_fit
+from _evaluator_metrics import check_factors, esconv_pairs, own_shares, row_rewards, valid_gate, with_context_fit
 
 from care_sdk.bench.metrics import Estimate, bootstrap, preference_pairs, score_pairs
 from care_sdk.context_fit import DEFAULT_FLOOR, bundled_gate
@@ -48,11 +48,17 @@ Units = dict[str, list[float]]
 
 
 def rewards(
-    items: list[dict[str, Any]], own: dict[str, float], out: Path, baselines: str, fitted_gate: bool = False
+    items: list[dict[str, Any]],
+    own: dict[str, float],
+    out: Path,
+    baselines: str,
+    fitted_gate: bool = False,
+    check: bool = False,
 ) -> dict[str, dict[str, float | None]]:
     """``{"reward with context fit": {key: reward}, "PMI alone": {key: nats}}`` for one run directory
     (``own``: each item's own share, :func:`_evaluator_metrics.own_shares`; ``fitted_gate``: through the
-    gate fitted on the run's valid pairs, not the bundled one)."""
+    gate fitted on the run's valid pairs, not the bundled one; ``check``: the fit also multiplied by the
+    bundled shift check's factor, from the run's ``shift-check`` stage)."""
     rubric = row_rewards(
         items,
         bench._cache(out / "rubrics_default.jsonl"),
@@ -70,6 +76,9 @@ def rewards(
                 f"{out}: no bundled gate asked for or known for {baselines}, and the run read no valid pairs"
             )
         print(f"{out}: gate fitted on the run's valid pairs: {gate}")
+    if check:
+        factors = check_factors(bench._cache(out / "shift_check.jsonl"))
+        own = {k: v * factors[k] for k, v in own.items() if k in factors}
     fitted = with_context_fit(rubric, pmi, own, gate, DEFAULT_FLOOR)
     return {"reward with context fit": fitted, "PMI alone": {it["key"]: pmi.get(it["key"]) for it in items}}
 
@@ -152,7 +161,11 @@ def pooled(files: list[Path]) -> Grouped:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "runs", nargs="*", metavar="DIR:BASELINES", help="the first is the one the others are paired with"
+        "runs",
+        nargs="*",
+        metavar="DIR:BASELINES",
+        help="the first is the one the others are paired with; DIR:neutral+check reads the run's "
+        "shift-check stage too (the default reward)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--esconv-contexts", type=int, default=24)
@@ -186,9 +199,14 @@ def main() -> None:
         specs = [spec.rpartition(":") for spec in args.runs]
         names = [name for _, _, name in specs]
         for spec, (directory, _, name) in zip(args.runs, specs, strict=True):
-            if not directory or name not in bench.BASELINES:
-                parser.error(f"{spec!r}: give DIR:BASELINES, BASELINES one of {', '.join(bench.BASELINES)}")
-            rows = rewards(items, own, Path(directory), name, args.fitted_gate)
+            pool, _, check = name.partition("+")
+            if not directory or pool not in bench.BASELINES or check not in ("", "check"):
+                parser.error(
+                    f"{spec!r}: give DIR:BASELINES or DIR:neutral+check, BASELINES one of {', '.join(bench.BASELINES)}"
+                )
+            if check and pool != "neutral":
+                parser.error(f'{spec!r}: the shift check reads PMI against "Hi." (neutral) only')
+            rows = rewards(items, own, Path(directory), pool, args.fitted_gate, check=bool(check))
             label = name if names.count(name) == 1 else Path(directory).name  # two runs of one pool: by directory
             grouped[label] = {row: units(items, values) for row, values in rows.items()}
     report = table(grouped, args.resamples)

@@ -32,6 +32,7 @@ from care_sdk.context_fit import (
 )
 from care_sdk.data import load_esconv
 from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
+from care_sdk.shift_check import ShiftCheck
 from care_sdk.testing import ScriptedBackend, evaluation_json
 from care_sdk.types import Message
 
@@ -321,3 +322,94 @@ def test_the_quality_variants_share_one_read_of_each_reply() -> None:
     assert records["care"]["context_fit"] == records["fixed_rubric"]["context_fit"] == pytest.approx(gate)
     assert records["fixed_rubric"]["reward"] == pytest.approx(gate * (0.5 + 0.5 * 0.5))
     assert len(model.reads) == 2  # one conditional and one baseline read for both variants
+
+
+# -- the shift check: a second reading that can only lower the fit ----------------------------------
+
+
+class _Words:
+    """A tokeniser of whitespace-separated words, as llama.cpp's ``tokenize`` is called."""
+
+    def tokenize(self, text: bytes, add_bos: bool = False, special: bool = False) -> list[int]:
+        return [0] * len(text.decode().split())
+
+
+class StateModel(OverlapModel):
+    """:class:`OverlapModel` that also has hidden states: a token's state is ``[1 if its word came
+    earlier in the text, 1]``, so a reply's mean state after a context that holds its words differs
+    from after "Hi.". Counts the texts read; texts over ``max_words`` overflow."""
+
+    supports_hidden_states = True
+
+    def __init__(self, max_words: int = 1000) -> None:
+        super().__init__(max_words=max_words)
+        self.llama = _Words()
+        self.state_reads: list[str] = []
+
+    def hidden_state_means(self, texts: Sequence[str], layer: int) -> list[list[float]]:
+        out = []
+        for text in texts:
+            self.state_reads.append(text)
+            words = [w.strip(".:").lower() for w in text.split()]
+            if len(words) > self.max_words:
+                raise ContextOverflowError(len(words), self.max_words, provider=self.provider)
+            seen = [float(w in words[:i]) for i, w in enumerate(words)]
+            out.append([sum(seen) / len(words), 1.0])
+        return out
+
+
+def _check() -> ShiftCheck:
+    # score = 2 x (the share of the reply's words the context held); gate sigmoid(score - 1)
+    return ShiftCheck(layer=1, window=6, weights=[0.0, 2.0, 0.0], scale=[1.0, 1.0, 1.0], slope=1.0, intercept=-1.0,
+                      saturation=0.5)  # fmt: skip
+
+
+def test_the_shift_check_multiplies_the_fit_by_its_factor_and_reads_each_reply_once() -> None:
+    model = StateModel()
+    gate = Gate(slope=1.0, intercept=0.0)
+    fit = ContextFit(model, gate=gate, baselines=HI, check=_check())
+    context = "my dog died"
+    pmis = fit.pmi_batch([(context, "dog died"), (context, "nice weather")])
+    scores = fit.score_batch([(context, "dog died"), (context, "nice weather")])
+    held = 1.0 / (1.0 + math.exp(-1.0))  # the context holds every word: score 2, gate 0.73, kept whole
+    assert scores == pytest.approx([gate(pmis[0]) * min(1.0, held / 0.5), gate(pmis[1]) * (1 - held) / 0.5])  # type: ignore[arg-type]
+    reads = len(model.state_reads)
+    assert reads == 6  # the context and "Hi." once each, and each reply after both
+    assert fit.score(context, "dog died") == pytest.approx(scores[0])  # type: ignore[arg-type]
+    assert len(model.state_reads) == reads  # remembered, not read again
+    assert fit.check_factors([(context, "")], [0.0]) == [1.0]  # no reply: nothing to doubt
+    assert "shift-check=" in fit.identity and "shift-check=" not in ContextFit(model, baselines=HI).identity
+
+
+def test_the_shift_check_reads_a_long_context_from_its_last_messages_that_fit() -> None:
+    model = StateModel(max_words=10)
+    fit = ContextFit(model, gate=Gate(1.0, 0.0), baselines=HI, check=_check())
+    context = [{"role": "user", "content": "one two three four five six"}, {"role": "user", "content": "my dog died"}]
+    (factor,) = fit.check_factors([(context, "dog")], [1.0])
+    assert factor == 1.0  # "dog" read after the last message, which holds it
+    assert any(text.startswith("User: my dog died") for text in model.state_reads)
+
+
+def test_the_shift_check_is_refused_where_it_cannot_hold() -> None:
+    with pytest.raises(ConfigError, match="hidden states"):
+        ContextFit(OverlapModel(), baselines=HI, gate=Gate(1.0, 0.0), check=_check())
+    with pytest.raises(ConfigError, match="NEUTRAL"):
+        ContextFit(StateModel(), baselines=["I lost my job."], gate=Gate(1.0, 0.0), check=_check())
+    with pytest.raises(ConfigError, match="check must be"):
+        ContextFit(StateModel(), baselines=HI, check="bundled")
+    assert ContextFit(StateModel(), baselines=HI).check is None  # "auto": only the bundled model gets the bundled check
+
+
+def test_a_shift_check_file_round_trips_and_a_bad_one_is_named(tmp_path: Path) -> None:
+    check = _check()
+    check.save(tmp_path / "check.json")
+    assert ShiftCheck.load(tmp_path / "check.json") == check
+    (tmp_path / "bad.json").write_text('{"layer": 1}')
+    with pytest.raises(ConfigError, match=r"bad\.json"):
+        ShiftCheck.load(tmp_path / "bad.json")
+    with pytest.raises(ConfigError, match="saturation"):
+        ShiftCheck(layer=1, window=6, weights=[1.0, 1.0], scale=[1.0, 1.0], slope=1.0, intercept=0.0, saturation=0.0)
+    bundled = ShiftCheck.bundled()
+    assert (
+        bundled.layer == 15 and len(bundled.weights) == len(bundled.scale) == 577 and "ESConv train" in bundled.training
+    )

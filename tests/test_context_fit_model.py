@@ -109,6 +109,7 @@ def test_the_default_reward_reads_context_fit_and_prefers_the_reference_to_other
     the rubric reward alone and with the fit; and against two echoes of the user."""
     reward = AdaptiveReward.from_backend("default")
     assert reward.context_fit is not None and reward.context_fit.identity.endswith("copies discounted")
+    assert reward.context_fit.check is not None  # the bundled shift check, on the bundled model
     assert AdaptiveReward.from_backend("default", context_fit=None).context_fit is None
     kinds = ("reference", "other", "echo", "reference + echo")
     items = [
@@ -154,3 +155,22 @@ def test_care_score_records_the_context_fit(tmp_path: Path, pairs: list[tuple[li
     assert main(["score", str(source), "--context-fit", "off", "--out", str(off), "--quiet"]) == 0
     assert json.loads(off.read_text().splitlines()[-1])["context_fit"] is None
     assert main(["score", str(source), "--context-fit", "openai:gpt@http://127.0.0.1:9/v1", "--quiet"]) == 2
+
+
+def test_the_bundled_shift_check_doubts_other_conversations_replies_and_only_takes_away(
+    model_path: Path, pairs: list[tuple[list[dict[str, Any]], str, str]]
+) -> None:
+    from care_sdk.shift_check import ShiftCheck
+
+    backend = LlamaCppBackend(model_path, n_ctx=4096, n_threads=1)
+    checked, plain = ContextFit(backend, check=ShiftCheck.bundled()), ContextFit(backend, check=None)
+    items = [(c, reply) for c, reference, other in pairs for reply in (reference, other)]
+    pmis = plain.pmi_batch(items)
+    factors = checked.check_factors(items, pmis)
+    assert all(isinstance(f, float) and 0.0 < f <= 1.0 for f in factors), factors
+    reference, other = factors[0::2], factors[1::2]
+    doubted = sum(r > o for r, o in zip(reference, other, strict=True))  # type: ignore[operator]
+    assert doubted >= 5 and sum(o < 1.0 for o in other) > sum(r < 1.0 for r in reference), factors  # type: ignore[operator]
+    with_check, without = checked.score_batch(items), plain.score_batch(items)
+    assert all(a <= b for a, b in zip(with_check, without, strict=True))  # type: ignore[operator]
+    backend.close()

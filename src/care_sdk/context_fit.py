@@ -24,7 +24,10 @@ default) whatever the rubric says, and the rubric decides the rest. A plain prod
 leaves a reply the evaluator gives all 1s at 0 however well it fits, and the bundled evaluator
 does that to 20 of 48 ESConv valid reference replies. The sum, not the mean per token, is what a
 long reply that keeps to the user's situation earns: per token, a long on-topic reply looks less
-specific than a short one, and a reward read that way prefers terse replies.
+specific than a short one, and a reward read that way prefers terse replies. On the bundled model
+the fit is also multiplied by the factor of a :class:`~care_sdk.shift_check.ShiftCheck` (a probe
+on how the context moves the model's hidden state of the reply), which lowers the fit of a reply
+it doubts was written for this conversation and never raises it (``ContextFit(check=None)``: off).
 
 Examples:
     >>> gate = Gate(slope=0.25, intercept=-2.0)
@@ -58,6 +61,7 @@ from care_sdk._baselines import (
 from care_sdk.backends import Backend, is_default_spec, resolve_backend
 from care_sdk.errors import BackendError, CareError, ConfigError, ContextOverflowError
 from care_sdk.guards import own_share, strip_copied
+from care_sdk.shift_check import ShiftCheck, ShiftReader
 from care_sdk.types import Context, Message, as_messages
 
 __all__ = [
@@ -213,6 +217,10 @@ def _log_mean_exp(values: Sequence[float]) -> float:
     return top + math.log(sum(math.exp(v - top) for v in values) / len(values))
 
 
+AUTO = "auto"
+"""The context-fit option of the reward factories (on for the bundled default evaluator, off
+otherwise), and :class:`ContextFit`'s ``check`` option (the bundled check on the bundled model)."""
+
 MEMO_SIZE = 4096
 """PMI values a :class:`ContextFit` keeps, so a reply met again in the same context (a repeated
 sample in a GRPO group, the same reply under several reward variants) is not read twice."""
@@ -246,10 +254,17 @@ class ContextFit:
             the fit is scaled by the share of the reply that is its own (one minus
             :func:`~care_sdk.guards.copied_share`). Repeating the user's words back is likely after
             the context but says nothing new; read as it is, it would earn the highest fit.
+        check: a second reading that can only lower the fit: a probe on the reply's PMI and how the
+            context moves the model's hidden state of it (:class:`~care_sdk.shift_check.ShiftCheck`),
+            whose factor multiplies the fit. ``"auto"`` (the default): the bundled check
+            (:meth:`ShiftCheck.bundled`) on the bundled base model (backend ``"default"``) against
+            :data:`NEUTRAL`, the model and baseline it was fitted for; none otherwise. ``None``:
+            none, the fit from PMI alone.
 
     Raises:
         ConfigError: the backend cannot read the log-probability of a given reply; other
-            baselines than the bundled ones without a gate.
+            baselines than the bundled ones without a gate; a ``check`` against other baselines
+            than :data:`NEUTRAL`, or on a backend that cannot read hidden states on llama.cpp.
 
     Examples:
         >>> fit = ContextFit()  # doctest: +SKIP
@@ -267,7 +282,9 @@ class ContextFit:
         baselines: Sequence[Context] | None = None,
         floor: float = DEFAULT_FLOOR,
         strip_copies: bool = True,
+        check: ShiftCheck | str | None = AUTO,
     ) -> None:
+        bundled_model = is_default_spec(backend)
         self.backend = resolve_backend(backend)
         if not self.backend.supports_reply_logprobs:
             raise ConfigError(
@@ -291,7 +308,16 @@ class ContextFit:
                 "(care_sdk.context_fit.Gate.fit) and pass it as gate="
             )
         self.gate = gate
+        if check == AUTO:
+            check = ShiftCheck.bundled() if bundled_model and self.baselines == as_baselines(NEUTRAL) else None
+        elif isinstance(check, str):
+            raise ConfigError(f"context fit: check must be a ShiftCheck, {AUTO!r} or None, got {check!r}")
+        elif check is not None and self.baselines != as_baselines(NEUTRAL):
+            raise ConfigError('context fit: a shift check reads PMI against "Hi."; use it with the NEUTRAL baselines')
+        self.check: ShiftCheck | None = check
+        self._reader = ShiftReader(self.backend, check) if check is not None else None
         self._memo: OrderedDict[tuple[tuple[Message, ...], str], float] = OrderedDict()
+        self._factors: OrderedDict[tuple[tuple[Message, ...], str], float] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -301,7 +327,8 @@ class ContextFit:
         baselines = ""
         if self.baselines != as_baselines(NEUTRAL):
             baselines = f"|baselines={len(self.baselines)}:{fingerprint(self.baselines)[:12]}"
-        return f"{self.backend.identity}|window={self.window}{baselines}|{self.gate}|floor={self.floor}{copies}"
+        check = f"|{self.check.identity}" if self.check is not None else ""
+        return f"{self.backend.identity}|window={self.window}{baselines}|{self.gate}{check}|floor={self.floor}{copies}"
 
     def _read_as(self, context: Context, reply: str) -> tuple[tuple[Message, ...], str]:
         """The messages the model reads before the reply, and the reply as it is read."""
@@ -417,20 +444,67 @@ class ContextFit:
 
     def score(self, context: Context, reply: str) -> float:
         """How likely the reply was written for ``context``: the gate's value of its PMI, times its
-        :meth:`own_share`.
+        :meth:`own_share`, times the :attr:`check`'s factor when there is one.
 
         Raises:
             CareError: the backend could not read the reply.
         """
-        return self.gate(self.pmi(context, reply)) * self.own_share(context, reply)
+        value = self.score_batch([(context, reply)])[0]
+        if isinstance(value, CareError):
+            raise value
+        return value
 
     def score_batch(self, items: Sequence[tuple[Context, str]]) -> list[float | CareError]:
         """:meth:`score` for many ``(context, reply)`` pairs; a failed item is its error (see :meth:`pmi_batch`)."""
         values = self.pmi_batch(items)
-        return [
-            v if isinstance(v, CareError) else self.gate(v) * self.own_share(context, reply)
-            for v, (context, reply) in zip(values, items, strict=True)
-        ]
+        factors = self.check_factors(items, values)
+        out: list[float | CareError] = []
+        for value, factor, (context, reply) in zip(values, factors, items, strict=True):
+            if isinstance(value, CareError) or isinstance(factor, CareError):
+                out.append(value if isinstance(value, CareError) else factor)
+            else:
+                out.append(self.gate(value) * factor * self.own_share(context, reply))
+        return out
+
+    def check_factors(
+        self, items: Sequence[tuple[Context, str]], pmis: Sequence[float | CareError]
+    ) -> list[float | CareError]:
+        """The :attr:`check`'s factor of each ``(context, reply)`` given its PMI (:meth:`pmi_batch`):
+        1 without a check, for an empty context or reply, and where the PMI is an error; an item
+        whose hidden states could not be read is its error. :meth:`score_batch` multiplies the fit
+        by it.
+
+        Examples:
+            >>> ContextFit("default", check=None).check_factors([("I failed.", "Oh no.")], [3.2])  # doctest: +SKIP
+            [1.0]
+        """
+        out: list[float | CareError] = [1.0] * len(items)
+        if self._reader is None or self.check is None:
+            return out
+        keys = [(tuple(as_messages(context)), reply) for context, reply in items]
+        todo: dict[tuple[tuple[Message, ...], str], int] = {}
+        for i, (key, pmi) in enumerate(zip(keys, pmis, strict=True)):
+            with self._lock:
+                known = self._factors.get(key)
+            if isinstance(pmi, CareError) or not key[0] or not key[1].strip():
+                continue  # nothing to check: the PMI failed, or there is no context or reply
+            if known is not None:
+                out[i] = known
+            else:
+                todo.setdefault(key, i)
+        shifts = self._reader.shift_batch([items[i] for i in todo.values()])
+        fresh: dict[tuple[tuple[Message, ...], str], float | CareError] = {}
+        for (key, i), shift in zip(todo.items(), shifts, strict=True):
+            read = pmis[i]
+            assert not isinstance(read, CareError)  # items whose PMI failed are not checked
+            fresh[key] = shift if isinstance(shift, CareError) else self.check.factor(read, shift)
+        with self._lock:
+            for key, factor in fresh.items():
+                if not isinstance(factor, CareError):
+                    self._factors[key] = factor
+                    while len(self._factors) > MEMO_SIZE:
+                        self._factors.popitem(last=False)
+        return [fresh.get(key, out[i]) for i, key in enumerate(keys)]
 
     async def ascore_batch(self, items: Sequence[tuple[Context, str]]) -> list[float | CareError]:
         """Async form of :meth:`score_batch` (the model runs in a worker thread)."""
@@ -442,10 +516,6 @@ class ContextFit:
 
     def __repr__(self) -> str:
         return f"ContextFit({self.identity!r})"
-
-
-AUTO = "auto"
-"""The context-fit option of the reward factories: on for the bundled default evaluator, off otherwise."""
 
 
 def context_fit_for(

@@ -1,0 +1,230 @@
+"""A second reading of context fit: how the context moves the model's hidden state of the reply.
+
+Context fit's PMI (:class:`~care_sdk.context_fit.ContextFit`) asks how much likelier a reply is
+after its context than after "Hi.". The same model's hidden states say more: read the reply after
+its context and after "Hi.", and the difference of the two mean states of the reply's tokens (its
+*shift*) tells a reply written for the conversation from another conversation's better than the
+PMI alone. :class:`ShiftCheck` is a linear ranking probe on the reply's PMI and its shift at one
+layer, fitted on ESConv train pairs (a reference reply against a reply from another train
+conversation), with a gate that turns its score into a probability. It only takes away: its
+factor is ``min(1, gate(score) / saturation)``, so a reply the probe finds at least that likely
+written for the context keeps its fit whole, and a reply it doubts keeps that share of it.
+
+The texts are read as the probe was fitted: the context's last ``window`` messages as raw
+``User: ...`` / ``Supporter: ...`` lines ending in ``Supporter:``, and the reply after a space
+(:func:`check_prefix`). The bundled check (:meth:`ShiftCheck.bundled`) was fitted by
+``benchmarks/bench_fit_probe.py --export`` on the bundled base model read on llama.cpp; it holds
+for that model, against "Hi." as the baseline (``docs/guides/context_fit.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from care_sdk.errors import CareError, ConfigError, ContextOverflowError
+from care_sdk.prompts import Context
+from care_sdk.types import as_messages
+
+__all__ = ["ShiftCheck", "ShiftReader", "check_prefix"]
+
+_BUNDLED = "shift_check.json"
+NEUTRAL_PREFIX = "User: Hi.\nSupporter:"
+"""What a reply is read after for the second half of its shift: the neutral message "Hi."."""
+
+
+def check_prefix(context: Context, window: int) -> str:
+    """The text a reply is read after: the context's last ``window`` messages as raw lines, then
+    ``Supporter:``.
+
+    Examples:
+        >>> check_prefix([{"role": "user", "content": "I failed. "}, {"role": "assistant", "content": "Oh no."}], 6)
+        'User: I failed.\\nSupporter: Oh no.\\nSupporter:'
+        >>> check_prefix("Hi.", 6) == NEUTRAL_PREFIX
+        True
+    """
+    lines = [f"{'User' if m.role == 'user' else 'Supporter'}: {m.content.strip()}" for m in as_messages(context)]
+    return "\n".join(lines[-window:]) + "\nSupporter:"
+
+
+@dataclass(frozen=True)
+class ShiftCheck:
+    """A linear probe on a reply's PMI and its shift, and the factor it puts on context fit.
+
+    Examples:
+        >>> check = ShiftCheck(layer=1, window=6, weights=[1.0, 2.0], scale=[1.0, 1.0], slope=1.0, intercept=0.0,
+        ...     saturation=0.5)
+        >>> round(check.score(1.0, [0.5]), 3), check.factor(1.0, [0.5])  # gate(2.0) = 0.88 >= 0.5: kept whole
+        (2.0, 1.0)
+        >>> round(check.factor(-1.0, [0.0]), 3)  # gate(-1.0) = 0.27: a little over half the fit kept
+        0.538
+    """
+
+    layer: int
+    """Which hidden state is read: ``hidden_states[layer]``, the output of the first ``layer`` decoder layers."""
+    window: int
+    """How many of the context's last messages are read before the reply."""
+    weights: list[float]
+    """The probe's weights: the PMI's first, then one per hidden-state feature."""
+    scale: list[float]
+    """What each feature is divided by before the weights (their spread on the training pairs)."""
+    slope: float
+    """The gate on the probe's score: ``sigmoid(slope * score + intercept)``."""
+    intercept: float
+    """See :attr:`slope`."""
+    saturation: float
+    """The gate's value from which a reply keeps its whole fit."""
+    training: str = ""
+    """How the check was fitted (data, counts, command)."""
+
+    def __post_init__(self) -> None:
+        if len(self.weights) != len(self.scale) or len(self.weights) < 2:
+            raise ConfigError("shift check: weights and scale must have one value per feature (PMI, then the state)")
+        if not 0.0 < self.saturation <= 1.0:
+            raise ConfigError(f"shift check: saturation must be in (0, 1], got {self.saturation}")
+        if self.layer < 1 or self.window < 1:
+            raise ConfigError("shift check: layer and window must be at least 1")
+
+    def score(self, pmi: float, shift: Sequence[float]) -> float:
+        """The probe's score of a reply: higher is likelier written for the context.
+
+        Raises:
+            ConfigError: ``shift`` has the wrong size.
+        """
+        if len(shift) != len(self.weights) - 1:
+            raise ConfigError(f"shift check: expected {len(self.weights) - 1} state values, got {len(shift)}")
+        features = [pmi, *shift]
+        return sum(w * x / s for w, x, s in zip(self.weights, features, self.scale, strict=True))
+
+    def probability(self, pmi: float, shift: Sequence[float]) -> float:
+        """The gate's value of :meth:`score`: the probability the reply was written for the context."""
+        z = self.slope * self.score(pmi, shift) + self.intercept
+        return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+    def factor(self, pmi: float, shift: Sequence[float]) -> float:
+        """What context fit is multiplied by: ``min(1, probability / saturation)``."""
+        return min(1.0, self.probability(pmi, shift) / self.saturation)
+
+    @property
+    def identity(self) -> str:
+        """A short fingerprint of the check (part of :attr:`ContextFit.identity`)."""
+        import hashlib
+
+        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
+        return f"shift-check={digest[:12]}"
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the check as JSON."""
+        Path(path).write_text(json.dumps(asdict(self), indent=1) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ShiftCheck:
+        """Read a check written by :meth:`save`.
+
+        Raises:
+            ConfigError: the file is missing or is not a shift check (the error names the file and field).
+        """
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"shift check {path}: cannot be read ({exc})") from exc
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ConfigError(f"shift check {path}: not a shift check ({exc})") from exc
+
+    @classmethod
+    def bundled(cls) -> ShiftCheck:
+        """The check shipped for the bundled base model (fitted on 400 ESConv train pairs).
+
+        Examples:
+            >>> check = ShiftCheck.bundled()
+            >>> check.layer, check.window, check.saturation, len(check.weights)
+            (15, 6, 0.5, 577)
+        """
+        with resources.as_file(resources.files("care_sdk.adapters") / _BUNDLED) as path:
+            return cls.load(path)
+
+
+class ShiftReader:
+    """Reads replies' shifts (:class:`ShiftCheck`'s state features) on a llama.cpp backend.
+
+    The mean state of the reply's tokens after a prefix is the difference of the state sums over
+    the prefix with the reply and over the prefix alone; each context's prefix (and the neutral
+    one) is read once for all its replies. A prefix too long for the model's context keeps its last
+    messages that fit, the oldest dropped first.
+
+    Args:
+        backend: a llama.cpp backend (it serves the hidden states and the tokeniser).
+        check: what to read: its layer and window.
+
+    Raises:
+        ConfigError: the backend is not a llama.cpp backend that reads hidden states.
+
+    Examples:
+        >>> reader = ShiftReader(resolve_backend("default"), ShiftCheck.bundled())  # doctest: +SKIP
+        >>> len(reader.shift("I lost my job today.", "That is a hard blow. What happened?"))  # doctest: +SKIP
+        576
+    """
+
+    def __init__(self, backend: Any, check: ShiftCheck) -> None:
+        if not getattr(backend, "supports_hidden_states", False) or not hasattr(backend, "llama"):
+            raise ConfigError("shift check: it reads hidden states on llama.cpp; this backend cannot")
+        self.backend = backend
+        self.check = check
+        self._prefix: dict[str, tuple[list[float], int]] = {}
+        self._lock = threading.Lock()
+
+    def _tokens(self, text: str) -> int:
+        return len(self.backend.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    def _read(self, text: str) -> list[float]:
+        return list(self.backend.hidden_state_means([text], self.check.layer)[0])
+
+    def _reply_mean(self, prefix: str, reply: str) -> list[float]:
+        if prefix not in self._prefix:
+            if prefix != NEUTRAL_PREFIX:  # one context at a time, beside the neutral prefix
+                self._prefix = {k: v for k, v in self._prefix.items() if k == NEUTRAL_PREFIX}
+            self._prefix[prefix] = (self._read(prefix), self._tokens(prefix))
+        prefix_mean, n_prefix = self._prefix[prefix]
+        whole = f"{prefix} {reply.strip()}"
+        n_whole = self._tokens(whole)
+        whole_mean = self._read(whole)
+        n = max(n_whole - n_prefix, 1)
+        return [(w * n_whole - p * n_prefix) / n for w, p in zip(whole_mean, prefix_mean, strict=True)]
+
+    def shift(self, context: Context, reply: str) -> list[float]:
+        """The reply's mean state after its context minus after "Hi.".
+
+        Raises:
+            CareError: the model could not read it (the reply alone does not fit, ...).
+        """
+        with self._lock:
+            messages = as_messages(context)[-self.check.window :]
+            while True:
+                try:
+                    after_context = self._reply_mean(check_prefix(messages, self.check.window), reply)
+                    break
+                except ContextOverflowError:
+                    if len(messages) <= 1:
+                        raise
+                    messages = messages[1:]
+            after_neutral = self._reply_mean(NEUTRAL_PREFIX, reply)
+            return [a - b for a, b in zip(after_context, after_neutral, strict=True)]
+
+    def shift_batch(self, items: Sequence[tuple[Context, str]]) -> list[list[float] | CareError]:
+        """:meth:`shift` for many pairs; an item that could not be read is its error."""
+        out: list[list[float] | CareError] = []
+        for context, reply in items:
+            try:
+                out.append(self.shift(context, reply))
+            except CareError as exc:
+                out.append(exc)
+        return out
