@@ -65,7 +65,7 @@ def test_the_shipped_reward_orders_held_out_judged_replies_as_the_judge(data_dir
         best, worst = max(replies, key=lambda r: r.aggregated_empathy), min(replies, key=lambda r: r.aggregated_empathy)
         if best.aggregated_empathy - worst.aggregated_empathy >= 1:
             cases.append((list(dialogues[cid].messages[:index]), best.response, worst.response))
-    cases = cases[:6]
+    cases = cases[:12]
     reward = AdaptiveReward.from_backend("default", guards=None)
     results = reward.score_batch([(c, r) for c, best, worst in cases for r in (best, worst)])
     wins = 0.0
@@ -73,9 +73,10 @@ def test_the_shipped_reward_orders_held_out_judged_replies_as_the_judge(data_dir
         good, bad = results[2 * k].reward, results[2 * k + 1].reward
         assert good is not None and bad is not None, (results[2 * k].error, results[2 * k + 1].error)
         wins += 1.0 if good > bad else 0.5 if good == bad else 0.0
-    # measured on all 55 such held-out turns: 0.95 (but the judge's worst is nearly always the short
-    # human reply: see docs/training/bundled_evaluator.md for the length baseline)
-    assert wins >= 4.5, wins
+    # 9 of these 12 when written; on all 55 such held-out turns 0.80 with the shift check, 0.87 without
+    # it (the judge's worst is nearly always the short human reply: see docs/training/bundled_evaluator.md
+    # for the length baseline)
+    assert wins >= 8, wins
 
 
 def test_the_default_reward_scores_a_turn_whose_visible_messages_overflow_the_window() -> None:
