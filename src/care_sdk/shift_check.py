@@ -169,6 +169,7 @@ class ShiftReader:
         ConfigError: the backend is not a llama.cpp backend that reads hidden states.
 
     Examples:
+        >>> from care_sdk.backends import resolve_backend
         >>> reader = ShiftReader(resolve_backend("default"), ShiftCheck.bundled())  # doctest: +SKIP
         >>> len(reader.shift("I lost my job today.", "That is a hard blow. What happened?"))  # doctest: +SKIP
         576
