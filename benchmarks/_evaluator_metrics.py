@@ -110,14 +110,16 @@ def own_shares(items: list[dict[str, Any]]) -> dict[str, float]:
     return {it["key"]: own_share(it["reply"], [m["content"] for m in it["context"]]) for it in items}
 
 
-def check_factors(cached: dict[str, Any]) -> dict[str, float]:
-    """Each item's factor from the bundled shift check (:class:`~care_sdk.shift_check.ShiftCheck`), as
-    the ``shift-check`` stage cached it (``shift_check.jsonl``)."""
+def checked_shares(own: dict[str, float], cached: dict[str, Any]) -> dict[str, float]:
+    """Each item's own share (:func:`own_shares`) times its factor from the bundled shift check
+    (:class:`~care_sdk.shift_check.ShiftCheck`), as the ``shift-check`` stage cached it
+    (``shift_check.jsonl``): what scales the gated PMI in the default reward. Items without a
+    factor are left out (none when the stage did not run)."""
     identity = ShiftCheck.bundled().identity
     stale = {v["check"] for v in cached.values() if "check" in v} - {identity}
     if stale:
         raise SystemExit(f"shift_check.jsonl was read with another check ({', '.join(stale)}): run the stage again")
-    return {k: v["factor"] for k, v in cached.items() if "factor" in v}
+    return {k: share * cached[k]["factor"] for k, share in own.items() if "factor" in cached.get(k, {})}
 
 
 def with_context_fit(

@@ -86,7 +86,7 @@ from typing import Any
 from _evaluator_items import items as load_items
 from _evaluator_items import turn_per_dialogue
 from _evaluator_metrics import (
-    check_factors,
+    checked_shares,
     guarded,
     metrics,
     own_shares,
@@ -422,10 +422,9 @@ def report(
                 for k, r in greedy.items()
             }
         checked_cache = _cache(out / "shift_check.jsonl")
-        factors = check_factors(checked_cache)
-        if factors and bundled and baselines == "neutral" and window == GATES_WINDOW:
+        checked = checked_shares(own, checked_cache)
+        if checked and bundled and baselines == "neutral" and window == GATES_WINDOW:
             timing['shift check (reads of the reply after the context and after "Hi.")'] = _seconds(checked_cache)
-            checked = {k: own[k] * factors[k] for k in own if k in factors}
             rows["shipped: care with context fit and the shift check (the default reward)"] = with_context_fit(
                 greedy, pmi, checked, shipped_gate, DEFAULT_FLOOR
             )

@@ -56,50 +56,16 @@ from care_sdk import ContextFit
 from care_sdk.backends import resolve_backend
 from care_sdk.bench.metrics import bootstrap
 from care_sdk.context_fit import Gate
-from care_sdk.types import as_messages
+from care_sdk.shift_check import NEUTRAL_PREFIX, ShiftReader, check_prefix
 
 WINDOW = 6  # messages of context read, as ContextFit's default window
 PENALTIES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 """The L2 penalties cross-validation chooses from."""
 
 
-def _transcript(context: Any) -> str:
-    lines = [f"{'User' if m.role == 'user' else 'Supporter'}: {m.content.strip()}" for m in as_messages(context)]
-    return "\n".join(lines[-WINDOW:]) + "\nSupporter:"
-
-
-HI = _transcript([{"role": "user", "content": "Hi."}])
-"""The neutral prefix, as context fit's default baseline."""
-
-
-class Reader:
-    """Reply-token means of one layer, read on the bundled base model as raw text."""
-
-    def __init__(self, layer: int) -> None:
-        self.backend = resolve_backend("default", n_threads=THREADS)
-        self.llama = self.backend.llama
-        self.layer = layer
-        self._prefixes: dict[str, tuple[np.ndarray, int]] = {}
-
-    def _tokens(self, text: str) -> int:
-        return len(self.llama.tokenize(text.encode(), add_bos=False, special=False))
-
-    def _read(self, text: str) -> np.ndarray:
-        return np.array(self.backend.hidden_state_means([text], self.layer)[0])
-
-    def prefix_mean(self, prefix: str) -> np.ndarray:
-        """The mean state over ``prefix`` (read once, kept for the prefix's replies)."""
-        if prefix not in self._prefixes:
-            self._prefixes = {k: v for k, v in self._prefixes.items() if k == HI}  # one context at a time
-            self._prefixes[prefix] = (self._read(prefix), self._tokens(prefix))
-        return self._prefixes[prefix][0]
-
-    def reply_mean(self, prefix: str, reply: str) -> np.ndarray:
-        """The mean state over the reply's tokens read after ``prefix`` (by difference of sums)."""
-        whole = f"{prefix} {reply.strip()}"
-        prefix_mean = self.prefix_mean(prefix)
-        n_prefix, n_whole = self._prefixes[prefix][1], self._tokens(whole)
-        return (self._read(whole) * n_whole - prefix_mean * n_prefix) / max(n_whole - n_prefix, 1)
+def _reader(layer: int) -> ShiftReader:
+    """The shipped check's reader (:class:`~care_sdk.shift_check.ShiftReader`) on the bundled base model."""
+    return ShiftReader(resolve_backend("default", n_threads=THREADS), layer=layer, window=WINDOW)
 
 
 def cached_shifts(path: Path, replies: list[tuple[str, Any, str]], layer: int) -> dict[str, list[float]]:
@@ -108,11 +74,10 @@ def cached_shifts(path: Path, replies: list[tuple[str, Any, str]], layer: int) -
     done = {r["key"]: r["shift"] for r in map(json.loads, path.read_text().splitlines())} if path.exists() else {}
     todo = [r for r in replies if r[0] not in done]
     if todo:
-        reader = Reader(layer)
+        reader = _reader(layer)
         with path.open("a", encoding="utf-8") as handle:
             for n, (key, context, reply) in enumerate(todo):
-                shift = reader.reply_mean(_transcript(context), reply) - reader.reply_mean(HI, reply)
-                done[key] = shift.round(5).tolist()
+                done[key] = np.array(reader.shift(context, reply)).round(5).tolist()
                 handle.write(json.dumps({"key": key, "shift": done[key]}) + "\n")
                 if n % 50 == 0:
                     print(f"{path.name}: {n + 1}/{len(todo)}", flush=True)
@@ -126,7 +91,7 @@ def features(split: str, count: int, seed: int, out: Path, layer: int) -> list[d
     pairs = valid_pairs(count, seed, split)
     if len(done) >= len(pairs):
         return done[: len(pairs)]
-    reader = Reader(layer)
+    reader = _reader(layer)
     fit = ContextFit(reader.backend, gate=Gate(1.0, 0.0))
     with path.open("a", encoding="utf-8") as handle:
         for i, (context, reference, other) in enumerate(pairs):
@@ -134,11 +99,12 @@ def features(split: str, count: int, seed: int, out: Path, layer: int) -> list[d
                 continue
             start = time.perf_counter()
             pmi = fit.pmi_batch([(context, reference), (context, other)])
-            ctx = reader.prefix_mean(_transcript(context))
+            prefix = check_prefix(context, WINDOW)
+            ctx = np.array(reader.prefix_mean(prefix))
             row: dict[str, Any] = {"i": i}
             for name, reply, value in (("reference", reference, pmi[0]), ("other", other, pmi[1])):
-                after_context = reader.reply_mean(_transcript(context), reply)
-                after_hi = reader.reply_mean(HI, reply)
+                after_context = np.array(reader.reply_mean(prefix, reply))
+                after_hi = np.array(reader.reply_mean(NEUTRAL_PREFIX, reply))
                 row[name] = {
                     "pmi": None if isinstance(value, Exception) else value,
                     "shift": (after_context - after_hi).round(5).tolist(),

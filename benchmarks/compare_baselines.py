@@ -38,7 +38,7 @@ from typing import Any
 
 import bench_evaluator as bench
 from _evaluator_items import items as load_items
-from _evaluator_metrics import check_factors, esconv_pairs, own_shares, row_rewards, valid_gate, with_context_fit
+from _evaluator_metrics import checked_shares, esconv_pairs, own_shares, row_rewards, valid_gate, with_context_fit
 
 from care_sdk.bench.metrics import Estimate, bootstrap, preference_pairs, score_pairs
 from care_sdk.context_fit import DEFAULT_FLOOR, bundled_gate
@@ -77,8 +77,7 @@ def rewards(
             )
         print(f"{out}: gate fitted on the run's valid pairs: {gate}")
     if check:
-        factors = check_factors(bench._cache(out / "shift_check.jsonl"))
-        own = {k: v * factors[k] for k, v in own.items() if k in factors}
+        own = checked_shares(own, bench._cache(out / "shift_check.jsonl"))
     fitted = with_context_fit(rubric, pmi, own, gate, DEFAULT_FLOOR)
     return {"reward with context fit": fitted, "PMI alone": {it["key"]: pmi.get(it["key"]) for it in items}}
 

@@ -19,12 +19,14 @@ for that model, against "Hi." as the baseline (``docs/guides/context_fit.md``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -112,11 +114,9 @@ class ShiftCheck:
         """What context fit is multiplied by: ``min(1, probability / saturation)``."""
         return min(1.0, self.probability(pmi, shift) / self.saturation)
 
-    @property
+    @cached_property
     def identity(self) -> str:
         """A short fingerprint of the check (part of :attr:`ContextFit.identity`)."""
-        import hashlib
-
         digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
         return f"shift-check={digest[:12]}"
 
@@ -163,23 +163,25 @@ class ShiftReader:
 
     Args:
         backend: a llama.cpp backend (it serves the hidden states and the tokeniser).
-        check: what to read: its layer and window.
+        layer: which hidden state is read (:attr:`ShiftCheck.layer`).
+        window: how many of the context's last messages are read (:attr:`ShiftCheck.window`).
 
     Raises:
         ConfigError: the backend is not a llama.cpp backend that reads hidden states.
 
     Examples:
         >>> from care_sdk.backends import resolve_backend
-        >>> reader = ShiftReader(resolve_backend("default"), ShiftCheck.bundled())  # doctest: +SKIP
+        >>> reader = ShiftReader(resolve_backend("default"), layer=15, window=6)  # doctest: +SKIP
         >>> len(reader.shift("I lost my job today.", "That is a hard blow. What happened?"))  # doctest: +SKIP
         576
     """
 
-    def __init__(self, backend: Any, check: ShiftCheck) -> None:
+    def __init__(self, backend: Any, *, layer: int, window: int) -> None:
         if not getattr(backend, "supports_hidden_states", False) or not hasattr(backend, "llama"):
             raise ConfigError("shift check: it reads hidden states on llama.cpp; this backend cannot")
         self.backend = backend
-        self.check = check
+        self.layer = layer
+        self.window = window
         self._prefix: dict[str, tuple[list[float], int]] = {}
         self._lock = threading.Lock()
 
@@ -187,14 +189,26 @@ class ShiftReader:
         return len(self.backend.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     def _read(self, text: str) -> list[float]:
-        return list(self.backend.hidden_state_means([text], self.check.layer)[0])
+        return list(self.backend.hidden_state_means([text], self.layer)[0])
 
-    def _reply_mean(self, prefix: str, reply: str) -> list[float]:
+    def prefix_mean(self, prefix: str) -> list[float]:
+        """The mean state over ``prefix``'s tokens, read once and kept while its replies are read
+        (one context's prefix at a time, beside :data:`NEUTRAL_PREFIX`)."""
         if prefix not in self._prefix:
-            if prefix != NEUTRAL_PREFIX:  # one context at a time, beside the neutral prefix
+            if prefix != NEUTRAL_PREFIX:
                 self._prefix = {k: v for k, v in self._prefix.items() if k == NEUTRAL_PREFIX}
             self._prefix[prefix] = (self._read(prefix), self._tokens(prefix))
-        prefix_mean, n_prefix = self._prefix[prefix]
+        return self._prefix[prefix][0]
+
+    def reply_mean(self, prefix: str, reply: str) -> list[float]:
+        """The mean state over the reply's tokens read after ``prefix`` (a space between them),
+        by difference of the state sums with and without the reply.
+
+        Raises:
+            ContextOverflowError: the prefix with the reply does not fit the model's context.
+        """
+        prefix_mean = self.prefix_mean(prefix)
+        n_prefix = self._prefix[prefix][1]
         whole = f"{prefix} {reply.strip()}"
         n_whole = self._tokens(whole)
         whole_mean = self._read(whole)
@@ -208,16 +222,16 @@ class ShiftReader:
             CareError: the model could not read it (the reply alone does not fit, ...).
         """
         with self._lock:
-            messages = as_messages(context)[-self.check.window :]
+            messages = as_messages(context)[-self.window :]
             while True:
                 try:
-                    after_context = self._reply_mean(check_prefix(messages, self.check.window), reply)
+                    after_context = self.reply_mean(check_prefix(messages, self.window), reply)
                     break
                 except ContextOverflowError:
                     if len(messages) <= 1:
                         raise
                     messages = messages[1:]
-            after_neutral = self._reply_mean(NEUTRAL_PREFIX, reply)
+            after_neutral = self.reply_mean(NEUTRAL_PREFIX, reply)
             return [a - b for a, b in zip(after_context, after_neutral, strict=True)]
 
     def shift_batch(self, items: Sequence[tuple[Context, str]]) -> list[list[float] | CareError]:
