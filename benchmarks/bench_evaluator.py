@@ -284,22 +284,26 @@ def context_fit(
 
 def shift_check(items: list[dict[str, Any]], out: Path) -> None:
     """The bundled shift check's factor (:class:`~care_sdk.shift_check.ShiftCheck`) of every item,
-    from the context-fit stage's PMI against "Hi." and the reply's hidden states; cached in
+    from the context-fit stage's PMI against "Hi." and the reply's hidden states, a context's
+    replies read together (each item's seconds are its share of its context's); cached in
     ``shift_check.jsonl`` with the check's identity."""
     path = out / "shift_check.jsonl"
     done = _cache(path)
     pmi = {k: v["pmi"] for k, v in _cache(_fit_cache(out)).items() if "pmi" in v}
     check = ShiftCheck.bundled()
     fit = ContextFit(resolve_backend("default", n_threads=THREADS), gate=Gate(1.0, 0.0), check=check)
+    groups: dict[str, list[dict[str, Any]]] = {}
     for it in items:
-        key = it["key"]
-        if key not in pmi or done.get(key, {}).get("check") == check.identity:
-            continue
+        if it["key"] in pmi and done.get(it["key"], {}).get("check") != check.identity:
+            groups.setdefault(it["group"], []).append(it)
+    for group in groups.values():  # one context's replies together: its prefix is read once
         start = time.perf_counter()
-        (value,) = fit.check_factors([(it["context"], it["reply"])], [pmi[key]])
-        record = {"error": str(value)} if isinstance(value, Exception) else {"factor": value}
-        done[key] = record | {"check": check.identity, "seconds": time.perf_counter() - start}
-        _append(path, key, done[key])
+        values = fit.check_factors([(it["context"], it["reply"]) for it in group], [pmi[it["key"]] for it in group])
+        seconds = (time.perf_counter() - start) / len(group)
+        for it, value in zip(group, values, strict=True):
+            record = {"error": str(value)} if isinstance(value, Exception) else {"factor": value}
+            done[it["key"]] = record | {"check": check.identity, "seconds": seconds}
+            _append(path, it["key"], done[it["key"]])
 
 
 def _seconds(evals: dict[str, Any]) -> float | None:

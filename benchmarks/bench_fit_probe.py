@@ -100,7 +100,7 @@ def features(split: str, count: int, seed: int, out: Path, layer: int) -> list[d
             start = time.perf_counter()
             pmi = fit.pmi_batch([(context, reference), (context, other)])
             prefix = check_prefix(context, WINDOW)
-            ctx = np.array(reader.prefix_mean(prefix))
+            ctx = np.array(reader.backend.hidden_state_means([prefix], layer)[0])
             row: dict[str, Any] = {"i": i}
             for name, reply, value in (("reference", reference, pmi[0]), ("other", other, pmi[1])):
                 after_context = np.array(reader.reply_mean(prefix, reply))

@@ -32,7 +32,7 @@ from care_sdk.context_fit import (
 )
 from care_sdk.data import load_esconv
 from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
-from care_sdk.shift_check import ShiftCheck
+from care_sdk.shift_check import NEUTRAL_PREFIX, ShiftCheck
 from care_sdk.testing import ScriptedBackend, evaluation_json
 from care_sdk.types import Message
 
@@ -347,15 +347,19 @@ class StateModel(OverlapModel):
         self.state_reads: list[str] = []
 
     def hidden_state_means(self, texts: Sequence[str], layer: int) -> list[list[float]]:
-        out = []
-        for text in texts:
-            self.state_reads.append(text)
-            words = [w.strip(".:").lower() for w in text.split()]
-            if len(words) > self.max_words:
-                raise ContextOverflowError(len(words), self.max_words, provider=self.provider)
-            seen = [float(w in words[:i]) for i, w in enumerate(words)]
-            out.append([sum(seen) / len(words), 1.0])
-        return out
+        return [self._states(text, 0) for text in texts]
+
+    def hidden_state_means_after(self, start: str, texts: Sequence[str], layer: int) -> list[list[float]]:
+        return [self._states(text, len(start.split())) for text in texts]
+
+    def _states(self, text: str, after: int) -> list[float]:
+        """The mean state over the text's words from word ``after`` on."""
+        self.state_reads.append(text)
+        words = [w.strip(".:").lower() for w in text.split()]
+        if len(words) > self.max_words:
+            raise ContextOverflowError(len(words), self.max_words, provider=self.provider)
+        seen = [float(w in words[:i]) for i, w in enumerate(words)][after:]
+        return [sum(seen) / len(seen), 1.0]
 
 
 def _check() -> ShiftCheck:
@@ -364,7 +368,7 @@ def _check() -> ShiftCheck:
                       saturation=0.5)  # fmt: skip
 
 
-def test_the_shift_check_multiplies_the_fit_by_its_factor_and_reads_each_reply_once() -> None:
+def test_the_shift_check_multiplies_the_fit_by_its_factor_and_reads_context_by_context() -> None:
     model = StateModel()
     gate = Gate(slope=1.0, intercept=0.0)
     fit = ContextFit(model, gate=gate, baselines=HI, check=_check())
@@ -373,8 +377,10 @@ def test_the_shift_check_multiplies_the_fit_by_its_factor_and_reads_each_reply_o
     scores = fit.score_batch([(context, "dog died"), (context, "nice weather")])
     held = 1.0 / (1.0 + math.exp(-1.0))  # the context holds every word: score 2, gate 0.73, kept whole
     assert scores == pytest.approx([gate(pmis[0]) * min(1.0, held / 0.5), gate(pmis[1]) * (1 - held) / 0.5])  # type: ignore[arg-type]
+    p = "User: my dog died\nSupporter:"  # each reply after its context, then each after "Hi."
+    hi = NEUTRAL_PREFIX
+    assert model.state_reads == [f"{p} dog died", f"{p} nice weather", f"{hi} dog died", f"{hi} nice weather"]
     reads = len(model.state_reads)
-    assert reads == 6  # the context and "Hi." once each, and each reply after both
     assert fit.score(context, "dog died") == pytest.approx(scores[0])  # type: ignore[arg-type]
     assert len(model.state_reads) == reads  # remembered, not read again
     assert fit.check_factors([(context, "")], [0.0]) == [1.0]  # no reply: nothing to doubt

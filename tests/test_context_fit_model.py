@@ -1,8 +1,9 @@
 """Context fit on the real bundled model: the reads of llama.cpp and transformers agree, the KV
-cache reuse changes nothing, held-out ESConv reference replies fit their contexts better than
-replies from other conversations (against "Hi." and against four ESConv train contexts), and the
-bundled models' default reward prefers them to those replies and to echoes of the user (greedy
-and deterministic, so the counts are stable)."""
+cache reuse changes nothing, a reply's hidden states are read after its prefix computed once,
+held-out ESConv reference replies fit their contexts better than replies from other
+conversations (against "Hi." and against four ESConv train contexts), and the bundled models'
+default reward prefers them to those replies and to echoes of the user (greedy and
+deterministic, so the counts are stable)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from care_sdk import AdaptiveReward, ContextFit, Message
 from care_sdk.backends.llamacpp import LlamaCppBackend
 from care_sdk.data import default_strategy_map, load_esconv
+from care_sdk.errors import ConfigError
 
 pytestmark = pytest.mark.slow
 
@@ -71,6 +73,39 @@ def test_reusing_the_cached_prompt_gives_the_cold_read(
     cold = backend.reply_logprobs(messages, other)
     assert warm[0] == pytest.approx(warm[2], abs=1e-4)
     assert warm[1] == pytest.approx(cold, abs=1e-3)
+    backend.close()
+
+
+def test_a_reply_read_after_its_prefix_computes_only_the_reply(
+    model_path: Path, pairs: list[tuple[list[dict[str, Any]], str, str]]
+) -> None:
+    """The shift check's reads: the prefix once, then each reply's own tokens after it; the means
+    are those transformers reads in float32 on the same weights (whole texts, by difference)."""
+    import numpy as np
+
+    from care_sdk.backends.hf import HFBackend
+    from care_sdk.shift_check import check_prefix
+
+    backend = LlamaCppBackend(model_path, n_ctx=4096, n_threads=1)
+    hf = HFBackend.from_gguf(model_path)
+    context, reference, other = pairs[0]
+    prefix = check_prefix(context, 6)
+    texts = [f"{prefix} {reference}", f"{prefix} {other}"]
+    n = [len(backend.llama.tokenize(t.encode(), add_bos=False, special=False)) for t in [prefix, *texts]]
+    means = backend._means()
+    read = np.array(backend.hidden_state_means_after(prefix, texts, 15))
+    assert means.computed == n[1] + n[2] - n[0]  # the prefix once, then each reply's own tokens
+    again = np.array(backend.hidden_state_means_after(prefix, texts[1:], 15))
+    assert means.computed == n[1] + 2 * n[2] - 2 * n[0] and np.array_equal(again[0], read[1])  # the prefix kept
+    backend.hidden_state_means(["User: Hi."], 15)  # another text in between: the prefix is computed again, alike
+    assert np.array_equal(np.array(backend.hidden_state_means_after(prefix, texts[1:], 15))[0], read[1])
+    whole = np.array(hf.hidden_state_means([prefix, *texts], 15))
+    truth = (whole[1:] * np.array(n[1:])[:, None] - whole[0] * n[0]) / (np.array(n[1:])[:, None] - n[0])
+    cosine = (read * truth).sum(1) / np.linalg.norm(read, axis=1) / np.linalg.norm(truth, axis=1)
+    assert cosine.min() > 0.9999, cosine  # measured 0.99996 and 0.99998
+    with pytest.raises(ConfigError, match="begin with"):
+        backend.hidden_state_means_after(prefix, ["User: Hi.\nSupporter: Oh no."], 15)
+    hf.close()
     backend.close()
 
 
@@ -151,6 +186,12 @@ def test_care_score_records_the_context_fit(tmp_path: Path, pairs: list[tuple[li
     record = json.loads(out.read_text().splitlines()[-1])
     assert 0.0 < record["context_fit"] < 1.0 and record["reward"] is not None
     assert record["scored_by"]["context_fit"].startswith("llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf|window=6|")
+    assert "|shift-check=" in record["scored_by"]["context_fit"]
+    plain = tmp_path / "plain.jsonl"
+    assert main(["score", str(source), "--context-fit-check", "off", "--out", str(plain), "--quiet"]) == 0
+    unchecked = json.loads(plain.read_text().splitlines()[-1])
+    assert "shift-check" not in unchecked["scored_by"]["context_fit"]
+    assert unchecked["context_fit"] >= record["context_fit"]  # the check only takes away
     off = tmp_path / "off.jsonl"
     assert main(["score", str(source), "--context-fit", "off", "--out", str(off), "--quiet"]) == 0
     assert json.loads(off.read_text().splitlines()[-1])["context_fit"] is None

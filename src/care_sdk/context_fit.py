@@ -519,7 +519,11 @@ class ContextFit:
 
 
 def context_fit_for(
-    option: ContextFit | str | None, evaluator: Any, *, baselines: Sequence[Context] | None = None
+    option: ContextFit | str | None,
+    evaluator: Any,
+    *,
+    baselines: Sequence[Context] | None = None,
+    check: ShiftCheck | str | None = AUTO,
 ) -> ContextFit | None:
     """The context fit a reward factory builds from an option, for an evaluator backend spec (or object).
 
@@ -531,7 +535,8 @@ def context_fit_for(
     none for any other evaluator, which gets the paper's reward. ``None`` or ``"off"``: none.
     Another string: a :class:`ContextFit` read on that backend spec. A :class:`ContextFit`: itself.
     A context fit built here reads against ``baselines`` (default: :data:`DEFAULT_BASELINES`'s),
-    with their bundled gate (see :func:`bundled_gate`).
+    with their bundled gate (see :func:`bundled_gate`), and with ``check`` (:class:`ContextFit`'s:
+    ``"auto"``, ``None`` or a :class:`~care_sdk.shift_check.ShiftCheck`).
 
     Examples:
         >>> context_fit_for("auto", "openai:gpt-4o-mini") is None, context_fit_for("off", "default") is None
@@ -540,6 +545,8 @@ def context_fit_for(
         ContextFit('llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf|window=6|...|floor=0.5|copies discounted')
         >>> context_fit_for("auto", "default", baselines=SUPPORT_CONVERSATIONS).gate == SUPPORT_GATE  # doctest: +SKIP
         True
+        >>> context_fit_for("auto", "default", check=None).check is None  # doctest: +SKIP
+        True
     """
     if option is None or isinstance(option, ContextFit):
         return option
@@ -547,5 +554,5 @@ def context_fit_for(
     if spec.lower() == "off":
         return None
     if spec.lower() == AUTO:
-        return ContextFit(baselines=baselines) if is_default_spec(evaluator) else None
-    return ContextFit(spec, baselines=baselines)
+        return ContextFit(baselines=baselines, check=check) if is_default_spec(evaluator) else None
+    return ContextFit(spec, baselines=baselines, check=check)

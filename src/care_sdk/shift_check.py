@@ -33,13 +33,20 @@ from typing import Any
 
 from care_sdk.errors import CareError, ConfigError, ContextOverflowError
 from care_sdk.prompts import Context
-from care_sdk.types import as_messages
+from care_sdk.types import Message, as_messages
 
 __all__ = ["ShiftCheck", "ShiftReader", "check_prefix"]
 
 _BUNDLED = "shift_check.json"
 NEUTRAL_PREFIX = "User: Hi.\nSupporter:"
 """What a reply is read after for the second half of its shift: the neutral message "Hi."."""
+READS = "r2"
+"""How :class:`ShiftReader` reads a reply's states, part of :attr:`ShiftCheck.identity` so that
+factors read one way are not mixed with the other's. ``r2``: the reply's own tokens computed after
+the prefix's (the prefix once for its replies). ``r1`` (what the bundled check was fitted on) read
+the prefix with the reply whole and took the difference with the prefix's reading, three times
+the work. Both are llama.cpp's rounding of the same states, equally far from transformers' float32
+reading (``benchmarks/bench_shift_reads.py``)."""
 
 
 def check_prefix(context: Context, window: int) -> str:
@@ -116,9 +123,10 @@ class ShiftCheck:
 
     @cached_property
     def identity(self) -> str:
-        """A short fingerprint of the check (part of :attr:`ContextFit.identity`)."""
+        """A short fingerprint of the check and of how its states are read (:data:`READS`; part of
+        :attr:`ContextFit.identity`)."""
         digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
-        return f"shift-check={digest[:12]}"
+        return f"shift-check={digest[:12]}-{READS}"
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the check as JSON."""
@@ -156,13 +164,13 @@ class ShiftCheck:
 class ShiftReader:
     """Reads replies' shifts (:class:`ShiftCheck`'s state features) on a llama.cpp backend.
 
-    The mean state of the reply's tokens after a prefix is the difference of the state sums over
-    the prefix with the reply and over the prefix alone; each context's prefix (and the neutral
-    one) is read once for all its replies. A prefix too long for the model's context keeps its last
-    messages that fit, the oldest dropped first.
+    A reply's mean state after a prefix is the mean over its own tokens, computed after the
+    prefix's (the backend's ``hidden_state_means_after``): the prefix is computed once for a run of
+    its replies. A prefix too long for the model's context keeps its last messages that fit, the
+    oldest dropped first.
 
     Args:
-        backend: a llama.cpp backend (it serves the hidden states and the tokeniser).
+        backend: a llama.cpp backend (``hidden_state_means_after``).
         layer: which hidden state is read (:attr:`ShiftCheck.layer`).
         window: how many of the context's last messages are read (:attr:`ShiftCheck.window`).
 
@@ -177,43 +185,30 @@ class ShiftReader:
     """
 
     def __init__(self, backend: Any, *, layer: int, window: int) -> None:
-        if not getattr(backend, "supports_hidden_states", False) or not hasattr(backend, "llama"):
+        if not getattr(backend, "supports_hidden_states", False) or not hasattr(backend, "hidden_state_means_after"):
             raise ConfigError("shift check: it reads hidden states on llama.cpp; this backend cannot")
         self.backend = backend
         self.layer = layer
         self.window = window
-        self._prefix: dict[str, tuple[list[float], int]] = {}
         self._lock = threading.Lock()
 
-    def _tokens(self, text: str) -> int:
-        return len(self.backend.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
-
-    def _read(self, text: str) -> list[float]:
-        return list(self.backend.hidden_state_means([text], self.layer)[0])
-
-    def prefix_mean(self, prefix: str) -> list[float]:
-        """The mean state over ``prefix``'s tokens, read once and kept while its replies are read
-        (one context's prefix at a time, beside :data:`NEUTRAL_PREFIX`)."""
-        if prefix not in self._prefix:
-            if prefix != NEUTRAL_PREFIX:
-                self._prefix = {k: v for k, v in self._prefix.items() if k == NEUTRAL_PREFIX}
-            self._prefix[prefix] = (self._read(prefix), self._tokens(prefix))
-        return self._prefix[prefix][0]
-
     def reply_mean(self, prefix: str, reply: str) -> list[float]:
-        """The mean state over the reply's tokens read after ``prefix`` (a space between them),
-        by difference of the state sums with and without the reply.
+        """The mean state over the reply's tokens read after ``prefix`` (a space between them).
 
         Raises:
             ContextOverflowError: the prefix with the reply does not fit the model's context.
         """
-        prefix_mean = self.prefix_mean(prefix)
-        n_prefix = self._prefix[prefix][1]
-        whole = f"{prefix} {reply.strip()}"
-        n_whole = self._tokens(whole)
-        whole_mean = self._read(whole)
-        n = max(n_whole - n_prefix, 1)
-        return [(w * n_whole - p * n_prefix) / n for w, p in zip(whole_mean, prefix_mean, strict=True)]
+        return list(self.backend.hidden_state_means_after(prefix, [f"{prefix} {reply.strip()}"], self.layer)[0])
+
+    def _after_context(self, context: Context, reply: str) -> list[float]:
+        messages = as_messages(context)[-self.window :]
+        while True:
+            try:
+                return self.reply_mean(check_prefix(messages, self.window), reply)
+            except ContextOverflowError:
+                if len(messages) <= 1:
+                    raise
+                messages = messages[1:]
 
     def shift(self, context: Context, reply: str) -> list[float]:
         """The reply's mean state after its context minus after "Hi.".
@@ -222,24 +217,36 @@ class ShiftReader:
             CareError: the model could not read it (the reply alone does not fit, ...).
         """
         with self._lock:
-            messages = as_messages(context)[-self.window :]
-            while True:
-                try:
-                    after_context = self.reply_mean(check_prefix(messages, self.window), reply)
-                    break
-                except ContextOverflowError:
-                    if len(messages) <= 1:
-                        raise
-                    messages = messages[1:]
+            after_context = self._after_context(context, reply)
             after_neutral = self.reply_mean(NEUTRAL_PREFIX, reply)
             return [a - b for a, b in zip(after_context, after_neutral, strict=True)]
 
     def shift_batch(self, items: Sequence[tuple[Context, str]]) -> list[list[float] | CareError]:
-        """:meth:`shift` for many pairs; an item that could not be read is its error."""
-        out: list[list[float] | CareError] = []
-        for context, reply in items:
-            try:
-                out.append(self.shift(context, reply))
-            except CareError as exc:
-                out.append(exc)
+        """:meth:`shift` for many pairs; an item that could not be read is its error.
+
+        The replies are read context by context, each after its context, and then all of them
+        after "Hi.": the backend keeps a prefix computed while the replies after it are read, so
+        each prefix is computed once for a run of its replies.
+        """
+        first: dict[tuple[Message, ...], int] = {}
+        for i, (context, _) in enumerate(items):
+            first.setdefault(tuple(as_messages(context)), i)
+        order = sorted(range(len(items)), key=lambda i: first[tuple(as_messages(items[i][0]))])
+        out: list[list[float] | CareError] = [[] for _ in items]
+        with self._lock:
+            for i in order:
+                try:
+                    out[i] = self._after_context(*items[i])
+                except CareError as exc:
+                    out[i] = exc
+            for i in order:
+                after_context = out[i]
+                if isinstance(after_context, CareError):
+                    continue
+                try:
+                    after_neutral = self.reply_mean(NEUTRAL_PREFIX, items[i][1])
+                except CareError as exc:
+                    out[i] = exc
+                    continue
+                out[i] = [a - b for a, b in zip(after_context, after_neutral, strict=True)]
         return out

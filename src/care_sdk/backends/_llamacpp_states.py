@@ -5,6 +5,10 @@ llama.cpp computes a graph of named tensors (``l_out-K`` is the output of decode
 that asks for one such tensor, sums it over the tokens and stops the computation there, so the
 layers above it and the output head are not computed. The context carries no LoRA adapter (an
 adapter on layers above the one read would not change it anyway).
+
+:meth:`LayerMeans.read` computes a text whole. :meth:`LayerMeans.read_after` reads texts that
+continue one start: the start is computed whole once and stays in the context's cache, and each
+text computes only its own tokens after it, whose mean it returns.
 """
 
 from __future__ import annotations
@@ -60,6 +64,9 @@ class LayerMeans:
         self._target = b""
         self._sum: Any = 0.0
         self._count = 0
+        self._start: tuple[list[int], int] | None = None  # the tokens and layer in the cache, computed whole
+        self.computed = 0
+        """How many tokens the reads have computed."""
         self._callback = api.ggml_backend_sched_eval_callback(self._on_tensor)  # kept alive with the context
         params = api.llama_context_default_params()
         params.n_ctx = params.n_batch = params.n_ubatch = n_ctx
@@ -84,13 +91,7 @@ class LayerMeans:
         self._count += rows.shape[0]
         return False  # the layer is read: the rest of the graph is not computed
 
-    def read(self, text: str, layer: int) -> list[float]:
-        """The mean over ``text``'s tokens (no BOS, no template) of ``hidden_states[layer]``.
-
-        Raises:
-            ConfigError: ``layer`` is not one of the model's (1 to its number of layers).
-            ContextOverflowError: the text has more tokens than ``n_ctx``.
-        """
+    def _tokens(self, text: str, layer: int) -> list[int]:
         if not 1 <= layer <= self.n_layer:
             raise ConfigError(f"llamacpp: hidden state layer must be 1 to {self.n_layer}, got {layer}")
         tokens = self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=False)
@@ -98,17 +99,81 @@ class LayerMeans:
             raise ConfigError("llamacpp: no hidden state for an empty text")
         if len(tokens) > self.n_ctx:
             raise ContextOverflowError(len(tokens), self.n_ctx, provider="llamacpp")
+        return list(tokens)
+
+    def _compute(self, tokens: list[int], layer: int, *, after: int = 0) -> list[float]:
+        """The mean over ``tokens[after:]``, computed after the first ``after`` tokens in the cache
+        (none: the cache is cleared). Called with the lock held."""
         api = self._api
+        memory = api.llama_get_memory(self._ctx)
+        if after and not api.llama_memory_seq_rm(memory, 0, after, -1):
+            raise ConfigError("llamacpp: the hidden-state context could not drop a read's tokens")
+        if not after:
+            api.llama_memory_clear(memory, True)
+            self._start = None
+        self._target = f"l_out-{layer - 1}".encode()
+        self._sum = 0.0
+        self._count = 0
+        new = tokens[after:]
+        ids = (api.llama_token * len(new))(*new)
+        status = api.llama_decode(self._ctx, api.llama_batch_get_one(ids, len(new)))
+        if status < 0 or self._count != len(new):
+            api.llama_memory_clear(memory, True)
+            self._start = None
+            raise ConfigError(f"llamacpp: reading layer {layer} failed (decode status {status})")
+        self.computed += len(new)
+        return [float(s) for s in self._sum / self._count]
+
+    def read(self, text: str, layer: int) -> list[float]:
+        """The mean over ``text``'s tokens (no BOS, no template) of ``hidden_states[layer]``.
+
+        Raises:
+            ConfigError: ``layer`` is not one of the model's (1 to its number of layers).
+            ContextOverflowError: the text has more tokens than ``n_ctx``.
+        """
+        tokens = self._tokens(text, layer)
         with self._lock:
-            self._target = f"l_out-{layer - 1}".encode()
-            self._sum = 0.0
-            self._count = 0
-            api.llama_memory_clear(api.llama_get_memory(self._ctx), True)
-            ids = (api.llama_token * len(tokens))(*tokens)
-            status = api.llama_decode(self._ctx, api.llama_batch_get_one(ids, len(tokens)))
-            if status < 0 or self._count != len(tokens):
-                raise ConfigError(f"llamacpp: reading layer {layer} failed (decode status {status})")
-            return [float(s) for s in self._sum / self._count]
+            mean = self._compute(tokens, layer)
+            self._start = (tokens, layer)
+            return mean
+
+    def read_after(self, start: str, texts: Sequence[str], layer: int) -> list[list[float]]:
+        """The mean of ``hidden_states[layer]`` over each text's own tokens after ``start``, which
+        each text begins with: ``start`` is computed whole (unless it was the last text
+        :meth:`read` or read here at this layer), then each text's further tokens after it. Where
+        a text's tokens do not begin with ``start``'s (the two merge at the seam), that text is
+        computed whole and its mean taken by difference with ``start``'s.
+
+        Examples:
+            >>> start = "User: I failed.\\nSupporter:"
+            >>> replies = [start + " Oh no.", start + " What happened?"]
+            >>> [len(m) for m in means.read_after(start, replies, layer=15)]  # doctest: +SKIP
+            [576, 576]
+
+        Raises:
+            ConfigError: a text does not begin with ``start``, or adds no token to it; or as :meth:`read`.
+            ContextOverflowError: a text has more tokens than ``n_ctx``.
+        """
+        head = self._tokens(start, layer)
+        out = []
+        for text in texts:
+            if not text.startswith(start):
+                raise ConfigError("llamacpp: a text read after a start must begin with it")
+            tokens = self._tokens(text, layer)
+            if len(tokens) <= len(head):
+                raise ConfigError("llamacpp: a text read after a start must add tokens to it")
+            with self._lock:
+                if self._start != (head, layer):
+                    self._compute(head, layer)
+                    self._start = (head, layer)
+                if tokens[: len(head)] == head:
+                    out.append(self._compute(tokens, layer, after=len(head)))
+                    continue
+                start_mean = self._compute(head, layer)  # the seam merged: both whole, then the difference
+                whole = self._compute(tokens, layer)
+                n, m = len(tokens), len(head)
+                out.append([(w * n - s * m) / (n - m) for w, s in zip(whole, start_mean, strict=True)])
+        return out
 
     def read_many(self, texts: Sequence[str], layer: int) -> list[list[float]]:
         """:meth:`read` for each text, in order."""

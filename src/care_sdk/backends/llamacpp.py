@@ -517,12 +517,28 @@ class LlamaCppBackend(Backend):
         with self._lock:
             return [self._request(r) for r in requests]
 
+    def _means(self) -> LayerMeans:
+        if self._layer_means is None:
+            self._layer_means = LayerMeans(self.llama, n_ctx=self.llama.n_ctx(), n_threads=self._n_threads)
+        return self._layer_means
+
     def hidden_state_means(self, texts: Sequence[str], layer: int) -> list[list[float]]:
         """Read on a second context of the same model without the adapter, stopping at ``layer``
         (:class:`~care_sdk.backends._llamacpp_states.LayerMeans`)."""
-        if self._layer_means is None:
-            self._layer_means = LayerMeans(self.llama, n_ctx=self.llama.n_ctx(), n_threads=self._n_threads)
-        return self._layer_means.read_many(texts, layer)
+        return self._means().read_many(texts, layer)
+
+    def hidden_state_means_after(self, start: str, texts: Sequence[str], layer: int) -> list[list[float]]:
+        """The mean of ``hidden_states[layer]`` over each text's own tokens after ``start``, which
+        each text begins with: ``start`` is computed once and each text's further tokens after it
+        (:meth:`~care_sdk.backends._llamacpp_states.LayerMeans.read_after`; what the shift check reads).
+
+        Examples:
+            >>> backend = LlamaCppBackend(default_model_path())  # doctest: +SKIP
+            >>> start = "User: I lost my job.\\nSupporter:"
+            >>> len(backend.hidden_state_means_after(start, [start + " That is hard."], layer=15)[0])  # doctest: +SKIP
+            576
+        """
+        return self._means().read_after(start, texts, layer)
 
     def close(self) -> None:
         """Free the model (also done at interpreter exit for a backend still alive then)."""

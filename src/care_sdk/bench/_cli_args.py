@@ -121,8 +121,9 @@ def weights_options(args: argparse.Namespace) -> dict[str, bool]:
 
 
 def add_context_fit_options(cmd: argparse.ArgumentParser) -> None:
-    """Add ``--context-fit SPEC`` and ``--context-fit-baselines NAME``: whether and how each reward
-    is scaled by the reply's fit to its context (see :func:`~care_sdk.context_fit.context_fit_for`).
+    """Add ``--context-fit SPEC``, ``--context-fit-baselines NAME`` and ``--context-fit-check
+    {auto,off}``: whether and how each reward is scaled by the reply's fit to its context (see
+    :func:`~care_sdk.context_fit.context_fit_for`).
 
     The baseline names are :data:`~care_sdk.context_fit.BASELINE_NAMES` (see
     :func:`~care_sdk.context_fit.named_baselines`), each read with its bundled gate; the default is
@@ -134,8 +135,8 @@ def add_context_fit_options(cmd: argparse.ArgumentParser) -> None:
         >>> parser = argparse.ArgumentParser()
         >>> add_context_fit_options(parser)
         >>> args = parser.parse_args([])
-        >>> args.context_fit, args.context_fit_baselines == DEFAULT_BASELINES
-        ('auto', True)
+        >>> args.context_fit, args.context_fit_baselines == DEFAULT_BASELINES, args.context_fit_check
+        ('auto', True, 'auto')
     """
     from care_sdk.context_fit import BASELINE_NAMES, DEFAULT_BASELINES
 
@@ -155,6 +156,14 @@ def add_context_fit_options(cmd: argparse.ArgumentParser) -> None:
         "conversations written for the package (support) or four ESConv train contexts read from the data "
         "directory (esconv); more baselines, more reads a reply; see the context fit guide (default: %(default)s)",
     )
+    cmd.add_argument(
+        "--context-fit-check",
+        choices=("auto", "off"),
+        default="auto",
+        help="the shift check, which lowers the fit of a reply it doubts was written for its context: auto (the "
+        'bundled check, on the bundled base model against "Hi."; none otherwise) or off (the fit from the PMI '
+        "alone) (default: %(default)s)",
+    )
 
 
 def context_fit_of(args: argparse.Namespace) -> Any:
@@ -163,16 +172,19 @@ def context_fit_of(args: argparse.Namespace) -> Any:
 
     Examples:
         >>> context_fit_of(argparse.Namespace(context_fit="off", context_fit_baselines="neutral",
-        ...                                   backend="default", evaluator_backend=None)) is None
+        ...                                   context_fit_check="auto", backend="default",
+        ...                                   evaluator_backend=None)) is None
         True
         >>> context_fit_of(argparse.Namespace(context_fit="auto", context_fit_baselines="neutral",
-        ...                                   backend="default", evaluator_backend="openai:judge")) is None
+        ...                                   context_fit_check="off", backend="default",
+        ...                                   evaluator_backend="openai:judge")) is None
         True
     """
-    from care_sdk.context_fit import context_fit_for, named_baselines
+    from care_sdk.context_fit import AUTO, context_fit_for, named_baselines
 
     baselines = named_baselines(args.context_fit_baselines, where="--context-fit-baselines")
-    return context_fit_for(args.context_fit, args.evaluator_backend or args.backend, baselines=baselines)
+    check = AUTO if args.context_fit_check == "auto" else None
+    return context_fit_for(args.context_fit, args.evaluator_backend or args.backend, baselines=baselines, check=check)
 
 
 def add_run_options(cmd: argparse.ArgumentParser, *, out_dir: str, batch_size: int, batch_unit: str) -> None:
