@@ -25,6 +25,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,49 +37,30 @@ from care_sdk.backends.llamacpp import LlamaCppBackend, default_model_path
 from care_sdk.shift_check import ShiftCheck, ShiftReader
 
 
-class _Whole:
-    """A backend face for :class:`ShiftReader` that reads ``r1``'s way on llama.cpp: every text
-    computed whole once (remembered, as ``r1``'s reader kept each context's prefix), a reply's
-    mean taken by difference with its prefix's."""
+class _ByDifference:
+    """A backend face for :class:`ShiftReader` that reads ``r1``'s way: every text computed whole
+    once by ``read(text, layer)`` (remembered, as ``r1``'s reader kept each context's prefix), a
+    reply's mean taken by difference with its prefix's; ``llama`` counts the tokens."""
 
     supports_hidden_states = True
 
-    def __init__(self, llama: Any) -> None:
+    def __init__(self, llama: Any, read: Callable[[str, int], list[float]]) -> None:
         self.llama = llama
-        self.means = LayerMeans(llama, n_ctx=llama.n_ctx(), n_threads=1)
+        self.read = read
         self.memo: dict[str, list[float]] = {}
 
-    def _read(self, text: str, layer: int) -> list[float]:
+    def _mean(self, text: str, layer: int) -> tuple[list[float], int]:
         if text not in self.memo:
-            self.memo[text] = self.means.read(text, layer)
-        return self.memo[text]
-
-    def _count(self, text: str) -> int:
-        return len(self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+            self.memo[text] = self.read(text, layer)
+        return self.memo[text], len(self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     def hidden_state_means_after(self, start: str, texts: list[str], layer: int) -> list[list[float]]:
-        first, m = self._read(start, layer), self._count(start)
+        first, m = self._mean(start, layer)
         out = []
         for text in texts:
-            whole, n = self._read(text, layer), self._count(text)
+            whole, n = self._mean(text, layer)
             out.append([(w * n - s * m) / (n - m) for w, s in zip(whole, first, strict=True)])
         return out
-
-
-class _Float32(_Whole):
-    """The same in float32 with transformers, on the bundled model's weights dequantised."""
-
-    def __init__(self, llama: Any) -> None:
-        from care_sdk.backends.hf import HFBackend
-
-        self.llama = llama
-        self.model = HFBackend.from_gguf(default_model_path())
-        self.memo = {}
-
-    def _read(self, text: str, layer: int) -> list[float]:
-        if text not in self.memo:
-            self.memo[text] = self.model.hidden_state_means([text], layer)[0]
-        return self.memo[text]
 
 
 def main() -> None:
@@ -100,13 +82,20 @@ def main() -> None:
     for item in chosen:
         groups.setdefault(item["group"], []).append((item["context"], item["reply"]))
     check = ShiftCheck.bundled()
-    fit = ContextFit(check=None)  # the PMI the check reads, once for both ways
-    built = LlamaCppBackend(default_model_path(), n_threads=1)  # r2: hidden_state_means_after
+    backend = LlamaCppBackend(default_model_path(), n_threads=1)
+    fit = ContextFit(backend, check=None)  # the PMI the check reads, once for both ways
+    whole = LayerMeans(backend.llama, n_ctx=backend.llama.n_ctx(), n_threads=1)
     readers = {
-        "r2": ShiftReader(built, layer=check.layer, window=check.window),
-        "r1": ShiftReader(_Whole(fit.backend.llama), layer=check.layer, window=check.window),
+        "r2": ShiftReader(backend, layer=check.layer, window=check.window),  # hidden_state_means_after
+        "r1": ShiftReader(_ByDifference(backend.llama, whole.read), layer=check.layer, window=check.window),
     }
-    truth = ShiftReader(_Float32(fit.backend.llama), layer=check.layer, window=check.window) if args.truth else None
+    truth = None
+    if args.truth:  # transformers in float32 on the bundled model's weights, dequantised
+        from care_sdk.backends.hf import HFBackend
+
+        float32 = HFBackend.from_gguf(default_model_path())
+        reads32 = _ByDifference(backend.llama, lambda text, layer: float32.hidden_state_means([text], layer)[0])
+        truth = ShiftReader(reads32, layer=check.layer, window=check.window)
     seconds = {"r2": 0.0, "r1": 0.0}
     shift_gap = 0.0
     factor_gaps: list[float] = []

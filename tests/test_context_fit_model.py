@@ -105,6 +105,13 @@ def test_a_reply_read_after_its_prefix_computes_only_the_reply(
     assert cosine.min() > 0.9999, cosine  # measured 0.99996 and 0.99998
     with pytest.raises(ConfigError, match="begin with"):
         backend.hidden_state_means_after(prefix, ["User: Hi.\nSupporter: Oh no."], 15)
+    start, merged = "User: I am sad", "User: I am sadness today"  # "sadness" is one token, not "sad" and more
+    tokens = [backend.llama.tokenize(t.encode(), add_bos=False, special=False) for t in (start, merged)]
+    assert tokens[1][: len(tokens[0])] != tokens[0]
+    (seam,) = backend.hidden_state_means_after(start, [merged], 15)
+    a, b = (np.array(backend.hidden_state_means([t], 15)[0]) for t in (start, merged))  # each whole
+    m, n = len(tokens[0]), len(tokens[1])
+    assert np.allclose(seam, (b * n - a * m) / (n - m))  # merged at the seam: by difference of whole reads
     hf.close()
     backend.close()
 

@@ -216,10 +216,10 @@ class ShiftReader:
         Raises:
             CareError: the model could not read it (the reply alone does not fit, ...).
         """
-        with self._lock:
-            after_context = self._after_context(context, reply)
-            after_neutral = self.reply_mean(NEUTRAL_PREFIX, reply)
-            return [a - b for a, b in zip(after_context, after_neutral, strict=True)]
+        (value,) = self.shift_batch([(context, reply)])
+        if isinstance(value, CareError):
+            raise value
+        return value
 
     def shift_batch(self, items: Sequence[tuple[Context, str]]) -> list[list[float] | CareError]:
         """:meth:`shift` for many pairs; an item that could not be read is its error.
@@ -228,10 +228,11 @@ class ShiftReader:
         after "Hi.": the backend keeps a prefix computed while the replies after it are read, so
         each prefix is computed once for a run of its replies.
         """
+        keys = [tuple(as_messages(context)) for context, _ in items]
         first: dict[tuple[Message, ...], int] = {}
-        for i, (context, _) in enumerate(items):
-            first.setdefault(tuple(as_messages(context)), i)
-        order = sorted(range(len(items)), key=lambda i: first[tuple(as_messages(items[i][0]))])
+        for i, key in enumerate(keys):
+            first.setdefault(key, i)
+        order = sorted(range(len(items)), key=lambda i: first[keys[i]])
         out: list[list[float] | CareError] = [[] for _ in items]
         with self._lock:
             for i in order:

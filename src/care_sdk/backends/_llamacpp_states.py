@@ -64,7 +64,7 @@ class LayerMeans:
         self._target = b""
         self._sum: Any = 0.0
         self._count = 0
-        self._start: tuple[list[int], int] | None = None  # the tokens and layer in the cache, computed whole
+        self._start: tuple[list[int], int, list[float]] | None = None  # tokens, layer and mean in the cache, whole
         self.computed = 0
         """How many tokens the reads have computed."""
         self._callback = api.ggml_backend_sched_eval_callback(self._on_tensor)  # kept alive with the context
@@ -134,7 +134,7 @@ class LayerMeans:
         tokens = self._tokens(text, layer)
         with self._lock:
             mean = self._compute(tokens, layer)
-            self._start = (tokens, layer)
+            self._start = (tokens, layer, mean)
             return mean
 
     def read_after(self, start: str, texts: Sequence[str], layer: int) -> list[list[float]]:
@@ -163,14 +163,13 @@ class LayerMeans:
             if len(tokens) <= len(head):
                 raise ConfigError("llamacpp: a text read after a start must add tokens to it")
             with self._lock:
-                if self._start != (head, layer):
-                    self._compute(head, layer)
-                    self._start = (head, layer)
+                if self._start is None or self._start[:2] != (head, layer):
+                    self._start = (head, layer, self._compute(head, layer))
+                start_mean = self._start[2]
                 if tokens[: len(head)] == head:
                     out.append(self._compute(tokens, layer, after=len(head)))
                     continue
-                start_mean = self._compute(head, layer)  # the seam merged: both whole, then the difference
-                whole = self._compute(tokens, layer)
+                whole = self._compute(tokens, layer)  # the seam merged: the text whole, then the difference
                 n, m = len(tokens), len(head)
                 out.append([(w * n - s * m) / (n - m) for w, s in zip(whole, start_mean, strict=True)])
         return out
