@@ -28,11 +28,13 @@ beside the run's own rows (today's reward with context fit, PMI alone), with pai
 ``--contrasts all`` fits the probe on every contrast the reward must keep besides: training
 platitudes, evasive replies and echoes of the user against the reference on 200 of the train
 contexts, and the Lend-an-Ear judge's pairs on 80 train-conversation turns outside the 60
-selection turns (``features-contrasts.jsonl``); ``--with-pmi`` has the probe read the reply's
+selection turns (cached beside the other features); ``--with-pmi`` has the probe read the reply's
 PMI besides the shift (on the ESConv train pairs).
 
-Features are cached in ``--out`` (``features-<split>.jsonl``) and in the run (``fit_probe_shift.jsonl``),
-so a run resumes.
+Features are cached in ``--out`` (``features-<split>-L<layer>-<reads>.jsonl``) and in the run
+(``fit_probe_shift-L<layer>-<reads>.jsonl``), so a run resumes; the names carry the layer read and how
+the shifts were read (:data:`~care_sdk.shift_check.READS`), so a cache read another way is never
+mixed in: a run with another layer, or after the reads change, starts its own files.
 
 Usage:
     python benchmarks/bench_fit_probe.py --out runs/fit_probe [--train 600] [--valid 150] [--layer 15]
@@ -56,7 +58,7 @@ from care_sdk import ContextFit
 from care_sdk.backends import resolve_backend
 from care_sdk.bench.metrics import bootstrap
 from care_sdk.context_fit import Gate
-from care_sdk.shift_check import NEUTRAL_PREFIX, ShiftReader, check_prefix
+from care_sdk.shift_check import NEUTRAL_PREFIX, READS, ShiftReader, check_prefix
 
 WINDOW = 6  # messages of context read, as ContextFit's default window
 PENALTIES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
@@ -66,6 +68,11 @@ PENALTIES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 def _reader(layer: int) -> ShiftReader:
     """The shipped check's reader (:class:`~care_sdk.shift_check.ShiftReader`) on the bundled base model."""
     return ShiftReader(resolve_backend("default", n_threads=THREADS), layer=layer, window=WINDOW)
+
+
+def cache_file(folder: Path, stem: str, layer: int) -> Path:
+    """The cache ``stem`` in ``folder``, named by the layer read and the way shifts are read (:data:`READS`)."""
+    return folder / f"{stem}-L{layer}-{READS}.jsonl"
 
 
 def cached_shifts(path: Path, replies: list[tuple[str, Any, str]], layer: int) -> dict[str, list[float]]:
@@ -86,7 +93,7 @@ def cached_shifts(path: Path, replies: list[tuple[str, Any, str]], layer: int) -
 
 def features(split: str, count: int, seed: int, out: Path, layer: int) -> list[dict[str, Any]]:
     """Cached features of ``count`` (reference, other) pairs of ``split``."""
-    path = out / f"features-{split}.jsonl"
+    path = cache_file(out, f"features-{split}", layer)
     done = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
     pairs = valid_pairs(count, seed, split)
     if len(done) >= len(pairs):
@@ -169,7 +176,7 @@ def contrast_features(out: Path, seed: int, contexts: int, lae_turns: int, layer
     selection set: on the first ``contexts`` ESConv train pairs' contexts, the reference against a
     training platitude, a training evasive reply and an echo of the user's last message; and the
     Lend-an-Ear judge's pairs (margin >= 1) on ``lae_turns`` train-conversation turns outside the
-    60 selection turns (seed 1). Cached in ``features-contrasts.jsonl``."""
+    60 selection turns (seed 1). Cached in ``features-contrasts-...`` (:func:`cache_file`)."""
     from _evaluator_items import items as load_items
 
     from care_sdk.bench.metrics import preference_pairs
@@ -198,7 +205,7 @@ def contrast_features(out: Path, seed: int, contexts: int, lae_turns: int, layer
             replies.append((f"lae:{it['key']}", it["context"], it["reply"]))
             judged.setdefault(it["group"], {})[f"lae:{it['key']}"] = it["judge"]
     pairs += [(p.better, p.worse) for p in preference_pairs(judged, margin=1.0)]
-    done = cached_shifts(out / "features-contrasts.jsonl", replies, layer)
+    done = cached_shifts(cache_file(out, "features-contrasts", layer), replies, layer)
     print(f"contrast pairs: {len(pairs)} ({sum(k.startswith('lae:') for k, _ in pairs)} Lend-an-Ear)", flush=True)
     return np.array([done[b] for b, _ in pairs]), np.array([done[w] for _, w in pairs])
 
@@ -247,7 +254,7 @@ def apply(args: argparse.Namespace, train: list[dict[str, Any]]) -> None:
         args.esconv_contexts, args.run_seed, args.esconv_split, tasks, args.lend_an_ear, args.lend_an_ear_turns
     )
     replies = [(it["key"], it["context"], it["reply"]) for it in items]
-    done = cached_shifts(args.run / "fit_probe_shift.jsonl", replies, args.layer)
+    done = cached_shifts(cache_file(args.run, "fit_probe_shift", args.layer), replies, args.layer)
     extra = contrast_features(args.out, args.seed, 200, 80, args.layer) if args.contrasts == "all" else None
     blocks = ("pmi", "shift") if args.with_pmi else ("shift",)
     w, scale, gate = shift_probe(train, args.seed, extra, blocks)
