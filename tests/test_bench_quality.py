@@ -371,6 +371,34 @@ def test_resume_scores_only_what_is_missing(toy_data: DataPaths, tmp_path: Path)
     assert (out / "records.jsonl").read_text().splitlines() == lines
 
 
+def test_a_stopped_run_keeps_each_context_scored_before_the_stop(toy_data: DataPaths, tmp_path: Path) -> None:
+    # llama.cpp answers one request at a time: records are kept after each context, not each batch.
+    out = tmp_path / "out"
+
+    def stopping(request: GenerationRequest) -> str:
+        if request.purpose == EVALUATION and "<BAD> s3 two" in request.messages[-1].content:
+            raise KeyboardInterrupt  # the run is stopped on the second turn's last reply
+        return script(request)
+
+    backend = ScriptedBackend(stopping)
+    backend.serial = True
+    stopped = QualityRunner(RubricGenerator(backend), RubricEvaluator(backend), out_dir=out, batch_size=8)
+    with pytest.raises(KeyboardInterrupt):
+        stopped.run(["pairwise"], toy_data, SETTINGS)
+    kept = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert {r["key"] for r in kept} == {"a1:1:gold", "a1:1:s1", "a1:1:s2"}  # the first turn, whole
+    assert len(kept) == 3 * len(VARIANTS)
+    again = ScriptedBackend(script)
+    again.serial = True
+    resumed = QualityRunner(RubricGenerator(again), RubricEvaluator(again), out_dir=out, batch_size=8)
+    report = resumed.run(["pairwise"], toy_data, SETTINGS)
+    assert (report.scored, report.reused) == (4, 3)
+    whole = QualityRunner(
+        RubricGenerator(ScriptedBackend(script)), RubricEvaluator(ScriptedBackend(script)), out_dir=tmp_path / "whole"
+    ).run(["pairwise"], toy_data, SETTINGS)
+    assert report.markdown() == whole.markdown()
+
+
 def test_failed_items_are_reported_and_retried_on_resume(toy_data: DataPaths, tmp_path: Path) -> None:
     out = tmp_path / "out"
     sage = toy_data.sage_files[0]

@@ -272,7 +272,9 @@ class QualityRunner:
         evaluator: the evaluator.
         out_dir: where records and reports go; an existing run there is resumed.
         variants: which of the variants to compare (default: all five).
-        batch_size: items per backend batch (and per checkpoint).
+        batch_size: items per backend batch. Their records are kept after each batch, or after each
+            context where every model answers one request at a time (llama.cpp), so a stopped run
+            loses at most that.
         model: a model name for the report (default: the backends' identities).
         context_fit: scale every model variant's reward by the reply's fit to its context
             (:mod:`care_sdk.context_fit`); ``care bench quality`` turns it on for the bundled
@@ -363,7 +365,7 @@ class QualityRunner:
             settings: limit, margin, seed, ...
             on_load: called with each task's name and data once loaded (e.g. to report issues).
             on_start: called with the number of items left to score.
-            progress: called with the number of items finished after each batch.
+            progress: called with the number of items finished each time records are kept.
 
         Returns:
             The report; a shard's run (``shard=``) has no task results and writes no report files.
@@ -400,14 +402,16 @@ class QualityRunner:
                 on_start(len(todo))
             for start in range(0, len(todo), self.batch_size):
                 chunk = todo[start : start + self.batch_size]
-                for (name, item), by_variant in zip(chunk, self.scorer.score([i for _, i in chunk]), strict=True):
-                    for variant, record in by_variant.items():
-                        full = {"task": name, "variant": variant, "key": item.key, **record}
-                        store[(name, item.key, variant)] = full
-                        append_jsonl(handle, full)
-                handle.flush()
-                if progress:
-                    progress(len(chunk))
+                for batch in self.scorer.score_batches([i for _, i in chunk]):  # kept as each is scored
+                    for index, by_variant in batch:
+                        name, item = chunk[index]
+                        for variant, record in by_variant.items():
+                            full = {"task": name, "variant": variant, "key": item.key, **record}
+                            store[(name, item.key, variant)] = full
+                            append_jsonl(handle, full)
+                    handle.flush()
+                    if progress:
+                        progress(len(batch))
             if self.shard is not None:  # the run without a shard merges and reports
                 meta = self._meta(loaded, settings, time.perf_counter() - started)
                 return QualityReport([], meta, [], scored=len(todo), reused=reused)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,23 +237,51 @@ class VariantScorer:
         could not be generated).
         """
         out: list[dict[str, dict[str, Any]]] = [{} for _ in items]
+        for batch in self.score_batches(items):
+            for i, records in batch:
+                out[i] = records
+        return out
+
+    def score_batches(self, items: Sequence[Item]) -> Iterator[list[tuple[int, dict[str, dict[str, Any]]]]]:
+        """:meth:`score`, handing over each batch's ``(index in items, {variant: record})`` as soon as
+        it is scored, so that a caller can keep them before the next batch starts: one batch for
+        the items with a reply, or one per context where every model answers requests one at a
+        time (see :meth:`_batches`), then one for the items without a reply.
+
+        Examples:
+            >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+            >>> def script(req):
+            ...     if req.purpose == "evaluation":
+            ...         return evaluation_json([5, 5, 3, 3, 1, 1])
+            ...     return rubric_json({"cognitive": 2, "affective": 1, "proactive": 1})
+            >>> backend = ScriptedBackend(script)
+            >>> backend.serial = True
+            >>> scorer = VariantScorer(RubricGenerator(backend), RubricEvaluator(backend), ["care"])
+            >>> items = [Item(key=f"k{i}", context=(Message(role="user", content=f"Story {i}."),), reply="Oh.")
+            ...          for i in range(2)]
+            >>> [[(i, r["care"]["reward"]) for i, r in batch] for batch in scorer.score_batches(items)]
+            [[(0, 0.625)], [(1, 0.625)]]
+        """
         scored = [i for i, item in enumerate(items) if item.needs_evaluation]
         rubric_only = [i for i, item in enumerate(items) if not item.needs_evaluation]
         try:
             for batch in self._batches(items, scored):
                 pairs = [(list(items[i].context), items[i].reply or "") for i in batch]
+                out: dict[int, dict[str, dict[str, Any]]] = {i: {} for i in batch}
                 for variant, reward in self.rewards.items():
                     for i, result in zip(batch, reward.score_batch(pairs), strict=True):
                         out[i][variant] = result.model_dump(mode="json")
-            if "length" in self.variants:
-                for i in scored:
-                    out[i]["length"] = _length_record(items[i].reply or "")
+                if "length" in self.variants:
+                    for i in batch:
+                        out[i]["length"] = _length_record(items[i].reply or "")
+                yield [(i, {v: {**items[i].fields, **rec} for v, rec in out[i].items()}) for i in batch]
             if rubric_only:
+                out = {i: {} for i in rubric_only}
                 self._rubrics_only(items, rubric_only, out)
+                yield [(i, {v: {**items[i].fields, **rec} for v, rec in out[i].items()}) for i in rubric_only]
         finally:
             for shared in self._shared.values():
                 shared.clear()
-        return [{v: {**items[i].fields, **rec} for v, rec in out[i].items()} for i in range(len(items))]
 
     def _batches(self, items: Sequence[Item], indices: list[int]) -> list[list[int]]:
         """The items to score, in one batch; or, where every model answers requests one at a time
@@ -268,7 +296,9 @@ class VariantScorer:
             by_context.setdefault(tuple((m.role, m.content) for m in items[i].context), []).append(i)
         return list(by_context.values())
 
-    def _rubrics_only(self, items: Sequence[Item], indices: list[int], out: list[dict[str, dict[str, Any]]]) -> None:
+    def _rubrics_only(
+        self, items: Sequence[Item], indices: list[int], out: dict[int, dict[str, dict[str, Any]]]
+    ) -> None:
         generated: list[Rubric | CareError | None] = [None] * len(indices)
         if self.generator is not None and any(r.rubric is None for r in self.rewards.values()):
             generated = list(self.generator.generate_batch([list(items[i].context) for i in indices]))
