@@ -264,6 +264,12 @@ class VariantScorer:
         """
         scored = [i for i, item in enumerate(items) if item.needs_evaluation]
         rubric_only = [i for i, item in enumerate(items) if not item.needs_evaluation]
+
+        def with_fields(out: dict[int, dict[str, dict[str, Any]]]) -> list[tuple[int, dict[str, dict[str, Any]]]]:
+            return [
+                (i, {v: {**items[i].fields, **rec} for v, rec in by_variant.items()}) for i, by_variant in out.items()
+            ]
+
         try:
             for batch in self._batches(items, scored):
                 pairs = [(list(items[i].context), items[i].reply or "") for i in batch]
@@ -274,11 +280,11 @@ class VariantScorer:
                 if "length" in self.variants:
                     for i in batch:
                         out[i]["length"] = _length_record(items[i].reply or "")
-                yield [(i, {v: {**items[i].fields, **rec} for v, rec in out[i].items()}) for i in batch]
+                yield with_fields(out)
             if rubric_only:
                 out = {i: {} for i in rubric_only}
                 self._rubrics_only(items, rubric_only, out)
-                yield [(i, {v: {**items[i].fields, **rec} for v, rec in out[i].items()}) for i in rubric_only]
+                yield with_fields(out)
         finally:
             for shared in self._shared.values():
                 shared.clear()
