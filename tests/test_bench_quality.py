@@ -458,6 +458,32 @@ def test_the_merge_scores_what_a_shard_left_and_keeps_finished_records(toy_data:
     assert not any(r["error"] for r in records_of(out / "records.jsonl"))
 
 
+def test_a_stopped_shard_split_finer_scores_only_what_it_left(toy_data: DataPaths, tmp_path: Path) -> None:
+    fcntl = pytest.importorskip("fcntl")
+    whole = runner(tmp_path / "whole").run(list(TASKS), toy_data, SETTINGS)
+    out = tmp_path / "sharded"
+    runner(out, shard=Shard(2, 2)).run(list(TASKS), toy_data, SETTINGS)
+    slow = runner(out, shard=Shard(1, 2)).run(list(TASKS), toy_data, SETTINGS)
+    half = out / "records.shard-1-of-2.jsonl"
+    lines = half.read_text().splitlines(keepends=True)
+    items = [(r["task"], r["key"]) for r in records_of(half)]
+    stop = items.index(list(dict.fromkeys(items))[slow.scored // 2])
+    half.write_text("".join(lines[:stop]))  # shard 1/2 stopped half-way, between two items
+    left = slow.scored - slow.scored // 2
+    with half.open("a") as running:  # while 1/2 still runs, its finer parts wait for it; others need not
+        fcntl.flock(running.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(ConfigError, match=r"records.shard-1-of-2.jsonl is being written by another run"):
+            runner(out, shard=Shard(3, 4)).run(list(TASKS), toy_data, SETTINGS)
+        assert runner(out, shard=Shard(2, 4)).run(list(TASKS), toy_data, SETTINGS).scored == 0  # 2/2 did these
+    finer = [runner(out, shard=Shard(k, 4)).run(list(TASKS), toy_data, SETTINGS) for k in (1, 3)]
+    assert sum(part.scored for part in finer) == left > 0
+    backend = ScriptedBackend(script)
+    merged = runner(out, backend).run(list(TASKS), toy_data, SETTINGS)
+    assert (merged.scored, merged.reused, len(backend.requests)) == (0, whole.scored, 0)
+    assert merged.markdown() == whole.markdown()
+    assert not list(out.glob("records.shard-*"))
+
+
 def test_a_running_shard_holds_off_the_merge_and_its_twin(toy_data: DataPaths, tmp_path: Path) -> None:
     fcntl = pytest.importorskip("fcntl")
     out = tmp_path / "out"

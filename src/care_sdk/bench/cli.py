@@ -194,7 +194,8 @@ def add_bench_commands(subparsers: Any) -> None:
         metavar="K/N",
         help="score only the K-th of N parts of the items (run N processes at once, one per part, with the same "
         "options and --out), then run the command without --shard to merge them and write the report; on Linux "
-        "each part keeps to every N-th of the cores it may use, so the parts do not compete for them",
+        "each part keeps to every N-th of the cores it may use, so the parts do not compete for them; a part "
+        "reuses the records of parts that hold some of its items, so a stopped 1/2 can go on as 1/4 and 3/4",
     )
     add_run_options(quality, out_dir="care-quality", batch_size=8, batch_unit="items per backend batch")
     quality.set_defaults(func=_cmd_quality)

@@ -14,7 +14,8 @@ A run writes into one output directory:
 A run can be split over processes (:class:`Shard`, ``care bench quality --shard K/N``): shard K
 scores every N-th item into ``records.shard-K-of-N.jsonl`` and writes no report; a run without a
 shard then merges those files into ``records.jsonl``, scores whatever is still missing and writes
-the reports.
+the reports. A shard also reuses the records of shards that hold some of its items when split
+another way, so a slow shard can be stopped and its items split finer (1/2 into 1/4 and 3/4).
 
 Examples:
     >>> from care_sdk import RubricEvaluator, RubricGenerator
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -99,9 +101,32 @@ class Shard:
             raise ConfigError(f"--shard '{text}': {_SHARD_FORM}")
         return cls(int(match[1]), int(match[2]))
 
+    @classmethod
+    def of_records(cls, name: str) -> Shard | None:
+        """The shard whose records file is called ``name``, or ``None`` for another file.
+
+        Examples:
+            >>> Shard.of_records("records.shard-3-of-4.jsonl"), Shard.of_records("records.jsonl")
+            (Shard(index=3, count=4), None)
+        """
+        match = re.fullmatch(r"records\.shard-(\d+)-of-(\d+)\.jsonl", name)
+        if match is None or not 1 <= int(match[1]) <= int(match[2]):
+            return None
+        return cls(int(match[1]), int(match[2]))
+
     def holds(self, position: int) -> bool:
         """Whether the item at ``position`` of its task's seeded order belongs to this shard."""
         return position % self.count == self.index - 1
+
+    def overlaps(self, other: Shard) -> bool:
+        """Whether some item belongs to both shards, as with a shard split finer (1/2 holds 1/4 and 3/4).
+
+        Examples:
+            >>> half = Shard.parse("1/2")
+            >>> [half.overlaps(Shard.parse(other)) for other in ("3/4", "2/4", "2/3")]
+            [True, False, True]
+        """
+        return (self.index - other.index) % math.gcd(self.count, other.count) == 0
 
     @property
     def records_name(self) -> str:
@@ -394,9 +419,13 @@ class QualityRunner:
                     with _claimed(path):  # refuses while that shard is still running
                         pass
                 store = _load_records(records_path, *shard_files)
-            else:
+            else:  # and the files of shards that hold some of this one's items, split another way
                 shard_files = []
-                store = _load_records(records_path, target)
+                others = [p for p in self._overlapping(self.shard) if p != target]
+                for path in others:
+                    with _claimed(path):  # refuses while that shard is still scoring some of these items
+                        pass
+                store = _load_records(records_path, *others, target)
             todo, reused = self._todo(loaded, store)
             if on_start:
                 on_start(len(todo))
@@ -436,6 +465,11 @@ class QualityRunner:
         )
         (self.out_dir / "quality.md").write_text(report.markdown() + "\n", encoding="utf-8")
         return report
+
+    def _overlapping(self, shard: Shard) -> list[Path]:
+        """The records files, in the run's directory, of shards holding some of ``shard``'s items."""
+        found = [(path, Shard.of_records(path.name)) for path in sorted(self.out_dir.glob(SHARD_RECORDS))]
+        return [path for path, other in found if other is not None and other.overlaps(shard)]
 
     def _todo(
         self, loaded: dict[str, TaskData], store: dict[tuple[str, str, str], dict[str, Any]]
