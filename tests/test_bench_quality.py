@@ -512,7 +512,11 @@ def test_shard_option(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="the platform cannot pin a process to cores")
 def test_a_shard_keeps_to_its_share_of_the_cores() -> None:
     assert Shard(2, 2).cores([3, 0, 1, 2]) == [1, 3] and Shard(1, 3).cores([4, 5]) == [4]
-    assert Shard(3, 3).cores([4, 5]) == [4]  # fewer cores than shards: one core each, in turn
+    assert [Shard(k, 3).cores([4, 5]) for k in (1, 2, 3)] == [[4], [4], [5]]  # fewer cores than shards
+    for n in (2, 3, 4):  # a shard split finer: its two halves take two of the cores
+        for k in range(1, n + 1):
+            assert Shard(k, 2 * n).cores([0, 1]) != Shard(k + n, 2 * n).cores([0, 1])
+            assert Shard(k, 2 * n).cores(range(8)) != Shard(k + n, 2 * n).cores(range(8))
     usable = sorted(os.sched_getaffinity(0))
     script = "import json, os; from care_sdk.bench.quality import Shard; "
     script += "print(json.dumps([Shard(2, 2).pin(), sorted(os.sched_getaffinity(0))]))"

@@ -135,16 +135,21 @@ class Shard:
 
     def cores(self, usable: Sequence[int]) -> list[int]:
         """This shard's share of the ``usable`` cores: every ``count``-th from the ``index``-th, or
-        one core in turn where there are fewer cores than shards.
+        where there are fewer cores than shards, one core, the shards taking the cores in equal runs
+        (of four shards on two cores, 1/4 and 2/4 take the first, 3/4 and 4/4 the second), so on
+        two cores or more the two halves of a shard split finer (K/N as K/2N and (K+N)/2N) never
+        share one.
 
         Examples:
             >>> Shard.parse("2/2").cores([0, 1, 2, 3])
             [1, 3]
-            >>> Shard.parse("3/4").cores([0, 1])
-            [0]
+            >>> [Shard.parse(f"{k}/4").cores([0, 1]) for k in (1, 2, 3, 4)]
+            [[0], [0], [1], [1]]
         """
         ordered = sorted(usable)
-        return ordered[self.index - 1 :: self.count] or [ordered[(self.index - 1) % len(ordered)]]
+        if self.count <= len(ordered):
+            return ordered[self.index - 1 :: self.count]
+        return [ordered[(self.index - 1) * len(ordered) // self.count]]
 
     def pin(self) -> list[int] | None:
         """Keep this process to its share of the cores it may run on (:meth:`cores`), so that the
