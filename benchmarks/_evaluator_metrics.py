@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from _evaluator_items import ECHOES
@@ -110,15 +111,23 @@ def own_shares(items: list[dict[str, Any]]) -> dict[str, float]:
     return {it["key"]: own_share(it["reply"], [m["content"] for m in it["context"]]) for it in items}
 
 
-def checked_shares(own: dict[str, float], cached: dict[str, Any]) -> dict[str, float]:
-    """Each item's own share (:func:`own_shares`) times its factor from the bundled shift check
-    (:class:`~care_sdk.shift_check.ShiftCheck`), as the ``shift-check`` stage cached it
-    (``shift_check.jsonl``): what scales the gated PMI in the default reward. Items without a
+def check_cache(out: Path, check: ShiftCheck | None = None) -> Path:
+    """Where a run directory keeps the factors of ``check`` (``None``: the bundled one,
+    ``shift_check.jsonl``; another, ``shift_check-<its fingerprint>.jsonl``)."""
+    if check is None or check.identity == ShiftCheck.bundled().identity:
+        return out / "shift_check.jsonl"
+    return out / f"shift_check-{check.identity.split('=')[1]}.jsonl"
+
+
+def checked_shares(own: dict[str, float], cached: dict[str, Any], check: ShiftCheck | None = None) -> dict[str, float]:
+    """Each item's own share (:func:`own_shares`) times its factor from the shift check (``None``:
+    the bundled :class:`~care_sdk.shift_check.ShiftCheck`), as the ``shift-check`` stage cached it
+    (:func:`check_cache`): what scales the gated PMI in the default reward. Items without a
     factor are left out (none when the stage did not run)."""
-    identity = ShiftCheck.bundled().identity
+    identity = (check or ShiftCheck.bundled()).identity
     stale = {v["check"] for v in cached.values() if "check" in v} - {identity}
     if stale:
-        raise SystemExit(f"shift_check.jsonl was read with another check ({', '.join(stale)}): run the stage again")
+        raise SystemExit(f"the shift-check cache was read with another check ({', '.join(stale)}): run the stage again")
     return {k: share * cached[k]["factor"] for k, share in own.items() if "factor" in cached.get(k, {})}
 
 

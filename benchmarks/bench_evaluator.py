@@ -86,6 +86,7 @@ from typing import Any
 from _evaluator_items import items as load_items
 from _evaluator_items import turn_per_dialogue
 from _evaluator_metrics import (
+    check_cache,
     checked_shares,
     guarded,
     metrics,
@@ -282,15 +283,15 @@ def context_fit(
     return done
 
 
-def shift_check(items: list[dict[str, Any]], out: Path) -> None:
-    """The bundled shift check's factor (:class:`~care_sdk.shift_check.ShiftCheck`) of every item,
-    from the context-fit stage's PMI against "Hi." and the reply's hidden states, a context's
-    replies read together (each item's seconds are its share of its context's); cached in
-    ``shift_check.jsonl`` with the check's identity."""
-    path = out / "shift_check.jsonl"
+def shift_check(items: list[dict[str, Any]], out: Path, check: ShiftCheck | None = None) -> None:
+    """The shift check's factor (:class:`~care_sdk.shift_check.ShiftCheck`; ``None``: the bundled
+    one) of every item, from the context-fit stage's PMI against "Hi." and the reply's hidden
+    states, a context's replies read together (each item's seconds are its share of its
+    context's); cached with the check's identity (:func:`_evaluator_metrics.check_cache`)."""
+    path = check_cache(out, check)
     done = _cache(path)
     pmi = {k: v["pmi"] for k, v in _cache(_fit_cache(out)).items() if "pmi" in v}
-    check = ShiftCheck.bundled()
+    check = check or ShiftCheck.bundled()
     fit = ContextFit(resolve_backend("default", n_threads=THREADS), gate=Gate(1.0, 0.0), check=check)
     groups: dict[str, list[dict[str, Any]]] = {}
     for it in items:
@@ -425,7 +426,7 @@ def report(
                 )
                 for k, r in greedy.items()
             }
-        checked_cache = _cache(out / "shift_check.jsonl")
+        checked_cache = _cache(check_cache(out))
         checked = checked_shares(own, checked_cache)
         if checked and bundled and baselines == "neutral" and window == GATES_WINDOW:
             timing['shift check (reads of the reply after the context and after "Hi.")'] = _seconds(checked_cache)
@@ -526,6 +527,9 @@ def main() -> None:
         "--context-fit-window", type=int, default=GATES_WINDOW, help="messages of context the context-fit stages read"
     )
     parser.add_argument("--stage", choices=[*stages, "report", "all"], default="all")
+    parser.add_argument(
+        "--shift-check", type=ShiftCheck.load, metavar="JSON", help="stage shift-check: this check, not the bundled one"
+    )
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -577,7 +581,7 @@ def main() -> None:
         "context-fit": lambda: context_fit(
             items, out, args.valid_pairs, args.seed, baselines=args.baselines, window=args.context_fit_window
         ),
-        "shift-check": lambda: shift_check(items, out),
+        "shift-check": lambda: shift_check(items, out, args.shift_check),
         "context-fit-as-written": lambda: context_fit(
             items,
             out,

@@ -8,7 +8,8 @@ For every baseline it reports the shipped reward with context fit (the bundled g
 baseline, the default floor, copies discounted) and the context PMI alone, on:
 
 - **Lend-an-Ear pairwise**: the share of the judge's pairs (margin >= 1) the reward orders as the
-  judge does (ties 1/2), bootstrapped over turns;
+  judge does (ties 1/2), bootstrapped over turns; and **best > worst**, the same for each turn's
+  best reply against its worst (where they differ by 1 or more);
 - **ESConv reference > other**: the share of (reference, another dialogue's reply) pairs where the
   reference gets the higher reward, bootstrapped over contexts; and the same against the
   platitude and the evasive reply;
@@ -38,10 +39,19 @@ from typing import Any
 
 import bench_evaluator as bench
 from _evaluator_items import items as load_items
-from _evaluator_metrics import checked_shares, esconv_pairs, own_shares, row_rewards, valid_gate, with_context_fit
+from _evaluator_metrics import (
+    check_cache,
+    checked_shares,
+    esconv_pairs,
+    own_shares,
+    row_rewards,
+    valid_gate,
+    with_context_fit,
+)
 
-from care_sdk.bench.metrics import Estimate, bootstrap, preference_pairs, score_pairs
+from care_sdk.bench.metrics import Estimate, PreferencePair, bootstrap, preference_pairs, score_pairs
 from care_sdk.context_fit import DEFAULT_FLOOR, bundled_gate
+from care_sdk.shift_check import ShiftCheck
 
 Units = dict[str, list[float]]
 """``{turn or context: [1, 0, 0.5, ...]}``: one outcome per pair, grouped by what is resampled."""
@@ -53,12 +63,12 @@ def rewards(
     out: Path,
     baselines: str,
     fitted_gate: bool = False,
-    check: bool = False,
+    check: bool | ShiftCheck = False,
 ) -> dict[str, dict[str, float | None]]:
     """``{"reward with context fit": {key: reward}, "PMI alone": {key: nats}}`` for one run directory
     (``own``: each item's own share, :func:`_evaluator_metrics.own_shares`; ``fitted_gate``: through the
     gate fitted on the run's valid pairs, not the bundled one; ``check``: the fit also multiplied by the
-    bundled shift check's factor, from the run's ``shift-check`` stage)."""
+    bundled shift check's factor, or this check's, from the run's ``shift-check`` stage)."""
     rubric = row_rewards(
         items,
         bench._cache(out / "rubrics_default.jsonl"),
@@ -76,8 +86,9 @@ def rewards(
                 f"{out}: no bundled gate asked for or known for {baselines}, and the run read no valid pairs"
             )
         print(f"{out}: gate fitted on the run's valid pairs: {gate}")
-    if check:
-        own = checked_shares(own, bench._cache(out / "shift_check.jsonl"))
+    if check is not False:
+        other = check if isinstance(check, ShiftCheck) else None
+        own = checked_shares(own, bench._cache(check_cache(out, other)), other)
     fitted = with_context_fit(rubric, pmi, own, gate, DEFAULT_FLOOR)
     return {"reward with context fit": fitted, "PMI alone": {it["key"]: pmi.get(it["key"]) for it in items}}
 
@@ -88,7 +99,11 @@ def units(items: list[dict[str, Any]], values: dict[str, float | None]) -> dict[
     for it in items:
         if it["task"] == "lend-an-ear":
             judged[it["group"]][it["key"]] = it["judge"]
-    pairs = {"lae pairwise": preference_pairs(judged, margin=1.0)}
+    pairs = {"lae pairwise": preference_pairs(judged, margin=1.0), "lae best > worst": []}
+    for group, scores in judged.items():  # the judge's best reply of a turn against its worst
+        best, worst = max(scores, key=scores.__getitem__), min(scores, key=scores.__getitem__)
+        if scores[best] - scores[worst] >= 1.0:
+            pairs["lae best > worst"].append(PreferencePair(group, best, worst, scores[best] - scores[worst]))
     for kind in ("other", "platitude", "evasive"):
         pairs[f"esconv reference > {kind}"] = esconv_pairs(items, kind)
     out: dict[str, Units] = {}
@@ -164,7 +179,8 @@ def main() -> None:
         nargs="*",
         metavar="DIR:BASELINES",
         help="the first is the one the others are paired with; DIR:neutral+check reads the run's "
-        "shift-check stage too (the default reward)",
+        "shift-check stage too (the default reward); DIR:neutral+check=JSON the factors of another check "
+        "(bench_evaluator.py --stage shift-check --shift-check JSON)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--esconv-contexts", type=int, default=24)
@@ -199,13 +215,16 @@ def main() -> None:
         names = [name for _, _, name in specs]
         for spec, (directory, _, name) in zip(args.runs, specs, strict=True):
             pool, _, check = name.partition("+")
-            if not directory or pool not in bench.BASELINES or check not in ("", "check"):
+            kind, _, check_file = check.partition("=")
+            if not directory or pool not in bench.BASELINES or kind not in ("", "check"):
                 parser.error(
-                    f"{spec!r}: give DIR:BASELINES or DIR:neutral+check, BASELINES one of {', '.join(bench.BASELINES)}"
+                    f"{spec!r}: give DIR:BASELINES or DIR:neutral+check[=JSON], BASELINES one of "
+                    f"{', '.join(bench.BASELINES)}"
                 )
             if check and pool != "neutral":
                 parser.error(f'{spec!r}: the shift check reads PMI against "Hi." (neutral) only')
-            rows = rewards(items, own, Path(directory), pool, args.fitted_gate, check=bool(check))
+            chosen: bool | ShiftCheck = ShiftCheck.load(check_file) if check_file else bool(check)
+            rows = rewards(items, own, Path(directory), pool, args.fitted_gate, check=chosen)
             label = name if names.count(name) == 1 else Path(directory).name  # two runs of one pool: by directory
             grouped[label] = {row: units(items, values) for row, values in rows.items()}
     report = table(grouped, args.resamples)

@@ -10,6 +10,7 @@ import asyncio
 import math
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -349,16 +350,18 @@ class StateModel(OverlapModel):
     def hidden_state_means(self, texts: Sequence[str], layer: int) -> list[list[float]]:
         return [self._states(text, 0) for text in texts]
 
-    def hidden_state_means_after(self, start: str, texts: Sequence[str], layer: int) -> list[list[float]]:
-        return [self._states(text, len(start.split())) for text in texts]
+    def hidden_state_means_after(
+        self, start: str, texts: Sequence[str], layer: int, *, max_tokens: int | None = None
+    ) -> list[list[float]]:
+        return [self._states(text, len(start.split()), max_tokens) for text in texts]
 
-    def _states(self, text: str, after: int) -> list[float]:
-        """The mean state over the text's words from word ``after`` on."""
+    def _states(self, text: str, after: int, most: int | None = None) -> list[float]:
+        """The mean state over the text's words from word ``after`` on (the first ``most`` of them)."""
         self.state_reads.append(text)
         words = [w.strip(".:").lower() for w in text.split()]
         if len(words) > self.max_words:
             raise ContextOverflowError(len(words), self.max_words, provider=self.provider)
-        seen = [float(w in words[:i]) for i, w in enumerate(words)][after:]
+        seen = [float(w in words[:i]) for i, w in enumerate(words)][after:][:most]
         return [sum(seen) / len(seen), 1.0]
 
 
@@ -385,6 +388,20 @@ def test_the_shift_check_multiplies_the_fit_by_its_factor_and_reads_context_by_c
     assert len(model.state_reads) == reads  # remembered, not read again
     assert fit.check_factors([(context, "")], [0.0]) == [1.0]  # no reply: nothing to doubt
     assert "shift-check=" in fit.identity and "shift-check=" not in ContextFit(model, baselines=HI).identity
+
+
+def test_a_shift_check_can_read_the_reply_s_first_tokens_only() -> None:
+    context, reply = "my dog died", "dog and nice weather"  # the context holds the first word only
+    whole = ContextFit(StateModel(), gate=Gate(1.0, 0.0), baselines=HI, check=_check())
+    first = ContextFit(StateModel(), gate=Gate(1.0, 0.0), baselines=HI, check=replace(_check(), reply_tokens=1))
+    (doubted,) = whole.check_factors([(context, reply)], [0.0])
+    assert doubted == pytest.approx(min(1.0, 1.0 / (1.0 + math.exp(0.5)) / 0.5))  # a quarter held: score 0.5
+    assert first.check_factors([(context, reply)], [0.0]) == [1.0]  # "dog" alone: held, kept whole
+    assert first.identity != whole.identity
+    assert _check().identity == replace(_check(), reply_tokens=None).identity  # unset: the fingerprint it had
+    assert ShiftCheck.bundled().identity == "shift-check=f6ef699e1b23-r2"  # records read with it stay readable
+    with pytest.raises(ConfigError, match="reply_tokens"):
+        replace(_check(), reply_tokens=0)
 
 
 def test_the_shift_check_reads_a_long_context_from_its_last_messages_that_fit() -> None:

@@ -97,6 +97,15 @@ def test_a_reply_read_after_its_prefix_computes_only_the_reply(
     assert means.computed == n[1] + n[2] - n[0]  # the prefix once, then each reply's own tokens
     again = np.array(backend.hidden_state_means_after(prefix, texts[1:], 15))
     assert means.computed == n[1] + 2 * n[2] - 2 * n[0] and np.array_equal(again[0], read[1])  # the prefix kept
+    k = 5  # the shift over a reply's first k tokens: only those are computed, and they read as the reply cut there
+    cut = backend.llama.tokenize(texts[0].encode(), add_bos=False, special=False)[: n[0] + k]
+    short = backend.llama.detokenize(cut).decode()
+    assert backend.llama.tokenize(short.encode(), add_bos=False, special=False) == cut  # a clean cut
+    before = means.computed
+    (first,) = backend.hidden_state_means_after(prefix, texts[:1], 15, max_tokens=k)
+    assert means.computed - before == k
+    assert np.array_equal(first, backend.hidden_state_means_after(prefix, [short], 15)[0])
+    assert np.array_equal(backend.hidden_state_means_after(prefix, texts[:1], 15, max_tokens=n[1])[0], read[0])
     backend.hidden_state_means(["User: Hi."], 15)  # another text in between: the prefix is computed again, alike
     assert np.array_equal(np.array(backend.hidden_state_means_after(prefix, texts[1:], 15))[0], read[1])
     whole = np.array(hf.hidden_state_means([prefix, *texts], 15))
@@ -105,6 +114,8 @@ def test_a_reply_read_after_its_prefix_computes_only_the_reply(
     assert cosine.min() > 0.9999, cosine  # measured 0.99996 and 0.99998
     with pytest.raises(ConfigError, match="begin with"):
         backend.hidden_state_means_after(prefix, ["User: Hi.\nSupporter: Oh no."], 15)
+    with pytest.raises(ConfigError, match="max_tokens must be at least 1"):
+        backend.hidden_state_means_after(prefix, texts, 15, max_tokens=0)
     start, merged = "User: I am sad", "User: I am sadness today"  # "sadness" is one token, not "sad" and more
     tokens = [backend.llama.tokenize(t.encode(), add_bos=False, special=False) for t in (start, merged)]
     assert tokens[1][: len(tokens[0])] != tokens[0]

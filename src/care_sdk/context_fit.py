@@ -315,7 +315,11 @@ class ContextFit:
         elif check is not None and self.baselines != as_baselines(NEUTRAL):
             raise ConfigError('context fit: a shift check reads PMI against "Hi."; use it with the NEUTRAL baselines')
         self.check: ShiftCheck | None = check
-        self._reader = ShiftReader(self.backend, layer=check.layer, window=check.window) if check is not None else None
+        self._reader = None
+        if check is not None:
+            self._reader = ShiftReader(
+                self.backend, layer=check.layer, window=check.window, reply_tokens=check.reply_tokens
+            )
         self._memo: OrderedDict[tuple[tuple[Message, ...], str], float] = OrderedDict()
         self._factors: OrderedDict[tuple[tuple[Message, ...], str], float] = OrderedDict()
         self._lock = threading.Lock()

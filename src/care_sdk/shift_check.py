@@ -92,6 +92,9 @@ class ShiftCheck:
     """The gate's value from which a reply keeps its whole fit."""
     training: str = ""
     """How the check was fitted (data, counts, command)."""
+    reply_tokens: int | None = None
+    """Read the shift over the reply's first this many tokens only (``None``: all of them); its
+    PMI is read over the whole reply either way."""
 
     def __post_init__(self) -> None:
         if len(self.weights) != len(self.scale) or len(self.weights) < 2:
@@ -100,6 +103,8 @@ class ShiftCheck:
             raise ConfigError(f"shift check: saturation must be in (0, 1], got {self.saturation}")
         if self.layer < 1 or self.window < 1:
             raise ConfigError("shift check: layer and window must be at least 1")
+        if self.reply_tokens is not None and self.reply_tokens < 1:
+            raise ConfigError(f"shift check: reply_tokens must be at least 1 or None, got {self.reply_tokens}")
 
     def score(self, pmi: float, shift: Sequence[float]) -> float:
         """The probe's score of a reply: higher is likelier written for the context.
@@ -125,7 +130,8 @@ class ShiftCheck:
     def identity(self) -> str:
         """A short fingerprint of the check and of how its states are read (:data:`READS`; part of
         :attr:`ContextFit.identity`)."""
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
+        fields = {k: v for k, v in asdict(self).items() if k != "reply_tokens" or v is not None}
+        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
         return f"shift-check={digest[:12]}-{READS}"
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -173,6 +179,7 @@ class ShiftReader:
         backend: a llama.cpp backend (``hidden_state_means_after``).
         layer: which hidden state is read (:attr:`ShiftCheck.layer`).
         window: how many of the context's last messages are read (:attr:`ShiftCheck.window`).
+        reply_tokens: read over the reply's first this many tokens only (:attr:`ShiftCheck.reply_tokens`).
 
     Raises:
         ConfigError: the backend is not a llama.cpp backend that reads hidden states.
@@ -184,21 +191,26 @@ class ShiftReader:
         576
     """
 
-    def __init__(self, backend: Any, *, layer: int, window: int) -> None:
+    def __init__(self, backend: Any, *, layer: int, window: int, reply_tokens: int | None = None) -> None:
         if not getattr(backend, "supports_hidden_states", False) or not hasattr(backend, "hidden_state_means_after"):
             raise ConfigError("shift check: it reads hidden states on llama.cpp; this backend cannot")
         self.backend = backend
         self.layer = layer
         self.window = window
+        self.reply_tokens = reply_tokens
         self._lock = threading.Lock()
 
     def reply_mean(self, prefix: str, reply: str) -> list[float]:
-        """The mean state over the reply's tokens read after ``prefix`` (a space between them).
+        """The mean state over the reply's tokens (its first :attr:`reply_tokens`, if set) read
+        after ``prefix`` (a space between them).
 
         Raises:
             ContextOverflowError: the prefix with the reply does not fit the model's context.
         """
-        return list(self.backend.hidden_state_means_after(prefix, [f"{prefix} {reply.strip()}"], self.layer)[0])
+        texts = [f"{prefix} {reply.strip()}"]
+        if self.reply_tokens is None:  # the backend's own default: every token
+            return list(self.backend.hidden_state_means_after(prefix, texts, self.layer)[0])
+        return list(self.backend.hidden_state_means_after(prefix, texts, self.layer, max_tokens=self.reply_tokens)[0])
 
     def _after_context(self, context: Context, reply: str) -> list[float]:
         messages = as_messages(context)[-self.window :]

@@ -137,12 +137,16 @@ class LayerMeans:
             self._start = (tokens, layer, mean)
             return mean
 
-    def read_after(self, start: str, texts: Sequence[str], layer: int) -> list[list[float]]:
+    def read_after(
+        self, start: str, texts: Sequence[str], layer: int, *, max_tokens: int | None = None
+    ) -> list[list[float]]:
         """The mean of ``hidden_states[layer]`` over each text's own tokens after ``start``, which
         each text begins with: ``start`` is computed whole (unless it was the last text
         :meth:`read` or read here at this layer), then each text's further tokens after it. Where
         a text's tokens do not begin with ``start``'s (the two merge at the seam), that text is
-        computed whole and its mean taken by difference with ``start``'s.
+        computed whole and its mean taken by difference with ``start``'s. With ``max_tokens``,
+        only each text's first that many tokens after ``start`` are read (the model is causal:
+        their states do not depend on the tokens after them).
 
         Examples:
             >>> start = "User: I failed.\\nSupporter:"
@@ -151,9 +155,12 @@ class LayerMeans:
             [576, 576]
 
         Raises:
-            ConfigError: a text does not begin with ``start``, or adds no token to it; or as :meth:`read`.
+            ConfigError: a text does not begin with ``start``, or adds no token to it; ``max_tokens``
+                is below 1; or as :meth:`read`.
             ContextOverflowError: a text has more tokens than ``n_ctx``.
         """
+        if max_tokens is not None and max_tokens < 1:
+            raise ConfigError(f"llamacpp: max_tokens must be at least 1, got {max_tokens}")
         head = self._tokens(start, layer)
         out = []
         for text in texts:
@@ -162,6 +169,8 @@ class LayerMeans:
             tokens = self._tokens(text, layer)
             if len(tokens) <= len(head):
                 raise ConfigError("llamacpp: a text read after a start must add tokens to it")
+            if max_tokens is not None:
+                tokens = tokens[: len(head) + max_tokens]
             with self._lock:
                 if self._start is None or self._start[:2] != (head, layer):
                     self._start = (head, layer, self._compute(head, layer))

@@ -527,10 +527,13 @@ class LlamaCppBackend(Backend):
         (:class:`~care_sdk.backends._llamacpp_states.LayerMeans`)."""
         return self._means().read_many(texts, layer)
 
-    def hidden_state_means_after(self, start: str, texts: Sequence[str], layer: int) -> list[list[float]]:
+    def hidden_state_means_after(
+        self, start: str, texts: Sequence[str], layer: int, *, max_tokens: int | None = None
+    ) -> list[list[float]]:
         """The mean of ``hidden_states[layer]`` over each text's own tokens after ``start``, which
         each text begins with: ``start`` is computed once and each text's further tokens after it
-        (:meth:`~care_sdk.backends._llamacpp_states.LayerMeans.read_after`; what the shift check reads).
+        (:meth:`~care_sdk.backends._llamacpp_states.LayerMeans.read_after`; what the shift check
+        reads); with ``max_tokens``, over each text's first that many tokens after ``start``.
 
         Examples:
             >>> backend = LlamaCppBackend(default_model_path())  # doctest: +SKIP
@@ -538,7 +541,7 @@ class LlamaCppBackend(Backend):
             >>> len(backend.hidden_state_means_after(start, [start + " That is hard."], layer=15)[0])  # doctest: +SKIP
             576
         """
-        return self._means().read_after(start, texts, layer)
+        return self._means().read_after(start, texts, layer, max_tokens=max_tokens)
 
     def close(self) -> None:
         """Free the model (also done at interpreter exit for a backend still alive then)."""
