@@ -210,6 +210,16 @@ def test_care_score_records_the_context_fit(tmp_path: Path, pairs: list[tuple[li
     unchecked = json.loads(plain.read_text().splitlines()[-1])
     assert "shift-check" not in unchecked["scored_by"]["context_fit"]
     assert unchecked["context_fit"] >= record["context_fit"]  # the check only takes away
+    from dataclasses import replace
+
+    from care_sdk.shift_check import ShiftCheck
+
+    mine = replace(ShiftCheck.bundled(), reply_tokens=4)  # a check of one's own, from its file
+    mine.save(tmp_path / "check.json")
+    own = tmp_path / "own.jsonl"
+    assert main(["score", str(source), "--context-fit-check", str(tmp_path / "check.json"), "--out", str(own)]) == 0
+    assert f"|{mine.identity}|" in json.loads(own.read_text().splitlines()[-1])["scored_by"]["context_fit"]
+    assert main(["score", str(source), "--context-fit-check", str(tmp_path / "none.json"), "--quiet"]) == 2
     off = tmp_path / "off.jsonl"
     assert main(["score", str(source), "--context-fit", "off", "--out", str(off), "--quiet"]) == 0
     assert json.loads(off.read_text().splitlines()[-1])["context_fit"] is None

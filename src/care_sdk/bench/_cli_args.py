@@ -122,7 +122,7 @@ def weights_options(args: argparse.Namespace) -> dict[str, bool]:
 
 def add_context_fit_options(cmd: argparse.ArgumentParser) -> None:
     """Add ``--context-fit SPEC``, ``--context-fit-baselines NAME`` and ``--context-fit-check
-    {auto,off}``: whether and how each reward is scaled by the reply's fit to its context (see
+    auto|off|JSON``: whether and how each reward is scaled by the reply's fit to its context (see
     :func:`~care_sdk.context_fit.context_fit_for`).
 
     The baseline names are :data:`~care_sdk.context_fit.BASELINE_NAMES` (see
@@ -158,11 +158,12 @@ def add_context_fit_options(cmd: argparse.ArgumentParser) -> None:
     )
     cmd.add_argument(
         "--context-fit-check",
-        choices=("auto", "off"),
         default="auto",
+        metavar="auto|off|JSON",
         help="the shift check, which lowers the fit of a reply it doubts was written for its context: auto (the "
-        'bundled check, on the bundled base model against "Hi."; none otherwise) or off (the fit from the PMI '
-        "alone) (default: %(default)s)",
+        'bundled check, on the bundled base model against "Hi."; none otherwise), off (the fit from the PMI '
+        "alone), or a check file of your own (ShiftCheck.save, bench_fit_probe.py --export; read with the "
+        "neutral baselines on a llama.cpp model) (default: %(default)s)",
     )
 
 
@@ -179,11 +180,25 @@ def context_fit_of(args: argparse.Namespace) -> Any:
         ...                                   context_fit_check="off", backend="default",
         ...                                   evaluator_backend="openai:judge")) is None
         True
+        >>> context_fit_of(argparse.Namespace(context_fit="auto", context_fit_baselines="neutral",
+        ...                                   context_fit_check="mine.json", backend="default",
+        ...                                   evaluator_backend=None))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.ConfigError: --context-fit-check: shift check mine.json: cannot be read (...)
     """
     from care_sdk.context_fit import AUTO, context_fit_for, named_baselines
+    from care_sdk.errors import ConfigError
+    from care_sdk.shift_check import ShiftCheck
 
     baselines = named_baselines(args.context_fit_baselines, where="--context-fit-baselines")
-    check = AUTO if args.context_fit_check == "auto" else None
+    choice = args.context_fit_check.strip()
+    check: ShiftCheck | str | None = AUTO if choice.lower() == AUTO else None
+    if choice.lower() not in (AUTO, "off"):
+        try:
+            check = ShiftCheck.load(choice)
+        except ConfigError as exc:
+            raise ConfigError(f"--context-fit-check: {exc}") from None
     return context_fit_for(args.context_fit, args.evaluator_backend or args.backend, baselines=baselines, check=check)
 
 
