@@ -15,6 +15,10 @@ N held-out Lend-an-Ear turns with their judged replies (longer contexts). With `
 shift is also read with transformers in float32 on the same (dequantised) weights, each text
 whole, and the report says how far each llama.cpp way is from it.
 
+With ``--reply-tokens N`` a third way is timed beside them: ``r2`` over each reply's first N
+tokens only (:attr:`~care_sdk.shift_check.ShiftCheck.reply_tokens`; other features, so only its
+time and the share of its factors below 1 are reported, beside ``r2``'s share).
+
 Usage:
     python benchmarks/bench_shift_reads.py --contexts 12 --lend-an-ear 6 --truth --out runs/shift_reads.json
 """
@@ -73,6 +77,7 @@ def main() -> None:
         action="store_true",
         help="also read every shift with transformers in float32 and report how far each way is from it",
     )
+    parser.add_argument("--reply-tokens", type=int, help="also time r2 over each reply's first N tokens")
     parser.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
     args = parser.parse_args()
 
@@ -89,6 +94,9 @@ def main() -> None:
         "r2": ShiftReader(backend, layer=check.layer, window=check.window),  # hidden_state_means_after
         "r1": ShiftReader(_ByDifference(backend.llama, whole.read), layer=check.layer, window=check.window),
     }
+    first = f"r2-first-{args.reply_tokens}"
+    if args.reply_tokens:
+        readers[first] = ShiftReader(backend, layer=check.layer, window=check.window, reply_tokens=args.reply_tokens)
     truth = None
     if args.truth:  # transformers in float32 on the bundled model's weights, dequantised
         from care_sdk.backends.hf import HFBackend
@@ -96,17 +104,23 @@ def main() -> None:
         float32 = HFBackend.from_gguf(default_model_path())
         reads32 = _ByDifference(backend.llama, lambda text, layer: float32.hidden_state_means([text], layer)[0])
         truth = ShiftReader(reads32, layer=check.layer, window=check.window)
-    seconds = {"r2": 0.0, "r1": 0.0}
+    seconds = dict.fromkeys(readers, 0.0)
+    below = dict.fromkeys(readers, 0)  # factors below 1
     shift_gap = 0.0
     factor_gaps: list[float] = []
     off_truth: dict[str, list[tuple[float, float]]] = {"r2": [], "r1": []}  # (largest shift gap, factor gap)
     for n, pairs in enumerate(groups.values()):
         pmis = fit.pmi_batch(pairs)
         read: dict[str, list[Any]] = {}
-        for way in ("r2", "r1") if n % 2 == 0 else ("r1", "r2"):
+        ways = list(readers)
+        for way in ways if n % 2 == 0 else ways[::-1]:
             start = time.perf_counter()
             read[way] = readers[way].shift_batch(pairs)
             seconds[way] += time.perf_counter() - start
+            below[way] += sum(
+                isinstance(s, list) and isinstance(p, float) and check.factor(p, s) < 1
+                for s, p in zip(read[way], pmis, strict=True)
+            )
         exact = truth.shift_batch(pairs) if truth is not None else [None] * len(pairs)
         for a, b, t, pmi in zip(read["r2"], read["r1"], exact, pmis, strict=True):
             if not (isinstance(a, list) and isinstance(b, list) and isinstance(pmi, float)):
@@ -127,7 +141,11 @@ def main() -> None:
         "largest_factor_difference": max(factor_gaps, default=0.0),
         "median_factor_difference": statistics.median(factor_gaps) if factor_gaps else 0.0,
         "share_of_factors_apart_over_0.01": round(sum(g > 0.01 for g in factor_gaps) / max(len(factor_gaps), 1), 3),
+        "share_of_factors_below_1": {way: round(count / len(chosen), 3) for way, count in below.items()},
     }
+    if args.reply_tokens:
+        result[f"seconds_{first}"] = round(seconds[first], 2)
+        result[f"time_ratio_{first}_over_r2"] = round(seconds[first] / seconds["r2"], 3)
     for way, gaps in off_truth.items():
         if gaps:
             result[f"{way}_vs_float32"] = {

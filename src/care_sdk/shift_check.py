@@ -208,7 +208,7 @@ class ShiftReader:
             ContextOverflowError: the prefix with the reply does not fit the model's context.
         """
         texts = [f"{prefix} {reply.strip()}"]
-        if self.reply_tokens is None:  # the backend's own default: every token
+        if self.reply_tokens is None:  # every token, as from a backend without max_tokens
             return list(self.backend.hidden_state_means_after(prefix, texts, self.layer)[0])
         return list(self.backend.hidden_state_means_after(prefix, texts, self.layer, max_tokens=self.reply_tokens)[0])
 
