@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from care_sdk import AdaptiveReward, ContextFit, Message
+from care_sdk.backends._llamacpp_states import LayerMeans
 from care_sdk.backends.llamacpp import LlamaCppBackend
 from care_sdk.data import default_strategy_map, load_esconv
-from care_sdk.errors import ConfigError
+from care_sdk.errors import ConfigError, ContextOverflowError
 
 pytestmark = pytest.mark.slow
 
@@ -106,6 +107,11 @@ def test_a_reply_read_after_its_prefix_computes_only_the_reply(
     assert means.computed - before == k
     assert np.array_equal(first, backend.hidden_state_means_after(prefix, [short], 15)[0])
     assert np.array_equal(backend.hidden_state_means_after(prefix, texts[:1], 15, max_tokens=n[1])[0], read[0])
+    small = LayerMeans(backend.llama, n_ctx=n[0] + k, n_threads=1)  # only the tokens read need to fit
+    with pytest.raises(ContextOverflowError):
+        small.read_after(prefix, texts[:1], 15)
+    assert np.allclose(small.read_after(prefix, texts[:1], 15, max_tokens=k)[0], first, atol=1e-3)
+    small.close()
     backend.hidden_state_means(["User: Hi."], 15)  # another text in between: the prefix is computed again, alike
     assert np.array_equal(np.array(backend.hidden_state_means_after(prefix, texts[1:], 15))[0], read[1])
     whole = np.array(hf.hidden_state_means([prefix, *texts], 15))

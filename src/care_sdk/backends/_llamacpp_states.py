@@ -91,10 +91,11 @@ class LayerMeans:
         self._count += rows.shape[0]
         return False  # the layer is read: the rest of the graph is not computed
 
-    def _tokens(self, text: str, layer: int) -> list[int]:
+    def _tokens(self, text: str, layer: int, keep: int | None = None) -> list[int]:
+        """The text's tokens (its first ``keep``), checked against the layer and the context size."""
         if not 1 <= layer <= self.n_layer:
             raise ConfigError(f"llamacpp: hidden state layer must be 1 to {self.n_layer}, got {layer}")
-        tokens = self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+        tokens = self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=False)[:keep]
         if not tokens:
             raise ConfigError("llamacpp: no hidden state for an empty text")
         if len(tokens) > self.n_ctx:
@@ -146,7 +147,7 @@ class LayerMeans:
         a text's tokens do not begin with ``start``'s (the two merge at the seam), that text is
         computed whole and its mean taken by difference with ``start``'s. With ``max_tokens``,
         only each text's first that many tokens after ``start`` are read (the model is causal:
-        their states do not depend on the tokens after them).
+        their states do not depend on the tokens after them), and only those need to fit ``n_ctx``.
 
         Examples:
             >>> start = "User: I failed.\\nSupporter:"
@@ -157,7 +158,7 @@ class LayerMeans:
         Raises:
             ConfigError: a text does not begin with ``start``, or adds no token to it; ``max_tokens``
                 is below 1; or as :meth:`read`.
-            ContextOverflowError: a text has more tokens than ``n_ctx``.
+            ContextOverflowError: a text (up to ``max_tokens`` after ``start``) has more tokens than ``n_ctx``.
         """
         if max_tokens is not None and max_tokens < 1:
             raise ConfigError(f"llamacpp: max_tokens must be at least 1, got {max_tokens}")
@@ -166,11 +167,9 @@ class LayerMeans:
         for text in texts:
             if not text.startswith(start):
                 raise ConfigError("llamacpp: a text read after a start must begin with it")
-            tokens = self._tokens(text, layer)
+            tokens = self._tokens(text, layer, keep=None if max_tokens is None else len(head) + max_tokens)
             if len(tokens) <= len(head):
                 raise ConfigError("llamacpp: a text read after a start must add tokens to it")
-            if max_tokens is not None:
-                tokens = tokens[: len(head) + max_tokens]
             with self._lock:
                 if self._start is None or self._start[:2] != (head, layer):
                     self._start = (head, layer, self._compute(head, layer))
