@@ -186,14 +186,32 @@ def _claimed(path: Path) -> Iterator[IO[str]]:
         except ImportError:  # pragma: no cover - Windows
             yield handle
             return
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(
-                f"{path} is being written by another run (a shard or a run into the same --out) that is "
-                "still going; wait for it to finish"
-            ) from None
+        _lock(handle, path, fcntl.LOCK_EX)
         yield handle
+
+
+def _check_idle(path: Path) -> None:
+    """Raise :class:`ConfigError` while another process writes ``path`` (:func:`_claimed`). The
+    lock taken for the check is shared, so two processes checking the same file at once do not
+    stop each other."""
+    with path.open("r", encoding="utf-8") as handle:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            return
+        _lock(handle, path, fcntl.LOCK_SH)
+
+
+def _lock(handle: IO[str], path: Path, kind: int) -> None:
+    import fcntl
+
+    try:
+        fcntl.flock(handle.fileno(), kind | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise ConfigError(
+            f"{path} is being written by another run (a shard or a run into the same --out) that is "
+            "still going; wait for it to finish"
+        ) from None
 
 
 @dataclass
@@ -421,15 +439,13 @@ class QualityRunner:
             if self.shard is None:
                 shard_files = sorted(self.out_dir.glob(SHARD_RECORDS))
                 for path in shard_files:
-                    with _claimed(path):  # refuses while that shard is still running
-                        pass
+                    _check_idle(path)  # refuses while that shard is still running
                 store = _load_records(records_path, *shard_files)
             else:  # and the files of shards that hold some of this one's items, split another way
                 shard_files = []
                 others = [p for p in self._overlapping(self.shard) if p != target]
                 for path in others:
-                    with _claimed(path):  # refuses while that shard is still scoring some of these items
-                        pass
+                    _check_idle(path)  # refuses while that shard is still scoring some of these items
                 store = _load_records(records_path, *others, target)
             todo, reused = self._todo(loaded, store)
             if on_start:
