@@ -300,7 +300,9 @@ def apply(args: argparse.Namespace, train: list[dict[str, Any]]) -> None:
 
 def export(args: argparse.Namespace, train: list[dict[str, Any]]) -> None:
     """Fit the probe on PMI and the shift (as ``--with-pmi``) on the train pairs and write it as a
-    :class:`~care_sdk.shift_check.ShiftCheck` with ``--saturation``."""
+    :class:`~care_sdk.shift_check.ShiftCheck` with ``--saturation`` (and ``--reply-tokens``: the
+    check then reads a reply's shift over its first N tokens; it is fitted on whole replies either
+    way, most of ESConv's within 32 tokens)."""
     from care_sdk.shift_check import ShiftCheck
 
     w, scale, gate = shift_probe(train, args.seed, None, ("pmi", "shift"))
@@ -316,8 +318,9 @@ def export(args: argparse.Namespace, train: list[dict[str, Any]]) -> None:
             f"{len(train)} ESConv train pairs (seed {args.seed}: a reference reply and another train "
             f"conversation's reply), layer {args.layer}, window {WINDOW}; the gate fitted on the probe's "
             f"out-of-fold scores: benchmarks/bench_fit_probe.py --train {args.train} --export PATH "
-            f"--saturation {args.saturation}"
+            f"--saturation {args.saturation}" + (f" --reply-tokens {args.reply_tokens}" if args.reply_tokens else "")
         ),
+        reply_tokens=args.reply_tokens,
     )
     check.save(args.export)
     print(f"wrote {args.export}: {check.identity}, gate slope {check.slope} intercept {check.intercept}")
@@ -348,6 +351,9 @@ def main() -> None:
         "--export", type=Path, help="write the PMI + shift probe fitted on the train pairs as a ShiftCheck (JSON)"
     )
     parser.add_argument("--saturation", type=float, default=0.5, help="with --export: the check's saturation")
+    parser.add_argument(
+        "--reply-tokens", type=int, help="with --export: the check reads a reply's shift over its first N tokens"
+    )
     parser.add_argument("--run-seed", type=int, default=2, help="that run's --seed")
     parser.add_argument("--esconv-contexts", type=int, default=48)
     parser.add_argument("--esconv-split", choices=["test", "valid"], default="valid")
