@@ -15,7 +15,8 @@ baseline, the default floor, copies discounted) and the context PMI alone, on:
   platitude and the evasive reply;
 
 then each baseline's paired difference to the first one, per turn or per context, with a 95 %
-bootstrap interval. The numbers are the report's (``bench_evaluator.py --stage report``); the
+bootstrap interval. For a run read with the shift check it also prints the share of each
+Lend-an-Ear system's replies the check doubts (factor below 1). The numbers are the report's (``bench_evaluator.py --stage report``); the
 pairing is what the report cannot do, since each run reads one baseline.
 
 Usage:
@@ -91,6 +92,18 @@ def rewards(
         own = checked_shares(own, bench._cache(check_cache(out, other)), other)
     fitted = with_context_fit(rubric, pmi, own, gate, DEFAULT_FLOOR)
     return {"reward with context fit": fitted, "PMI alone": {it["key"]: pmi.get(it["key"]) for it in items}}
+
+
+def doubted(items: list[dict[str, Any]], out: Path, check: bool | ShiftCheck) -> dict[str, float]:
+    """The share of each Lend-an-Ear system's replies whose shift-check factor is below 1 (the
+    check doubts them), from the run's ``shift-check`` stage: what the check costs which replies."""
+    other = check if isinstance(check, ShiftCheck) else None
+    cached = bench._cache(check_cache(out, other))
+    by_system: dict[str, list[bool]] = defaultdict(list)
+    for it in items:
+        if it["task"] == "lend-an-ear" and "factor" in cached.get(it["key"], {}):
+            by_system[it["system"]].append(cached[it["key"]]["factor"] < 1)
+    return {system: round(sum(flags) / len(flags), 3) for system, flags in sorted(by_system.items())}
 
 
 def units(items: list[dict[str, Any]], values: dict[str, float | None]) -> dict[str, Units]:
@@ -227,6 +240,9 @@ def main() -> None:
             rows = rewards(items, own, Path(directory), pool, args.fitted_gate, check=chosen)
             label = name if names.count(name) == 1 else Path(directory).name  # two runs of one pool: by directory
             grouped[label] = {row: units(items, values) for row, values in rows.items()}
+            if chosen is not False and any(it["task"] == "lend-an-ear" for it in items):
+                shares = doubted(items, Path(directory), chosen)
+                print(f"{label}: Lend-an-Ear replies the check doubts (factor < 1), by system: {shares}")
     report = table(grouped, args.resamples)
     if args.out:
         args.out.write_text(json.dumps({"estimates": report, "units": grouped}, indent=1) + "\n", encoding="utf-8")
