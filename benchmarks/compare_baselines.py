@@ -16,8 +16,9 @@ baseline, the default floor, copies discounted) and the context PMI alone, on:
 
 then each baseline's paired difference to the first one, per turn or per context, with a 95 %
 bootstrap interval. For a run read with the shift check it also prints the share of each
-Lend-an-Ear system's replies the check doubts (factor below 1). The numbers are the report's (``bench_evaluator.py --stage report``); the
-pairing is what the report cannot do, since each run reads one baseline.
+Lend-an-Ear system's replies the check doubts (factor below 1). The numbers are the report's
+(``bench_evaluator.py --stage report``); the pairing is what the report cannot do, since each run
+reads one baseline.
 
 Usage:
     python benchmarks/compare_baselines.py --seed 1 --tasks lend-an-ear --lend-an-ear train \\
@@ -64,12 +65,12 @@ def rewards(
     out: Path,
     baselines: str,
     fitted_gate: bool = False,
-    check: bool | ShiftCheck = False,
+    check: ShiftCheck | None = None,
 ) -> dict[str, dict[str, float | None]]:
     """``{"reward with context fit": {key: reward}, "PMI alone": {key: nats}}`` for one run directory
     (``own``: each item's own share, :func:`_evaluator_metrics.own_shares`; ``fitted_gate``: through the
-    gate fitted on the run's valid pairs, not the bundled one; ``check``: the fit also multiplied by the
-    bundled shift check's factor, or this check's, from the run's ``shift-check`` stage)."""
+    gate fitted on the run's valid pairs, not the bundled one; ``check``: the fit also multiplied by this
+    shift check's factor, from the run's ``shift-check`` stage)."""
     rubric = row_rewards(
         items,
         bench._cache(out / "rubrics_default.jsonl"),
@@ -87,18 +88,16 @@ def rewards(
                 f"{out}: no bundled gate asked for or known for {baselines}, and the run read no valid pairs"
             )
         print(f"{out}: gate fitted on the run's valid pairs: {gate}")
-    if check is not False:
-        other = check if isinstance(check, ShiftCheck) else None
-        own = checked_shares(own, bench._cache(check_cache(out, other)), other)
+    if check is not None:
+        own = checked_shares(own, bench._cache(check_cache(out, check)), check)
     fitted = with_context_fit(rubric, pmi, own, gate, DEFAULT_FLOOR)
     return {"reward with context fit": fitted, "PMI alone": {it["key"]: pmi.get(it["key"]) for it in items}}
 
 
-def doubted(items: list[dict[str, Any]], out: Path, check: bool | ShiftCheck) -> dict[str, float]:
-    """The share of each Lend-an-Ear system's replies whose shift-check factor is below 1 (the
+def doubted(items: list[dict[str, Any]], out: Path, check: ShiftCheck) -> dict[str, float]:
+    """The share of each Lend-an-Ear system's replies whose factor from ``check`` is below 1 (the
     check doubts them), from the run's ``shift-check`` stage: what the check costs which replies."""
-    other = check if isinstance(check, ShiftCheck) else None
-    cached = bench._cache(check_cache(out, other))
+    cached = bench._cache(check_cache(out, check))
     by_system: dict[str, list[bool]] = defaultdict(list)
     for it in items:
         if it["task"] == "lend-an-ear" and "factor" in cached.get(it["key"], {}):
@@ -236,11 +235,11 @@ def main() -> None:
                 )
             if check and pool != "neutral":
                 parser.error(f'{spec!r}: the shift check reads PMI against "Hi." (neutral) only')
-            chosen: bool | ShiftCheck = ShiftCheck.load(check_file) if check_file else bool(check)
+            chosen = (ShiftCheck.load(check_file) if check_file else ShiftCheck.bundled()) if check else None
             rows = rewards(items, own, Path(directory), pool, args.fitted_gate, check=chosen)
             label = name if names.count(name) == 1 else Path(directory).name  # two runs of one pool: by directory
             grouped[label] = {row: units(items, values) for row, values in rows.items()}
-            if chosen is not False and any(it["task"] == "lend-an-ear" for it in items):
+            if chosen is not None and any(it["task"] == "lend-an-ear" for it in items):
                 shares = doubted(items, Path(directory), chosen)
                 print(f"{label}: Lend-an-Ear replies the check doubts (factor < 1), by system: {shares}")
     report = table(grouped, args.resamples)
