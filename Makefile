@@ -26,7 +26,7 @@ $(VENV)/.demo-installed: pyproject.toml $(CONSTRAINTS) | $(PY)
 # Everything the tests use: CPU torch first, so nothing pulls another build.
 $(VENV)/.test-installed: pyproject.toml $(CONSTRAINTS) $(VENV)/.demo-installed
 	$(PIP) install --quiet -c $(CONSTRAINTS) $(TORCH)
-	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[llamacpp,openai,hf,train,plot,docs,dev]" $(TORCH)
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[llamacpp,openai,hf,train,plot,serve,ray,docs,dev]" $(TORCH)
 	touch $@
 
 # Rewrite constraints.txt from what .venv holds now (after upgrading it and seeing `make test` pass).

@@ -288,15 +288,15 @@ def test_trl_calls_log_the_mean_context_fit() -> None:
     assert rewards == [pytest.approx(half * Gate(1.0, 0.0)(2.0)), pytest.approx(half * 0.5)]
 
 
-def test_auto_turns_context_fit_on_for_the_bundled_evaluator_only() -> None:
+def test_context_fit_is_on_only_when_asked_for() -> None:
     from care_sdk.context_fit import context_fit_for
     from care_sdk.reward import build_reward
 
     fit = ContextFit(OverlapModel())
-    assert context_fit_for(fit, "openai:gpt-4o-mini") is fit  # an object is used as given
-    assert context_fit_for("auto", "openai:gpt-4o-mini") is None
-    assert context_fit_for("auto", ScriptedBackend([])) is None  # a backend object is not the bundled default
-    assert context_fit_for("off", "default") is None and context_fit_for(None, "default") is None
+    assert context_fit_for(fit) is fit  # an object is used as given
+    assert context_fit_for("off") is None and context_fit_for(None) is None
+    with pytest.raises(ConfigError, match="'auto' is gone"):
+        context_fit_for("auto")
     assert build_reward("care", backend=ScriptedBackend([])).context_fit is None
     assert build_reward("care", backend=ScriptedBackend([]), context_fit=fit).context_fit is fit
     assert AdaptiveReward.from_backend(ScriptedBackend([])).context_fit is None

@@ -161,15 +161,16 @@ def _echo(context: list[dict[str, Any]]) -> str:
     return said.strip()
 
 
-def test_the_default_reward_reads_context_fit_and_prefers_the_reference_to_other_replies_and_echoes(
+def test_the_context_fit_add_on_prefers_the_reference_to_other_replies_and_echoes(
     pairs: list[tuple[list[dict[str, Any]], str, str]],
 ) -> None:
-    """The bundled models' reward (context fit on by default), the same evaluations read two ways:
-    the rubric reward alone and with the fit; and against two echoes of the user."""
-    reward = AdaptiveReward.from_backend("default")
+    """The bundled models' reward with the context-fit add-on asked for, the same evaluations read
+    two ways: the rubric reward alone and with the fit; and against two echoes of the user."""
+    reward = AdaptiveReward.from_backend("default", context_fit="on")
     assert reward.context_fit is not None and reward.context_fit.identity.endswith("copies discounted")
     assert reward.context_fit.check is not None  # the bundled shift check, on the bundled model
-    assert AdaptiveReward.from_backend("default", context_fit=None).context_fit is None
+    assert reward.parts == ("care", "context_fit", "shift_check")
+    assert AdaptiveReward.from_backend("default").context_fit is None  # off unless asked for
     kinds = ("reference", "other", "echo", "reference + echo")
     items = [
         (c, reply)
@@ -206,13 +207,18 @@ def test_care_score_records_the_context_fit(tmp_path: Path, pairs: list[tuple[li
         json.dumps({"id": "d1", "messages": [*context, {"role": "assistant", "content": reference}]}) + "\n"
     )
     out = tmp_path / "scores.jsonl"
-    assert main(["score", str(source), "--out", str(out), "--quiet"]) == 0  # on by default for the bundled models
+    assert main(["score", str(source), "--context-fit", "on", "--out", str(out), "--quiet"]) == 0
     record = json.loads(out.read_text().splitlines()[-1])
     assert 0.0 < record["context_fit"] < 1.0 and record["reward"] is not None
     assert record["scored_by"]["context_fit"].startswith("llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf|window=6|")
     assert "|shift-check=" in record["scored_by"]["context_fit"]
     plain = tmp_path / "plain.jsonl"
-    assert main(["score", str(source), "--context-fit-check", "off", "--out", str(plain), "--quiet"]) == 0
+    assert (
+        main(
+            ["score", str(source), "--context-fit", "on", "--context-fit-check", "off", "--out", str(plain), "--quiet"]
+        )
+        == 0
+    )
     unchecked = json.loads(plain.read_text().splitlines()[-1])
     assert "shift-check" not in unchecked["scored_by"]["context_fit"]
     assert unchecked["context_fit"] >= record["context_fit"]  # the check only takes away
@@ -223,11 +229,13 @@ def test_care_score_records_the_context_fit(tmp_path: Path, pairs: list[tuple[li
     mine = replace(ShiftCheck.bundled(), reply_tokens=4)  # a check of one's own, from its file
     mine.save(tmp_path / "check.json")
     own = tmp_path / "own.jsonl"
-    assert main(["score", str(source), "--context-fit-check", str(tmp_path / "check.json"), "--out", str(own)]) == 0
+    check = str(tmp_path / "check.json")
+    assert main(["score", str(source), "--context-fit", "on", "--context-fit-check", check, "--out", str(own)]) == 0
     assert f"|{mine.identity}|" in json.loads(own.read_text().splitlines()[-1])["scored_by"]["context_fit"]
-    assert main(["score", str(source), "--context-fit-check", str(tmp_path / "none.json"), "--quiet"]) == 2
+    missing = str(tmp_path / "none.json")
+    assert main(["score", str(source), "--context-fit", "on", "--context-fit-check", missing, "--quiet"]) == 2
     off = tmp_path / "off.jsonl"
-    assert main(["score", str(source), "--context-fit", "off", "--out", str(off), "--quiet"]) == 0
+    assert main(["score", str(source), "--out", str(off), "--quiet"]) == 0  # off unless asked for
     assert json.loads(off.read_text().splitlines()[-1])["context_fit"] is None
     assert main(["score", str(source), "--context-fit", "openai:gpt@http://127.0.0.1:9/v1", "--quiet"]) == 2
 

@@ -91,17 +91,17 @@ def test_a_reply_without_a_distribution_is_an_output_error() -> None:
     assert isinstance(result, OutputError) and "no distribution" in str(result)
 
 
-def test_the_default_reads_expected_weights_only_for_a_trained_adapter_that_can_force(tmp_path: Path) -> None:
+def test_expected_weights_are_read_only_when_asked_for(tmp_path: Path) -> None:
     plain = RubricGenerator(WeightModel())
     assert not plain.expected_weights and "weights=" not in plain.identity
     trained = WeightModel()
     trained.adapter = AdapterInfo(  # type: ignore[attr-defined]
         path=tmp_path / "g.gguf", role="generator", prompt_version=GENERATOR_PROMPT_VERSION, max_context_messages=4
     )
-    generator = RubricGenerator(trained)
+    assert not RubricGenerator(trained).expected_weights  # a trained adapter keeps the weights it wrote
+    generator = RubricGenerator(trained, expected_weights=True)
     assert generator.expected_weights and generator.identity.endswith("|weights=expected")
     assert [generator.generate(CONTEXT).weights[d] for d in DIMENSIONS] == pytest.approx([0.44, 0.34, 0.22])
-    assert not RubricGenerator(trained, expected_weights=False).expected_weights
 
 
 def test_expected_weights_need_forced_replies() -> None:

@@ -140,7 +140,7 @@ def test_care_score_reads_context_fit_against_the_baselines_it_names() -> None:
     )
 
     def fit(*flags: str) -> tuple[object, object]:
-        reward = _build_reward(build_parser().parse_args(["score", "in.jsonl", *flags]))
+        reward = _build_reward(build_parser().parse_args(["score", "in.jsonl", "--context-fit", "on", *flags]))
         assert reward.context_fit is not None
         return reward.context_fit.baselines, reward.context_fit.gate
 
@@ -165,7 +165,7 @@ def test_the_policy_recipe_reads_context_fit_against_the_baselines_it_names(tmp_
 
     pool = BackendPool({"default": ScriptedBackend([])})  # rubrics and scores scripted; the fit reads the bundled model
     for name, gate, count in (("neutral", BUNDLED_GATE, 1), ("support", SUPPORT_GATE, 8), ("esconv", ESCONV_GATE, 4)):
-        reward = recipe_reward(RewardSettings(context_fit_baselines=name), pool)
+        reward = recipe_reward(RewardSettings(context_fit="on", context_fit_baselines=name), pool)
         assert reward.context_fit is not None
         assert reward.context_fit.gate == gate and len(reward.context_fit.baselines) == count
     config = tmp_path / "policy.yaml"
@@ -187,7 +187,7 @@ def test_verl_reads_context_fit_against_the_baselines_it_names(monkeypatch: pyte
     from care_sdk.integrations.verl import get_reward
 
     def fit_gate(**options: str) -> object:
-        reward = get_reward("default", **options)
+        reward = get_reward("default", context_fit="on", **options)
         assert reward.context_fit is not None
         return reward.context_fit.gate
 

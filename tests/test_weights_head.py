@@ -201,8 +201,8 @@ def test_the_cli_weight_reader_maps_to_the_generator_arguments() -> None:
 
     parser = argparse.ArgumentParser()
     add_weight_reader_option(parser)
-    options = {c: weights_options(parser.parse_args(["--weight-reader", c])) for c in ("auto", "head", "decoded")}
-    assert RubricGenerator(StatesBackend([]), **options["auto"]).weights_head is None  # not the bundled model
+    options = {c: weights_options(parser.parse_args(["--weight-reader", c])) for c in ("head", "decoded")}
+    assert weights_options(parser.parse_args([])) == options["decoded"]  # the method's weights by default
     with pytest.raises(ConfigError, match="needs a backend that reads hidden states"):
         RubricGenerator(ScriptedBackend([]), **options["head"])
     decoded = RubricGenerator(StatesBackend([]), **options["decoded"])

@@ -96,12 +96,13 @@ def test_care_train_weights_head_fits_a_head_the_generator_uses(
 
 @pytest.fixture(scope="module")
 def shipped() -> RubricGenerator:
-    return RubricGenerator("default")
+    return RubricGenerator("default", weights_head=True)
 
 
-def test_the_default_generator_reads_its_weights_with_the_shipped_head(
+def test_the_weights_head_add_on_reads_the_weights_beside_the_decoded_criteria(
     shipped: RubricGenerator, data_dir: Path
 ) -> None:
+    assert RubricGenerator(shipped.backend).weights_head is None  # off unless asked for
     head = bundled_weights_head()
     assert head is not None and shipped.weights_head == head and not shipped.expected_weights
     assert shipped.identity.endswith(f"|weights=head-{head.digest}")

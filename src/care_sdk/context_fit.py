@@ -218,8 +218,7 @@ def _log_mean_exp(values: Sequence[float]) -> float:
 
 
 AUTO = "auto"
-"""The context-fit option of the reward factories (on for the bundled default evaluator, off
-otherwise), and :class:`ContextFit`'s ``check`` option (the bundled check on the bundled model)."""
+""":class:`ContextFit`'s ``check`` option: the bundled check when the fit is read on the bundled model."""
 
 MEMO_SIZE = 4096
 """PMI values a :class:`ContextFit` keeps, so a reply met again in the same context (a repeated
@@ -524,33 +523,32 @@ class ContextFit:
 
 def context_fit_for(
     option: ContextFit | str | None,
-    evaluator: Any,
     *,
     baselines: Sequence[Context] | None = None,
     check: ShiftCheck | str | None = AUTO,
 ) -> ContextFit | None:
-    """The context fit a reward factory builds from an option, for an evaluator backend spec (or object).
+    """The context fit a reward factory builds from an option: an opt-in add-on, never on by default.
 
-    ``"auto"`` (:data:`AUTO`, what :func:`~care_sdk.reward.build_reward`,
-    :meth:`~care_sdk.AdaptiveReward.from_backend`, ``care score``, ``care bench quality``, the
-    verl plug-in and the policy recipe use unless told otherwise): the bundled base model's
-    :class:`ContextFit` when the evaluator is the bundled default (spec ``default``), whose rubric
-    scores alone do not tell a reply written for this conversation from one written for another;
-    none for any other evaluator, which gets the paper's reward. ``None`` or ``"off"``: none.
-    Another string: a :class:`ContextFit` read on that backend spec. A :class:`ContextFit`: itself.
-    A context fit built here reads against ``baselines`` (default: :data:`DEFAULT_BASELINES`'s),
+    Every backend's reward is the method's formula unless the caller asks for more, so no backend
+    spec turns context fit on. ``None`` or ``"off"``: none. ``"on"``: a :class:`ContextFit` read on
+    the bundled base model (backend ``"default"``, the model its gates were fitted on). Another
+    string: a :class:`ContextFit` read on that backend spec. A :class:`ContextFit`: itself. A
+    context fit built here reads against ``baselines`` (default: :data:`DEFAULT_BASELINES`'s),
     with their bundled gate (see :func:`bundled_gate`), and with ``check`` (:class:`ContextFit`'s:
     ``"auto"``, ``None`` or a :class:`~care_sdk.shift_check.ShiftCheck`).
 
+    Raises:
+        ConfigError: ``"auto"``, which used to turn context fit on for the bundled models only.
+
     Examples:
-        >>> context_fit_for("auto", "openai:gpt-4o-mini") is None, context_fit_for("off", "default") is None
+        >>> context_fit_for("off") is None, context_fit_for(None) is None
         (True, True)
-        >>> context_fit_for("auto", "default")  # doctest: +SKIP
+        >>> context_fit_for("on")  # doctest: +SKIP
         ContextFit('llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf|window=6|...|floor=0.5|copies discounted')
-        >>> context_fit_for("auto", "default", baselines=SUPPORT_CONVERSATIONS).gate == SUPPORT_GATE  # doctest: +SKIP
-        True
-        >>> context_fit_for("auto", "default", check=None).check is None  # doctest: +SKIP
-        True
+        >>> context_fit_for("auto")
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.ConfigError: context fit 'auto' is gone: every backend's reward is the method's formula; ...
     """
     if option is None or isinstance(option, ContextFit):
         return option
@@ -558,5 +556,10 @@ def context_fit_for(
     if spec.lower() == "off":
         return None
     if spec.lower() == AUTO:
-        return ContextFit(baselines=baselines, check=check) if is_default_spec(evaluator) else None
+        raise ConfigError(
+            "context fit 'auto' is gone: every backend's reward is the method's formula; "
+            "ask for context fit with 'on' (read on the bundled base model) or a backend spec"
+        )
+    if spec.lower() == "on":
+        return ContextFit(baselines=baselines, check=check)
     return ContextFit(spec, baselines=baselines, check=check)

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from care_sdk._engine import Plan, adrive, drive, fewer_messages, offload, parse_plan, unwrap
 from care_sdk._weights import expected_weights_plan
-from care_sdk.adapters import bundled_adapter
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.cache import MemoryCache, RubricCache, context_key
@@ -49,21 +47,17 @@ class RubricGenerator:
             backend was trained with, else the whole context. A prompt that does not fit the
             model's context window (:class:`~care_sdk.errors.ContextOverflowError`) is sent again
             with fewer messages, the oldest dropped first, down to the last one.
-        expected_weights: read the weights as expectations: the criteria are the decoded reply's,
-            and each weight is its expectation under the model's distribution over 0-10 at its slot
-            (forced reads of the three slots, following the first two slots' 3 likeliest values;
-            13 short reads a rubric, on a backend that
-            :attr:`~care_sdk.backends.Backend.supports_forced_replies`). ``False`` keeps the
-            integers the model wrote. Default (``None``): on where the backend carries a trained
-            generator adapter and supports forced replies and no ``weights_head`` reads the weights,
-            else off.
-        weights_head: read the weights with a :class:`~care_sdk.weights_head.WeightsHead` on the
-            model's own hidden states of the prompt (the criteria stay the decoded reply's). ``True``
-            is the head shipped with the bundled generator; ``False`` turns it off. Default
-            (``None``): the shipped head where the backend is the bundled model with the bundled
-            generator adapter, ``expected_weights`` is not asked for, and the backend
-            :attr:`~care_sdk.backends.Backend.supports_hidden_states` (the ``default`` spec: see
-            the bundled generator's docs page for what it measured), else off.
+        expected_weights: an opt-in add-on outside the method: read the weights as expectations:
+            the criteria are the decoded reply's, and each weight is its expectation under the
+            model's distribution over 0-10 at its slot (forced reads of the three slots, following
+            the first two slots' 3 likeliest values; 13 short reads a rubric, on a backend that
+            :attr:`~care_sdk.backends.Backend.supports_forced_replies`). ``False`` (the default,
+            on every backend) keeps the weights the model wrote.
+        weights_head: an opt-in add-on outside the method: read the weights with a
+            :class:`~care_sdk.weights_head.WeightsHead` on the model's own hidden states of the
+            prompt (the criteria stay the decoded reply's). ``True`` is the head shipped with the
+            bundled generator; ``False`` (the default, on every backend) keeps the weights the
+            model wrote.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, rubric_json
@@ -86,8 +80,8 @@ class RubricGenerator:
         max_attempts: int = 3,
         cache: RubricCache | bool | None = True,
         max_context_messages: int | None = None,
-        expected_weights: bool | None = None,
-        weights_head: WeightsHead | bool | None = None,
+        expected_weights: bool = False,
+        weights_head: WeightsHead | bool = False,
     ) -> None:
         if criteria_per_dimension < 1:
             raise ConfigError("criteria_per_dimension must be at least 1")
@@ -109,9 +103,7 @@ class RubricGenerator:
             if max_context_messages is None:
                 max_context_messages = adapter.max_context_messages
         self.max_context_messages = max_context_messages
-        self.weights_head = self._head(False if expected_weights else weights_head, adapter)
-        if expected_weights is None:
-            expected_weights = forced and adapter is not None and self.weights_head is None
+        self.weights_head = self._head(weights_head)
         self.expected_weights = expected_weights
         self.criteria_per_dimension = criteria_per_dimension
         self.temperature = temperature
@@ -121,19 +113,13 @@ class RubricGenerator:
         self.cache: RubricCache | None = MemoryCache() if cache is True else (None if cache is False else cache)
         self._schema = rubric_schema(criteria_per_dimension)
 
-    def _head(self, choice: WeightsHead | bool | None, adapter: Any) -> WeightsHead | None:
+    def _head(self, choice: WeightsHead | bool) -> WeightsHead | None:
         if choice is False:
             return None
         readable = bool(getattr(self.backend, "supports_hidden_states", False))
-        if choice is None:
-            bundled = bundled_adapter("generator")
-            if not readable or adapter is None or bundled is None or Path(adapter.path) != bundled:
-                return None
-        if choice is None or choice is True:
+        if choice is True:
             head = bundled_weights_head()
             if head is None:
-                if choice is None:
-                    return None
                 raise ConfigError("weights_head=True: this build of care-sdk ships no weights head")
         else:
             head = choice

@@ -7,7 +7,7 @@ from typing import Any
 
 from care_sdk._calls import completion_text, report_to_trainer, trl_items
 from care_sdk.backends import Backend, is_default_spec, resolve_backend
-from care_sdk.context_fit import AUTO, ContextFit, context_fit_for, fitted_reward
+from care_sdk.context_fit import ContextFit, context_fit_for, fitted_reward
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -45,13 +45,12 @@ class AdaptiveReward:
             characters is truncated, and a reply flagged for text aimed at the evaluator (forged
             turns, requests for scores, the evaluator's own answer format) gets 0 without a model
             call; ``Guards(on_flag="report")`` only reports flags, ``None`` turns every guard off.
-        context_fit: when given, the reward of every evaluated reply is ``fit * (floor + (1 -
-            floor) * rubric reward)``, where ``fit`` is how likely the reply was written for its
-            context (see :mod:`care_sdk.context_fit`), so a reply that would fit any conversation
-            earns less; ``RewardResult.context_fit`` holds the fit and ``rubric_reward`` the
-            rubric's part. ``None`` (the default here) is the paper's reward; the factories
-            (:meth:`from_backend`, :func:`build_reward`) turn it on for the bundled ``default``
-            models.
+        context_fit: an opt-in add-on outside the method: when given, the reward of every
+            evaluated reply is ``fit * (floor + (1 - floor) * rubric reward)``, where ``fit`` is how
+            likely the reply was written for its context (see :mod:`care_sdk.context_fit`);
+            ``RewardResult.context_fit`` holds the fit, ``rubric_reward`` the rubric's part and
+            ``RewardResult.parts`` names what produced the reward. ``None`` (the default, on every
+            backend, the bundled ``default`` included) is the method's reward.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
@@ -91,6 +90,35 @@ class AdaptiveReward:
         self.context_fit = context_fit
         self.__name__ = "care_reward"  # TRL names reward functions by __name__
 
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """What produces this reward: the variant, then each opt-in add-on outside the method.
+
+        Every :class:`RewardResult` it returns carries the same tuple in ``parts``.
+
+        Examples:
+            >>> from care_sdk.testing import ScriptedBackend
+            >>> AdaptiveReward(RubricGenerator(ScriptedBackend([])), RubricEvaluator(ScriptedBackend([]))).parts
+            ('care',)
+        """
+        parts: list[str] = [self.variant]
+        generator = self.generator if self.rubric is None and self.weights != "uniform" else None
+        if generator is not None and generator.weights_head is not None:
+            parts.append("weights_head")
+        if generator is not None and generator.expected_weights:
+            parts.append("expected_weights")
+        if self.context_fit is not None:
+            parts.append("context_fit")
+            if self.context_fit.check is not None:
+                parts.append("shift_check")
+        return tuple(parts)
+
+    def _stamped(
+        self, outcomes: list[tuple[RewardResult, CareError | None]]
+    ) -> list[tuple[RewardResult, CareError | None]]:
+        parts = self.parts
+        return [(result.model_copy(update={"parts": parts}), error) for result, error in outcomes]
+
     @classmethod
     def for_variant(
         cls,
@@ -121,10 +149,9 @@ class AdaptiveReward:
         """Build generator and evaluator on one backend (one model loaded once).
 
         ``options`` are :class:`AdaptiveReward` options (``weights``, ``criteria``, ``rubric``,
-        ``guards``, ``context_fit``). ``context_fit`` also takes ``"auto"`` (the default here:
-        on for the bundled ``default`` backend, off for any other), ``"off"`` or a backend spec
-        (see :func:`~care_sdk.context_fit.context_fit_for`); ``context_fit=None`` gives the
-        bundled models the paper's reward.
+        ``guards``, ``context_fit``). ``context_fit`` also takes ``"on"``, ``"off"`` or a backend
+        spec (see :func:`~care_sdk.context_fit.context_fit_for`); it is off unless asked for, so
+        every backend, ``default`` included, computes the method's reward.
         To build from several backend specs or by variant name, see :func:`build_reward`.
 
         Examples:
@@ -132,7 +159,7 @@ class AdaptiveReward:
             >>> AdaptiveReward.from_backend(ScriptedBackend([]), weights="uniform").weights
             'uniform'
         """
-        options["context_fit"] = context_fit_for(options.get("context_fit", AUTO), backend)
+        options["context_fit"] = context_fit_for(options.get("context_fit"))
         if is_default_spec(backend):  # one bundled adapter per role
             return cls(RubricGenerator(backend), RubricEvaluator(backend), **options)
         shared = resolve_backend(backend)
@@ -198,7 +225,8 @@ class AdaptiveReward:
         if self.context_fit is not None:
             fitted = self._fit_items(outcomes)
             outcomes = self._apply_fit(outcomes, fitted, self.context_fit.score_batch([todo[i] for i in fitted]))
-        return merge_outcomes(screens, outcomes, self.guards)
+        merged = merge_outcomes(screens, outcomes, self.guards)
+        return self._stamped(merged)
 
     async def _aoutcomes(self, items: Sequence[ScoreItem]) -> list[tuple[RewardResult, CareError | None]]:
         screens, todo = screen_items(items, self.guards)
@@ -208,7 +236,8 @@ class AdaptiveReward:
             fitted = self._fit_items(outcomes)
             values = await self.context_fit.ascore_batch([todo[i] for i in fitted])
             outcomes = self._apply_fit(outcomes, fitted, values)
-        return merge_outcomes(screens, outcomes, self.guards)
+        merged = merge_outcomes(screens, outcomes, self.guards)
+        return self._stamped(merged)
 
     @staticmethod
     def _fit_items(outcomes: list[tuple[RewardResult, CareError | None]]) -> list[int]:
@@ -357,7 +386,7 @@ def build_reward(
     evaluator_options: Mapping[str, Any] | None = None,
     resolve: Callable[[Any], Backend] = resolve_backend,
     guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
-    context_fit: ContextFit | str | None = AUTO,
+    context_fit: ContextFit | str | None = None,
 ) -> AdaptiveReward:
     """The reward of a variant, built from backend specs or objects: the one factory the CLI,
     the verl adapter, policy training and the benchmarks use.
@@ -369,10 +398,10 @@ def build_reward(
     ``max_tokens``, ``cache``, ...). ``fixed_rubric`` builds no generator and resolves no
     generator backend. ``resolve`` turns a spec into a backend (a pool that builds each spec
     once, for example). ``guards`` are the reward's deterministic pre-checks and flags (see
-    :class:`AdaptiveReward`; ``None`` turns them off); ``context_fit`` scales the reward by
-    the reply's fit to its context (see :class:`AdaptiveReward`): a :class:`ContextFit`, a backend
-    spec to read it on, ``"off"`` / ``None``, or ``"auto"`` (the default: on when the evaluator is
-    the bundled ``default``, see :func:`~care_sdk.context_fit.context_fit_for`).
+    :class:`AdaptiveReward`; ``None`` turns them off); ``context_fit`` is the opt-in add-on that
+    scales the reward by the reply's fit to its context (see :class:`AdaptiveReward`): a
+    :class:`ContextFit`, ``"on"``, a backend spec to read it on, or ``"off"`` / ``None`` (the
+    default: the method's reward, see :func:`~care_sdk.context_fit.context_fit_for`).
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -395,7 +424,7 @@ def build_reward(
     generator = None
     if needs_generator(variant):
         generator = RubricGenerator(backend_for(generator_backend), **dict(generator_options or {}))
-    fit = context_fit_for(context_fit, backend if evaluator_backend is None else evaluator_backend)
+    fit = context_fit_for(context_fit)
     return AdaptiveReward.for_variant(variant, generator, evaluator, guards=guards, context_fit=fit)
 
 

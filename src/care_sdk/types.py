@@ -381,6 +381,10 @@ class RewardResult(_Frozen):
     """How likely the reply was written for its context, in (0, 1), when the reward reads it
     (see :mod:`care_sdk.context_fit`); the reward is then ``context_fit * (floor + (1 - floor) *
     rubric_reward)``."""
+    parts: tuple[str, ...] = ()
+    """What produced the reward: the variant (``care``, ``uniform_weights``, ...), then any opt-in
+    add-on outside the method (``weights_head``, ``expected_weights``, ``context_fit``,
+    ``shift_check``), e.g. ``("care",)`` for the method's reward."""
 
     @property
     def rubric_reward(self) -> float | None:

@@ -74,37 +74,33 @@ def add_backend_options(cmd: argparse.ArgumentParser) -> None:
 
 
 WEIGHT_READERS = {
-    "auto": {},
+    "decoded": {"weights_head": False, "expected_weights": False},
     "head": {"weights_head": True, "expected_weights": False},
     "expected": {"weights_head": False, "expected_weights": True},
-    "decoded": {"weights_head": False, "expected_weights": False},
 }
 """The ``--weight-reader`` choices and the :class:`~care_sdk.RubricGenerator` arguments each stands for."""
 
 
 def add_weight_reader_option(cmd: argparse.ArgumentParser) -> None:
-    """Add ``--weight-reader auto|head|expected|decoded``: how the rubric generator reads its weights.
+    """Add ``--weight-reader decoded|head|expected``: how the rubric generator reads its weights.
 
-    ``auto`` is :class:`~care_sdk.RubricGenerator`'s own default (the weights head for the bundled
-    generator, expected weights for another trained generator adapter that supports forced
-    replies, else the integers the model wrote); ``head`` asks for the bundled weights head,
-    ``expected`` for expectations over 0-10, ``decoded`` keeps the integers the model wrote, for
-    example to continue or reproduce a run made with them. :func:`weights_options` turns the value
-    into the generator's arguments.
+    ``decoded`` (the default, the method's) keeps the weights the model wrote; ``head`` (an opt-in
+    add-on) asks for the bundled weights head, ``expected`` (another) for expectations over 0-10.
+    :func:`weights_options` turns the value into the generator's arguments.
 
     Examples:
         >>> parser = argparse.ArgumentParser()
         >>> add_weight_reader_option(parser)
-        >>> parser.parse_args([]).weight_reader, parser.parse_args(["--weight-reader", "decoded"]).weight_reader
-        ('auto', 'decoded')
+        >>> parser.parse_args([]).weight_reader, parser.parse_args(["--weight-reader", "head"]).weight_reader
+        ('decoded', 'head')
     """
     cmd.add_argument(
         "--weight-reader",
         choices=tuple(WEIGHT_READERS),
-        default="auto",
-        help="how the generator reads rubric weights: the bundled weights head on the model's hidden states "
-        "(head), the model's expected values over 0-10 (expected), the integers it wrote (decoded), or the "
-        "generator's own choice: the head for the bundled generator (auto; default: %(default)s)",
+        default="decoded",
+        help="how the generator reads rubric weights: the weights it wrote (decoded, the method's), or one of "
+        "two add-ons outside the method: the bundled weights head on the model's hidden states (head), the "
+        "model's expected values over 0-10 (expected) (default: %(default)s)",
     )
 
 
@@ -114,8 +110,8 @@ def weights_options(args: argparse.Namespace) -> dict[str, bool]:
     Examples:
         >>> weights_options(argparse.Namespace(weight_reader="decoded"))
         {'weights_head': False, 'expected_weights': False}
-        >>> weights_options(argparse.Namespace(weight_reader="auto"))
-        {}
+        >>> weights_options(argparse.Namespace(weight_reader="head"))
+        {'weights_head': True, 'expected_weights': False}
     """
     return dict(WEIGHT_READERS[args.weight_reader])
 
@@ -136,17 +132,17 @@ def add_context_fit_options(cmd: argparse.ArgumentParser) -> None:
         >>> add_context_fit_options(parser)
         >>> args = parser.parse_args([])
         >>> args.context_fit, args.context_fit_baselines == DEFAULT_BASELINES, args.context_fit_check
-        ('auto', True, 'auto')
+        ('off', True, 'auto')
     """
     from care_sdk.context_fit import BASELINE_NAMES, DEFAULT_BASELINES
 
     cmd.add_argument(
         "--context-fit",
-        default="auto",
+        default="off",
         metavar="SPEC",
-        help="scale each reward by how likely the reply was written for its context: auto (on for the "
-        "bundled default evaluator, read on the bundled base model; off for any other), off, or a backend "
-        "spec to read it on (llamacpp and hf specs work) (default: %(default)s)",
+        help="an add-on outside the method: scale each reward by how likely the reply was written for its "
+        "context: off (the method's reward), on (read on the bundled base model), or a backend spec to read "
+        "it on (llamacpp and hf specs work) (default: %(default)s)",
     )
     cmd.add_argument(
         "--context-fit-baselines",
@@ -168,19 +164,14 @@ def add_context_fit_options(cmd: argparse.ArgumentParser) -> None:
 
 
 def context_fit_of(args: argparse.Namespace) -> Any:
-    """The reward's ``context_fit`` for the options of :func:`add_context_fit_options` and the
-    evaluator's backend spec (``--evaluator-backend``, else ``--backend``).
+    """The reward's ``context_fit`` for the options of :func:`add_context_fit_options`.
 
     Examples:
         >>> context_fit_of(argparse.Namespace(context_fit="off", context_fit_baselines="neutral",
         ...                                   context_fit_check="auto", backend="default",
         ...                                   evaluator_backend=None)) is None
         True
-        >>> context_fit_of(argparse.Namespace(context_fit="auto", context_fit_baselines="neutral",
-        ...                                   context_fit_check="off", backend="default",
-        ...                                   evaluator_backend="openai:judge")) is None
-        True
-        >>> context_fit_of(argparse.Namespace(context_fit="auto", context_fit_baselines="neutral",
+        >>> context_fit_of(argparse.Namespace(context_fit="on", context_fit_baselines="neutral",
         ...                                   context_fit_check="mine.json", backend="default",
         ...                                   evaluator_backend=None))  # doctest: +ELLIPSIS
         Traceback (most recent call last):
@@ -199,7 +190,7 @@ def context_fit_of(args: argparse.Namespace) -> Any:
             check = ShiftCheck.load(choice)
         except ConfigError as exc:
             raise ConfigError(f"--context-fit-check: {exc}") from None
-    return context_fit_for(args.context_fit, args.evaluator_backend or args.backend, baselines=baselines, check=check)
+    return context_fit_for(args.context_fit, baselines=baselines, check=check)
 
 
 def add_run_options(cmd: argparse.ArgumentParser, *, out_dir: str, batch_size: int, batch_unit: str) -> None:

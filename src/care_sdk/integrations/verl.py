@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from care_sdk.backends import Backend
-from care_sdk.context_fit import AUTO, DEFAULT_BASELINES, baselines_name, context_fit_for, named_baselines
+from care_sdk.context_fit import DEFAULT_BASELINES, baselines_name, context_fit_for, named_baselines
 from care_sdk.errors import CareError, InputError
 from care_sdk.reward import AdaptiveReward, build_reward
 from care_sdk.types import DIMENSIONS, Message, RewardResult, as_messages
@@ -108,10 +108,10 @@ def get_reward(
     """The process's shared :class:`AdaptiveReward` for these options, built on first use.
 
     ``backend`` defaults to ``$CARE_BACKEND`` or ``"default"``; ``cache`` (an SQLite file shared by
-    all workers) defaults to ``$CARE_RUBRIC_CACHE`` or an in-memory cache; ``context_fit`` (``"auto"``,
-    ``"off"`` or a backend spec for :class:`~care_sdk.ContextFit`, see
-    :func:`~care_sdk.context_fit.context_fit_for`) defaults to ``$CARE_CONTEXT_FIT`` or ``"auto"``:
-    on for the bundled ``default`` evaluator, off for any other; ``context_fit_baselines`` (a name in
+    all workers) defaults to ``$CARE_RUBRIC_CACHE`` or an in-memory cache; ``context_fit`` (the opt-in
+    add-on: ``"on"``, ``"off"`` or a backend spec for :class:`~care_sdk.ContextFit`, see
+    :func:`~care_sdk.context_fit.context_fit_for`) defaults to ``$CARE_CONTEXT_FIT`` or ``"off"``
+    (the method's reward on every backend); ``context_fit_baselines`` (a name in
     :data:`~care_sdk.context_fit.BASELINE_NAMES`) defaults to ``$CARE_CONTEXT_FIT_BASELINES`` or
     :data:`~care_sdk.context_fit.DEFAULT_BASELINES`.
 
@@ -123,7 +123,7 @@ def get_reward(
     """
     backend = backend if backend is not None else os.environ.get("CARE_BACKEND", "default")
     cache = cache if cache is not None else os.environ.get("CARE_RUBRIC_CACHE")
-    context_fit = context_fit if context_fit is not None else os.environ.get("CARE_CONTEXT_FIT", AUTO)
+    context_fit = context_fit if context_fit is not None else os.environ.get("CARE_CONTEXT_FIT", "off")
     if context_fit_baselines is None:
         context_fit_baselines = os.environ.get("CARE_CONTEXT_FIT_BASELINES", DEFAULT_BASELINES)
     baselines_name(context_fit_baselines, where="context_fit_baselines")  # read (esconv: from the data) once, below
@@ -144,7 +144,6 @@ def get_reward(
                 evaluator_options={"use_logprobs": use_logprobs},
                 context_fit=context_fit_for(
                     context_fit,
-                    backend,
                     baselines=named_baselines(context_fit_baselines, where="context_fit_baselines"),
                 ),
             )
@@ -239,10 +238,10 @@ def compute_score_batch(
         criteria: ``"generated"`` or ``"fixed"`` (ablation).
         use_logprobs: expected scores over the score tokens' probabilities.
         cache: SQLite file for rubrics shared across workers and runs (default ``$CARE_RUBRIC_CACHE``).
-        context_fit: scale each reward by the reply's fit to its context: ``"auto"`` (on for
-            the bundled ``default`` evaluator), ``"off"``, or a backend spec to read it on (see
+        context_fit: the opt-in add-on that scales each reward by the reply's fit to its context:
+            ``"on"``, ``"off"``, or a backend spec to read it on (see
             :func:`~care_sdk.context_fit.context_fit_for`; default ``$CARE_CONTEXT_FIT``, or
-            ``"auto"``); the fit is the ``care_context_fit`` entry (NaN without).
+            ``"off"``); the fit is the ``care_context_fit`` entry (NaN without).
         context_fit_baselines: what context fit compares a reply against, a name in
             :data:`~care_sdk.context_fit.BASELINE_NAMES` (see
             :func:`~care_sdk.context_fit.named_baselines`); default ``$CARE_CONTEXT_FIT_BASELINES``,

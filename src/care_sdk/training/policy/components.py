@@ -55,7 +55,6 @@ def build_reward(settings: RewardSettings, pool: BackendPool, data_dir: str | No
         )
     context_fit = context_fit_for(
         settings.context_fit,
-        settings.evaluator,
         baselines=named_baselines(settings.context_fit_baselines, "reward.context_fit_baselines", data_dir),
     )
     return build_adaptive_reward(settings.variant, generator, evaluator, context_fit=context_fit)

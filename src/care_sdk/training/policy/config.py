@@ -157,9 +157,10 @@ class RewardSettings(_Config):
     """Replies tried per rubric / evaluation before that reward is ``None``."""
     use_logprobs: bool = False
     """Score criteria by expected score over the evaluator's logprobs (continuous rewards)."""
-    context_fit: str = "auto"
-    """Scale each reward by the reply's fit to its context (:mod:`care_sdk.context_fit`): ``auto``
-    (on when the evaluator is the bundled ``default``), ``off``, or a backend spec to read it on."""
+    context_fit: str = "off"
+    """The opt-in add-on that scales each reward by the reply's fit to its context
+    (:mod:`care_sdk.context_fit`): ``off`` (the method's reward), ``on`` (read on the bundled base
+    model) or a backend spec to read it on."""
     context_fit_baselines: str = DEFAULT_BASELINES
     """What context fit compares a reply against, by its name in
     :data:`~care_sdk.context_fit.BASELINE_NAMES` (see :func:`~care_sdk.context_fit.named_baselines`;
