@@ -1,0 +1,475 @@
+"""The add-ons of the bundled models against the method's reward, on test sets no choice has seen.
+
+Applies ``benchmarks/rules/addons.md`` (written before any read): the bundled ``default`` computing
+the method's reward, beside four add-ons outside the method (the weights head, expected weights,
+context fit, context fit with the shift check) and the baselines of the same run (length, feeling
+words, uniform weights, the untrained base, the prior). Each item is scored once: the add-ons'
+rewards are read from the same rubric and evaluation (only the weights or the fit differ).
+
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_addons.py --set sage --out runs/addons
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_addons.py --set intents --out runs/addons
+    python benchmarks/bench_addons.py --report --out runs/addons   # writes benchmarks/results/addons.json
+
+A run records its test read in the ledger (``benchmarks/results/test_reads.json``) when it starts,
+keeps one JSON line per item in ``OUT/<set>.jsonl`` and resumes from it (a resumed run is the same
+read). ``--report`` reads the records only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
+from care_sdk.bench.metrics import bootstrap, spearman
+from care_sdk.context_fit import ContextFit, fitted_reward
+from care_sdk.data.locations import data_dir as default_data_dir
+from care_sdk.types import DIMENSIONS, Dimension, RewardResult
+from care_sdk.weights_head import bundled_weights_head
+
+RULE = "benchmarks/rules/addons.md"
+SALT = "addons-v1:"
+SAGE_PER_SYSTEM = 30
+INTENT_TURNS = 150
+RESAMPLES = 2000
+FEELING = re.compile(r"\b(feel\w*|understand\w*|sounds|hard|tough)\b", re.IGNORECASE)
+"""The five feeling words whose count orders the Lend-an-Ear judge's pairs (the bundled evaluator's page)."""
+ADDONS = ("weights_head", "expected_weights", "context_fit", "context_fit+shift_check")
+WEIGHT_READERS = ("written", "weights_head", "expected_weights", "uniform", "base")
+
+
+def _order(key: str) -> str:
+    return hashlib.sha256((SALT + key).encode()).hexdigest()
+
+
+def feeling_words(text: str) -> int:
+    """How many of the five feeling words (and their forms) a reply holds.
+
+    Examples:
+        >>> feeling_words("That sounds so hard. I understand how you feel.")
+        4
+    """
+    return len(FEELING.findall(text))
+
+
+def top_match(weights: dict[str, float], dimension: str) -> bool:
+    """Whether ``dimension`` gets strictly the largest weight.
+
+    Examples:
+        >>> top_match({"cognitive": 0.5, "affective": 0.3, "proactive": 0.2}, "cognitive")
+        True
+        >>> top_match({"cognitive": 1 / 3, "affective": 1 / 3, "proactive": 1 / 3}, "cognitive")
+        False
+    """
+    return all(weights[dimension] > w for d, w in weights.items() if d != dimension)
+
+
+def align(weights: dict[str, float], dimension: str) -> float:
+    """r_align with one strategy count on ``dimension``: 1, minus 0.5 per violation, floored at 0.
+
+    Examples:
+        >>> align({"cognitive": 0.5, "affective": 0.3, "proactive": 0.2}, "affective")
+        0.0
+        >>> align({"cognitive": 0.3, "affective": 0.4, "proactive": 0.3}, "affective")
+        1.0
+    """
+    violations = 0 if top_match(weights, dimension) else 1
+    violations += sum(1 for d, w in weights.items() if d != dimension and w > weights[dimension])
+    return max(0.0, 1.0 - 0.5 * violations)
+
+
+# -- the samples (fixed by the rule) --------------------------------------------------------------------
+
+
+def sage_items(data: Path) -> list[dict[str, Any]]:
+    from care_sdk.data.sage_turns import sage_rollout_files, sage_test_turns
+
+    by_model: dict[str, list[Any]] = {}
+    for turn in sage_test_turns(sage_rollout_files(data)):
+        by_model.setdefault(turn.model, []).append(turn)
+    samples = [sorted(by_model[m], key=lambda t: _order(t.key))[:SAGE_PER_SYSTEM] for m in sorted(by_model)]
+    items = []
+    for turn in (t for group in zip(*samples, strict=True) for t in group):  # the systems in turn, each in its order
+        items.append(
+            {
+                "id": turn.key,
+                "system": turn.model,
+                "context": [m.model_dump(mode="json") for m in turn.context],
+                "reply": turn.reply,
+                "delta": turn.delta,
+            }
+        )
+    return items
+
+
+def intent_items(data: Path, test_read: Any) -> list[dict[str, Any]]:
+    from care_sdk.data.intents import load_intent_turns
+
+    first: dict[str, Any] = {}
+    for turn in load_intent_turns(data / "empatheticdialogues_intents", test_read=test_read).records:
+        if turn.dimension is not None and turn.context and turn.dialogue_id not in first:
+            first[turn.dialogue_id] = turn
+    chosen = sorted(first.values(), key=lambda t: _order(t.id))[:INTENT_TURNS]
+    items = []
+    for i, turn in enumerate(chosen):
+        other = chosen[(i + 1) % len(chosen)]
+        items.append(
+            {
+                "id": turn.id,
+                "dimension": turn.dimension.value,
+                "intent": turn.intent,
+                "context": [m.model_dump(mode="json") for m in turn.context],
+                "reply": turn.reply,
+                "other": other.reply,
+            }
+        )
+    return items
+
+
+# -- scoring ---------------------------------------------------------------------------------------------
+
+
+def _weights(w: dict[Dimension, float]) -> dict[str, float]:
+    return {d.value: float(w[d]) for d in DIMENSIONS}
+
+
+def _rewards(result: RewardResult, readers: dict[str, dict[str, float]]) -> dict[str, float | None]:
+    """The reward under each weight reader from one evaluation (the guards' result where they settled it)."""
+    if result.dimension_scores is None:
+        return {name: result.reward for name in readers}
+    scores = {d.value: s for d, s in result.dimension_scores.items()}
+    return {name: sum(w[d] * scores[d] for d in w) for name, w in readers.items()}
+
+
+class Scorer:
+    """The shipped reward, its add-ons and the untrained base, all on the bundled model."""
+
+    def __init__(self) -> None:
+        self.reward = AdaptiveReward.from_backend("default")
+        assert self.reward.parts == ("care",)
+        generator = self.reward.generator
+        assert generator is not None
+        self.expected = RubricGenerator(generator.backend, expected_weights=True)
+        head = bundled_weights_head()
+        assert head is not None
+        self.head = head
+        self.fit = ContextFit()  # PMI against "Hi." with the bundled gate, and the bundled shift check
+        self.base = AdaptiveReward(RubricGenerator("base"), RubricEvaluator("base"))
+
+    def weights(self, context: list[dict[str, Any]], written: dict[str, float]) -> dict[str, dict[str, float]]:
+        generator = self.reward.generator
+        assert generator is not None
+        head = self.head.weights([context], generator.backend)[0]
+        expected = self.expected.generate(context).weights
+        return {
+            "written": written,
+            "weights_head": _weights(head),
+            "expected_weights": _weights(expected),
+            "uniform": dict.fromkeys(written, 1 / 3),
+        }
+
+    def fits(self, context: list[dict[str, Any]], reply: str) -> dict[str, float | None]:
+        items = [(context, reply)]
+        pmi = self.fit.pmi_batch(items)[0]
+        if not isinstance(pmi, float):
+            return {"pmi": None, "fit": None, "factor": None}
+        factor = self.fit.check_factors(items, [pmi])[0]
+        fit = self.fit.gate(pmi) * self.fit.own_share(context, reply)
+        return {"pmi": pmi, "fit": fit, "factor": factor if isinstance(factor, float) else None}
+
+    def score(self, context: list[dict[str, Any]], replies: Sequence[str]) -> dict[str, Any]:
+        results = self.reward.score_batch([(context, r) for r in replies])
+        base = self.base.score_batch([(context, r) for r in replies])
+        rubric = next((r.rubric for r in results if r.rubric is not None), None)
+        written = _weights(rubric.weights) if rubric is not None else None
+        readers = self.weights(context, written) if written is not None else {}
+        base_rubric = next((r.rubric for r in base if r.rubric is not None), None)
+        if base_rubric is not None:
+            readers_base = _weights(base_rubric.weights)
+        per_reply = []
+        for reply, result, base_result in zip(replies, results, base, strict=True):
+            rewards = _rewards(result, readers) if readers else {}
+            fits = self.fits(context, reply)
+            plain = rewards.get("written")
+            for name, fit in (("context_fit", fits["fit"]), ("context_fit+shift_check", None)):
+                if name == "context_fit+shift_check" and fits["fit"] is not None and fits["factor"] is not None:
+                    fit = fits["fit"] * fits["factor"]
+                rewards[name] = None if plain is None or fit is None else fitted_reward(plain, fit)
+            rewards["base"] = base_result.reward
+            per_reply.append(
+                {
+                    "rewards": rewards,
+                    "fits": fits,
+                    "error": result.error,
+                    "base_error": base_result.error,
+                    "flags": list(result.flags),
+                    "length": len(reply),
+                    "feeling_words": feeling_words(reply),
+                }
+            )
+        weights = dict(readers)
+        if base_rubric is not None:
+            weights["base"] = readers_base
+        return {"weights": weights, "replies": per_reply}
+
+
+# -- runs ------------------------------------------------------------------------------------------------
+
+
+def _done(path: Path) -> set[str]:
+    if not path.is_file():
+        return set()
+    return {json.loads(line)["id"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
+
+
+def _artifact() -> str:
+    from care_sdk.adapters import bundled_adapter
+    from care_sdk.backends.llamacpp import default_model_path
+    from care_sdk.training.results import artifact_identity
+
+    root = Path(bundled_adapter("generator") or "").parent
+    files = [default_model_path(), root / "generator.gguf", root / "evaluator.gguf", root / "generator_head.json"]
+    files.append(root / "shift_check.json")
+    return artifact_identity("bundled-default+addons", *files)
+
+
+LEDGER_NAMES = {"sage": "sage_rlver/test_turns", "intents": "empatheticdialogues_intents"}
+
+
+def smoke_items(data: Path, which: str) -> list[dict[str, Any]]:
+    """Two items shaped like ``which``'s from selection data (SAGE turns already scored, ESConv test), to
+    check the scoring path without a test read."""
+    if which == "sage":
+        from care_sdk.data.sage_turns import sage_rollout_files, sage_turns
+
+        turns = [t for t in sage_turns(sage_rollout_files(data)) if t.role == "selection"][:2]
+        return [
+            {
+                "id": t.key,
+                "system": t.model,
+                "context": [m.model_dump(mode="json") for m in t.context][-2:],
+                "reply": t.reply[:300],
+                "delta": t.delta,
+            }
+            for t in turns
+        ]
+    from care_sdk.data.esconv import load_esconv
+
+    turns = load_esconv(data / "esconv" / "test.jsonl").records[0].supporter_turns()[:3]
+    return [
+        {
+            "id": f"{t.dialogue_id}#{t.index}",
+            "dimension": "affective",
+            "intent": None,
+            "context": [m.model_dump(mode="json") for m in t.context],
+            "reply": t.reply,
+            "other": turns[i + 1].reply,
+        }
+        for i, t in enumerate(turns[:2])
+    ]
+
+
+def run(which: str, data: Path, out: Path, *, force: bool, smoke: bool = False) -> None:
+    from care_sdk.training.results import record_test_read
+
+    out.mkdir(parents=True, exist_ok=True)
+    records = out / f"{which}.jsonl"
+    read_file = out / f"{which}.read.json"
+    if smoke:
+        read = {"data": "smoke (selection data)", "artifact": "", "reads": 0, "date": ""}
+        read_file.write_text(json.dumps(read, indent=2) + "\n", encoding="utf-8")
+    elif read_file.is_file():
+        read = json.loads(read_file.read_text(encoding="utf-8"))  # a resumed run is the same read
+    else:
+        entry = record_test_read(LEDGER_NAMES[which], artifact=_artifact(), command=" ".join(sys.argv), force=force)
+        read = {"data": entry.data, "artifact": entry.artifact, "reads": entry.reads, "date": entry.date}
+        read_file.write_text(json.dumps(read, indent=2) + "\n", encoding="utf-8")
+    items = smoke_items(data, which) if smoke else sage_items(data) if which == "sage" else intent_items(data, read)
+    done = _done(records)
+    scorer = Scorer()
+    with records.open("a", encoding="utf-8") as sink:
+        for n, item in enumerate(items, start=1):
+            if item["id"] in done:
+                continue
+            start = time.perf_counter()
+            replies = [item["reply"]] + ([item["other"]] if "other" in item else [])
+            scored = scorer.score(item["context"], replies)
+            record = {k: v for k, v in item.items() if k not in ("context", "reply", "other")}
+            record.update(scored, seconds=round(time.perf_counter() - start, 1))
+            sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+            sink.flush()
+            print(f"{which} {n}/{len(items)} {item['id']} {record['seconds']} s", flush=True)
+
+
+# -- the report ------------------------------------------------------------------------------------------
+
+
+def _paired(
+    units: Sequence[dict[str, Any]], value: Callable[[Sequence[dict[str, Any]], str], float | None], a: str, b: str
+) -> dict[str, Any]:
+    def diff(sample: Sequence[dict[str, Any]]) -> float | None:
+        x, y = value(sample, a), value(sample, b)
+        return None if x is None or y is None else x - y
+
+    return bootstrap(units, diff, resamples=RESAMPLES, seed=0).to_json()
+
+
+def _one(
+    units: Sequence[dict[str, Any]], value: Callable[[Sequence[dict[str, Any]], str], float | None], a: str
+) -> Any:
+    return bootstrap(units, lambda s: value(s, a), resamples=RESAMPLES, seed=0).to_json()
+
+
+def _sage_spearman(sample: Sequence[dict[str, Any]], name: str) -> float | None:
+    pairs = [(r["replies"][0]["rewards"].get(name), r["delta"]) for r in sample]
+    if name in ("length", "feeling_words"):
+        pairs = [(r["replies"][0][name], r["delta"]) for r in sample]
+    pairs = [(x, y) for x, y in pairs if x is not None]
+    if len(pairs) < 3:
+        return None
+    value = spearman([x for x, _ in pairs], [y for _, y in pairs])
+    return None if value is None or math.isnan(value) else value
+
+
+def _intent_mean(
+    metric: Callable[[dict[str, float], str], float],
+) -> Callable[[Sequence[dict[str, Any]], str], float | None]:
+    def value(sample: Sequence[dict[str, Any]], name: str) -> float | None:
+        scores = [metric(r["weights"][name], r["dimension"]) for r in sample if name in r["weights"]]
+        return sum(scores) / len(scores) if scores else None
+
+    return value
+
+
+def _pair_wins(sample: Sequence[dict[str, Any]], name: str) -> float | None:
+    wins = []
+    for r in sample:
+        ref, other = r["replies"]
+        if name in ("length", "feeling_words"):
+            a, b = ref[name], other[name]
+        else:
+            a, b = ref["rewards"].get(name), other["rewards"].get(name)
+        if a is not None and b is not None:
+            wins.append(1.0 if a > b else 0.5 if a == b else 0.0)
+    return sum(wins) / len(wins) if wins else None
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _prior() -> str:
+    """The dimension most frequent among ESConv train supporter strategies (train data, so allowed)."""
+    from care_sdk.data.esconv import load_esconv
+
+    counts: dict[str, int] = dict.fromkeys((d.value for d in DIMENSIONS), 0)
+    for dialogue in load_esconv(default_data_dir() / "esconv" / "train.jsonl").records:
+        for turn in dialogue.supporter_turns():
+            for dimension, count in turn.counts.items():
+                counts[Dimension(dimension).value] += count
+    return max(sorted(counts), key=lambda d: counts[d])
+
+
+def report(out: Path, results: Path) -> dict[str, Any]:
+    from care_sdk.training.results import write_results
+
+    metrics: dict[str, Any] = {}
+    baselines: dict[str, Any] = {}
+    decisions: dict[str, Any] = {}
+    reads: dict[str, Any] = {}
+    sage_path, intents_path = out / "sage.jsonl", out / "intents.jsonl"
+    outside: dict[str, list[dict[str, Any]]] = {a: [] for a in ADDONS}
+    if sage_path.is_file():
+        sage = _records(sage_path)
+        reads["sage"] = json.loads((out / "sage.read.json").read_text(encoding="utf-8"))
+        groups = {"pooled": sage} | {
+            s: [r for r in sage if r["system"] == s] for s in sorted({r["system"] for r in sage})
+        }
+        for group, units in groups.items():
+            key = f"sage/{group}/spearman_vs_emotion_change"
+            metrics[key] = {"care": _one(units, _sage_spearman, "written"), "n": len(units)}
+            for addon in ADDONS:
+                metrics[key][addon] = _one(units, _sage_spearman, addon)
+                paired = _paired(units, _sage_spearman, addon, "written")
+                metrics[key][f"{addon} - care"] = paired
+                outside[addon].append({"measure": key, **paired})
+            baselines[key] = {b: _one(units, _sage_spearman, b) for b in ("length", "feeling_words", "uniform", "base")}
+    if intents_path.is_file():
+        intents = _records(intents_path)
+        reads["intents"] = json.loads((out / "intents.read.json").read_text(encoding="utf-8"))
+        prior = _prior()
+        for name, metric in (("top_dimension_match", lambda w, d: float(top_match(w, d))), ("r_align", align)):
+            key = f"intents/{name}"
+            value = _intent_mean(metric)
+            metrics[key] = {"care": _one(intents, value, "written"), "n": len(intents)}
+            for addon in ("weights_head", "expected_weights"):
+                metrics[key][addon] = _one(intents, value, addon)
+                paired = _paired(intents, value, addon, "written")
+                metrics[key][f"{addon} - care"] = paired
+                outside[addon].append({"measure": key, **paired})
+            prior_w = {d.value: (1.0 if d.value == prior else 0.0) for d in DIMENSIONS}
+            baselines[key] = {b: _one(intents, value, b) for b in ("uniform", "base")}
+            baselines[key]["prior"] = {
+                "value": sum(metric(prior_w, r["dimension"]) for r in intents) / len(intents),
+                "dimension": prior,
+            }
+        key = "intents/reference_over_other_conversation (the fit's construct: reported only)"
+        metrics[key] = {"care": _one(intents, _pair_wins, "written"), "n": len(intents)}
+        for addon in ADDONS:
+            metrics[key][addon] = _one(intents, _pair_wins, addon)
+        baselines[key] = {b: _one(intents, _pair_wins, b) for b in ("length", "feeling_words", "uniform", "base")}
+    for addon, measures in outside.items():
+        above = [m["measure"] for m in measures if m.get("low") is not None and m["low"] > 0]
+        below = [m["measure"] for m in measures if m.get("high") is not None and m["high"] < 0]
+        decisions[addon] = {
+            "stays": bool(above) and not below,
+            "above_zero_on": above,
+            "below_zero_on": below,
+            "measures": len(measures),
+        }
+    data = [LEDGER_NAMES[k] for k in reads]
+    test_reads = max((r["reads"] for r in reads.values()), default=0)
+    command = "python benchmarks/bench_addons.py --report --out " + str(out)
+    write_results(
+        results,
+        command,
+        data=data,
+        role="test" if test_reads else "selection",  # a smoke run reads selection data only
+        test_reads=test_reads,
+        metrics=metrics,
+        baselines=baselines,
+        extra={"rule": RULE, "reads": reads, "decisions": decisions, "resamples": RESAMPLES},
+    )
+    return decisions
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--set", choices=("sage", "intents"), help="the test set to score")
+    parser.add_argument("--out", type=Path, default=Path("runs/addons"), help="records directory")
+    parser.add_argument("--report", action="store_true", help="write the results file from the records")
+    parser.add_argument("--results", type=Path, default=Path("benchmarks/results/addons.json"))
+    parser.add_argument("--force-test-read", action="store_true", help="read again for an artifact already read")
+    parser.add_argument("--smoke", action="store_true", help="score two selection items shaped like --set's")
+    args = parser.parse_args(argv)
+    if args.report:
+        print(json.dumps(report(args.out, args.results), indent=2))
+        return 0
+    if args.set is None:
+        parser.error("--set or --report")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    run(args.set, default_data_dir(), args.out, force=args.force_test_read, smoke=args.smoke)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
