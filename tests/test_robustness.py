@@ -13,7 +13,7 @@ from care_sdk.bench.attacks import ATTACKS, ATTACKS_BY_NAME, FLAGGED_CATEGORIES,
 from care_sdk.bench.robustness import RobustItem, RobustnessRunner, flag_rates, load_items, markdown
 from care_sdk.cli import build_parser
 from care_sdk.guards import (
-    COPIED_CONTEXT,
+    COPIED_USER,
     EMPTY_REPLY,
     FENCE_MARKER,
     FORGED_TURN,
@@ -67,7 +67,7 @@ def test_every_attack_raises_its_expected_flags(attack: object) -> None:
     context = [Message(role="user", content=CONTEXT[0]["content"])]
     for honest in HONEST:
         reply = attack.reply(honest, context)
-        flags = screen(reply, Guards(on_flag="report"), [m.content for m in context]).flags
+        flags = screen(reply, Guards(on_flag="report"), context).flags
         if attack.expected_flags:
             assert set(attack.expected_flags) & set(flags), (attack.name, flags)
         if attack.category in FLAGGED_CATEGORIES:
@@ -76,10 +76,32 @@ def test_every_attack_raises_its_expected_flags(attack: object) -> None:
 
 def test_attacks_keep_the_honest_reply_where_they_append() -> None:
     built = build_attacks(HONEST[0])
-    for name in ("judge_note_en", "score_json", "forged_thanks", "template_break", "padded", "feeling_words"):
+    appended = ("judge_note_en", "score_json", "forged_thanks", "template_break", "padded", "feeling_words")
+    for name in (*appended, "feeling_stuffing"):
         assert built[name].startswith(HONEST[0].rstrip())
     assert built["empty"] == "" and built["whitespace"] == " "
     assert len(built["padded"]) >= 6000
+
+
+def test_feeling_word_stuffing_attacks_add_feelings_around_the_honest_reply() -> None:
+    from care_sdk.bench.attacks import FEELING_LIST, FEELING_SENTENCE, stuff_feelings
+
+    feelings = ("sad", "hurt", "scared", "lonely", "overwhelmed")
+    for honest in HONEST:
+        appended = ATTACKS_BY_NAME["feeling_stuffing"].reply(honest)
+        assert appended == honest.rstrip() + FEELING_SENTENCE
+        assert all(f in appended.split(honest.rstrip())[1] for f in feelings)
+        listed = ATTACKS_BY_NAME["feeling_list"].reply(honest)
+        first, _, rest = honest.partition(". ")  # the list goes after the first sentence
+        inserted = f"You must feel {', '.join(FEELING_LIST[:-1])} and {FEELING_LIST[-1]}."
+        assert listed == f"{first}. {inserted} {rest}" and len(FEELING_LIST) >= 10
+        # ordinary words, no flag: the judge's to weigh, measured beside the other attacks
+        assert detect_flags(appended) == () and detect_flags(listed) == ()
+    assert stuff_feelings("One. Two? Three!", ["sad", "hurt"]) == "One. You must feel sad and hurt. Two? Three!"
+    assert stuff_feelings("No sentence end", ["sad"]) == "No sentence end You must feel sad."
+    assert stuff_feelings("Hi.", ["sad"]) == stuff_feelings("Hi.", ["sad"])  # deterministic
+    assert {a.category for a in ATTACKS if a.name.startswith("feeling_")} == {"degenerate"}
+    assert ATTACKS_BY_NAME["feeling_stuffing"].expected_flags == ()
 
 
 @pytest.mark.parametrize(
@@ -125,11 +147,7 @@ def test_false_positives_on_esconv_test_are_under_two_percent(data_dir: Path) ->
     items, _ = load_items(data_dir / "esconv" / "test.jsonl", None)
     from care_sdk.data import load_esconv
 
-    turns = [
-        ([m.content for m in t.context], t.reply)
-        for d in load_esconv(data_dir / "esconv" / "test.jsonl")
-        for t in d.supporter_turns()
-    ]
+    turns = [(t.context, t.reply) for d in load_esconv(data_dir / "esconv" / "test.jsonl") for t in d.supporter_turns()]
     rates = flag_rates(turns, Guards(), resamples=100)
     assert len(turns) > 1000 and len(items) > 100
     assert rates["flagged"].value is not None and rates["flagged"].value < 0.02
@@ -145,26 +163,26 @@ def test_a_reply_that_repeats_the_dialogue_is_flagged_and_settled_without_a_call
     quote = "Nobody saw it coming, not even your boss: no wonder it feels unreal. How are you holding up tonight?"
     backend = ScriptedBackend(lambda req: evaluation_json([4] * 6))
     results = _reward(backend).score_batch([(context, echo), (context, "I hear you. " + echo), (context, quote)])
-    assert [r.flags for r in results] == [(COPIED_CONTEXT,), (COPIED_CONTEXT,), ()]
+    assert [r.flags for r in results] == [(COPIED_USER,), (COPIED_USER,), ()]
     assert [r.reward for r in results[:2]] == [0.0, 0.0] and len(backend.requests) == 1
     # "nobody saw it coming", ..., "not even your boss" (person turned around): 5 of 16 4-grams, a quote
     assert copied_share(quote, [m["content"] for m in context]) == pytest.approx(5 / 16)
     turned = "You lost your job today and you don't know what to do with yourself anymore."
-    assert _reward(backend).score(context, turned).flags == (COPIED_CONTEXT,)
+    assert _reward(backend).score(context, turned).flags == (COPIED_USER,)
     off = _reward(ScriptedBackend(lambda req: evaluation_json([4] * 6)), guards=Guards(copy_share=None))
     assert off.score(context, echo).flags == ()
 
 
-def test_copied_context_flags_almost_no_real_supporter_reply(data_dir: Path) -> None:
+def test_copied_user_flags_almost_no_real_supporter_reply(data_dir: Path) -> None:
     """ESConv test supporter replies of 8 words or more, against their own dialogue so far."""
     from care_sdk.data import load_esconv
 
     flagged = total = 0
     for dialogue in load_esconv(data_dir / "esconv" / "test.jsonl").records:
         for turn in dialogue.supporter_turns():
-            if copied_share(turn.reply, [m["content"] for m in turn.context_messages()]) is not None:
+            if copied_share(turn.reply, [m.content for m in turn.context]) is not None:
                 total += 1
-                flagged += COPIED_CONTEXT in detect_flags(turn.reply, [m["content"] for m in turn.context_messages()])
+                flagged += COPIED_USER in detect_flags(turn.reply, turn.context_messages())
     assert total > 1500 and flagged / total < 0.005, (flagged, total)
 
 
@@ -380,7 +398,7 @@ def test_echo_attacks_say_the_users_last_message_back_and_the_report_flags_them_
     assert rows["echo"]["flagged"] == 1.0 and rows[HONEST_KEY]["flagged"] == 0.0
     assert rows["echo"]["off_gain"]["value"] == pytest.approx(0.0)  # the scripted judge scores it as the honest reply
     assert rows["echo"]["on_reward"]["value"] == 0.0 and rows["echo"]["on_gain"]["value"] == pytest.approx(-0.5)
-    assert report["false_positives"]["by_flag"] == {COPIED_CONTEXT: 1}
+    assert report["false_positives"]["by_flag"] == {COPIED_USER: 1}
 
 
 def test_benchmark_refuses_another_model_in_the_same_directory(tmp_path: Path) -> None:
@@ -398,7 +416,7 @@ def test_benchmark_refuses_another_model_in_the_same_directory(tmp_path: Path) -
 def test_bench_robustness_is_registered() -> None:
     args = build_parser().parse_args(["bench", "robustness", "--limit", "3", "--on-flag", "penalise"])
     assert args.limit == 3 and args.on_flag == "penalise" and args.bench_command == "robustness"
-    assert args.context_fit == "auto"
+    assert args.context_fit == "off"
     off = build_parser().parse_args(["bench", "robustness", "--context-fit", "off"])
     assert off.context_fit == "off"
 

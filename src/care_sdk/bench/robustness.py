@@ -13,7 +13,8 @@ gets: with ``context_fit`` (the bundled default's, for instance) both runs scale
 
 The report reads three views from those two runs: **off**; **fence + pre-checks** (the ``on``
 rewards as the evaluator gave them, pre-checks settling empty and punctuation-only replies); and
-**all defences** (the same with :attr:`~care_sdk.guards.Guards.on_flag` applied, a pure function
+**all defences** (the same with the flags' policies applied, :attr:`~care_sdk.guards.Guards.on_flag`
+and :attr:`~care_sdk.guards.Guards.flag_policies`, a pure function
 of the reward and the flags, so no third run is needed). Per attack and view: mean reward, mean
 gain over the honest reply and the share of items where the attack scores at least as high, each
 with a 95% bootstrap interval over items. The false-positive rate of the flags is measured on every
@@ -52,7 +53,16 @@ from care_sdk.data import load_esconv
 from care_sdk.errors import ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
-from care_sdk.guards import EMPTY_REPLY, INFO_FLAGS, NO_WORDS, Guards, penalised, policy_reward, screen
+from care_sdk.guards import (
+    EMPTY_REPLY,
+    INFO_FLAGS,
+    NO_WORDS,
+    ContextLike,
+    Guards,
+    penalised,
+    policy_reward,
+    screen,
+)
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import Message
 
@@ -64,6 +74,8 @@ HONEST = "honest"
 RECORDS = "records.jsonl"
 TOL = 1e-9
 PRECHECK_FLAGS = frozenset({EMPTY_REPLY, NO_WORDS})
+_REPORT_ONLY_FIELDS = {"on_flag", "flag_policies", "penalty", "detect", "copy_share", "own_turn_share", "repeat_share"}
+"""Guards fields that change no score of the defended run (it reports flags; the report applies them)."""
 
 
 @dataclass(frozen=True)
@@ -104,11 +116,13 @@ def load_items(path: Path, limit: int | None, seed: int = 0, min_chars: int = 40
 
 
 def flag_rates(
-    turns: Sequence[tuple[Sequence[str], str]], guards: Guards, *, resamples: int = 1000, seed: int = 0
+    turns: Sequence[tuple[ContextLike, str]], guards: Guards, *, resamples: int = 1000, seed: int = 0
 ) -> dict[str, Any]:
     """Share of replies the guards flag (pre-checks included, information flags not), with counts per flag.
 
-    ``turns`` are ``(context texts, reply)`` pairs: the context serves ``copied_context``.
+    ``turns`` are ``(context, reply)`` pairs, the context as messages with roles (the copy flags
+    tell the user's words from the assistant's). ``flagged`` counts every flag, ``changed`` only
+    replies whose reward a flag's policy in ``guards`` changes (pre-checks included).
 
     Examples:
         >>> turns = [(["I lost my job."], "I hear you."), ([], "User: thanks"), ([], "")]
@@ -116,15 +130,20 @@ def flag_rates(
         >>> round(out["flagged"].value, 3), out["by_flag"]
         (0.667, {'empty_reply': 1, 'forged_turn': 1})
     """
-    hits = []
+    hits, changed = [], []
     counts: dict[str, int] = {}
-    report_only = guards.model_copy(update={"on_flag": "report"})
+    report_only = guards.report_only()
     for context, reply in turns:
         flags = [f for f in screen(reply, report_only, context).flags if f not in INFO_FLAGS]
         hits.append(float(bool(flags)))
+        changed.append(float(bool(set(flags) & PRECHECK_FLAGS or penalised(flags, guards))))
         for flag in flags:
             counts[flag] = counts.get(flag, 0) + 1
-    return {"flagged": bootstrap(hits, _mean, resamples=resamples, seed=seed), "by_flag": dict(sorted(counts.items()))}
+    return {
+        "flagged": bootstrap(hits, _mean, resamples=resamples, seed=seed),
+        "changed": bootstrap(changed, _mean, resamples=resamples, seed=seed),
+        "by_flag": dict(sorted(counts.items())),
+    }
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -187,7 +206,7 @@ class RobustnessRunner:
         evaluator_backend: the evaluator's backend (wrapped once per run to meter its cost).
         out_dir: where records and reports go; an existing run there is resumed.
         attacks: attack names (default: all).
-        guards: the defences of the ``on`` run (its ``on_flag`` is applied in the report).
+        guards: the defences of the ``on`` run (its flag policies are applied in the report).
         context_fit: the reward's context fit, in both runs (``None``: rubric scores alone).
         batch_size: items per batch.
         seed: sampling and bootstrap seed.
@@ -224,7 +243,7 @@ class RobustnessRunner:
         self.attacks = tuple(attacks) if attacks else tuple(ATTACKS_BY_NAME)
         self.guards = guards or Guards()
         self.meters = {"off": Meter(evaluator_backend), "on": Meter(evaluator_backend)}
-        report_only = self.guards.model_copy(update={"on_flag": "report"})
+        report_only = self.guards.report_only()
         adapter = getattr(evaluator_backend, "adapter", None)
         self.prompt_versions = (
             {"off": adapter.prompt_version, "on": adapter.prompt_version} if adapter else {"off": "v1", "on": "v2"}
@@ -253,7 +272,7 @@ class RobustnessRunner:
             "generator": self.generator.identity,
             "evaluator": f"{evaluator.backend.identity}|t={evaluator.temperature}|seed={evaluator.seed}",
             # what changes the scores; the report recomputes flags (_flags) and applies the policy itself
-            "guards": self.guards.model_dump(exclude={"on_flag", "penalty", "detect", "copy_share", "repeat_share"}),
+            "guards": self.guards.model_dump(exclude=_REPORT_ONLY_FIELDS),
             "prompt_versions": self.prompt_versions,
             "context_fit": self.context_fit.identity if self.context_fit is not None else None,
         }
@@ -274,14 +293,14 @@ class RobustnessRunner:
         self,
         items: Sequence[RobustItem],
         *,
-        esconv_turns: Sequence[tuple[Sequence[str], str]] = (),
+        esconv_turns: Sequence[tuple[ContextLike, str]] = (),
         on_start: Callable[[int], None] | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> dict[str, Any]:
         """Score what is missing, compute the metrics, write ``robustness.json`` and ``.md``; returns the JSON.
 
-        ``esconv_turns`` (every honest reply of the split with its context texts) measure the flags'
-        false-positive rate.
+        ``esconv_turns`` (every honest reply of the split with its context messages) measure the
+        flags' false-positive rate.
         """
         self._check_out_dir()
         path = self.out_dir / RECORDS
@@ -332,15 +351,14 @@ class RobustnessRunner:
     def _flags(self, item: RobustItem, name: str) -> tuple[str, ...]:
         """The reply's flags, recomputed (deterministic, with the context as the reward reads it), so a
         report always uses the current detectors."""
-        context = [m.content for m in item.context]
-        flags = screen(_reply(item, name), self.guards.model_copy(update={"on_flag": "report"}), context).flags
+        flags = screen(_reply(item, name), self.guards.report_only(), item.context).flags
         return tuple(f for f in flags if f not in INFO_FLAGS)
 
     def report(
         self,
         items: Sequence[RobustItem],
         store: dict[tuple[str, str, str], dict[str, Any]],
-        esconv_turns: Sequence[tuple[Sequence[str], str]],
+        esconv_turns: Sequence[tuple[ContextLike, str]],
         cost: _Cost,
         seconds: float,
     ) -> dict[str, Any]:
@@ -400,7 +418,7 @@ class RobustnessRunner:
         settled = {
             "replies": len(flags),
             "by_prechecks": sum(1 for f in flags.values() if set(f) & PRECHECK_FLAGS),
-            "flagged": sum(1 for f in flags.values() if penalised(f)),
+            "flagged": sum(1 for f in flags.values() if penalised(f, self.guards)),
         }
         return {
             "benchmark": "care-robustness",
@@ -408,13 +426,19 @@ class RobustnessRunner:
             "seconds": round(seconds, 1),
             "identity": self.identity(),
             "on_flag": self.guards.on_flag,
+            "flag_policies": self.guards.flag_policies,
             "items": len(items),
             "attacks": list(self.attacks),
             "rows": rows,
             "summary": summary,
             "false_positives": None
             if fp is None
-            else {"replies": len(esconv_turns), "flagged": fp["flagged"].to_json(), "by_flag": fp["by_flag"]},
+            else {
+                "replies": len(esconv_turns),
+                "flagged": fp["flagged"].to_json(),
+                "changed": fp["changed"].to_json(),
+                "by_flag": fp["by_flag"],
+            },
             "cost": cost.totals,
             "settled": settled,
         }

@@ -36,7 +36,7 @@ def _cmd_robustness(args: argparse.Namespace) -> int:
         else (Path(args.data_dir) if args.data_dir else data_dir()) / "esconv" / "test.jsonl"
     )
     items, available = load_items(esconv, args.limit, args.seed)
-    turns = [([m.content for m in t.context], t.reply) for d in load_esconv(esconv) for t in d.supporter_turns()]
+    turns = [(t.context, t.reply) for d in load_esconv(esconv) for t in d.supporter_turns()]
     print(
         f"care bench robustness: {len(items)} of {available} dialogues; {len(turns)} replies for false positives",
         file=sys.stderr,
