@@ -19,7 +19,9 @@ from care_sdk.data import (
     load_judged_turns,
     load_lend_an_ear,
 )
+from care_sdk.data.splits import lend_an_ear_role
 from care_sdk.training.evaluator_targets import EVASIVE_REPLIES, PLATITUDES
+from care_sdk.training.roles import Use, require_role
 
 SYSTEMS = ("gold", "baseline1_vanilla_Qwen3-4B", "baseline7_psychocounsel_Qwen3-4B", "ours3_q_dkl_h_Qwen3-4B")
 """The Lend-an-Ear systems a run scores by default: the human reply and three Qwen3-4B systems."""
@@ -37,12 +39,15 @@ ECHOES = ("echo", "reference + echo", "turned-around echo")
 """Replies that repeat the user (items 8-10 of an ESConv group): likely after the context, saying nothing new."""
 
 
-def turn_per_dialogue(split: str, rng: random.Random) -> list[Any]:
+def turn_per_dialogue(split: str, rng: random.Random, use: Use = "evaluate") -> list[Any]:
     """One supporter turn (with at least two messages before it) per ESConv dialogue of ``split``,
-    drawn with ``rng``, in an order shuffled by it."""
+    drawn with ``rng``, in an order shuffled by it; ``use`` is what they are read for (the role guard
+    refuses test data for fitting or selecting, and train data for evaluating)."""
     mapping = default_strategy_map()
     turns = []
-    for dialogue in load_esconv(data_dir() / "esconv" / f"{split}.jsonl", strategy_map=mapping).records:
+    path = data_dir() / "esconv" / f"{split}.jsonl"
+    require_role(path, use)
+    for dialogue in load_esconv(path, strategy_map=mapping).records:
         usable = [t for t in dialogue.supporter_turns(mapping) if len(t.context) >= 2 and t.reply.strip()]
         if usable:
             turns.append(rng.choice(usable))
@@ -80,6 +85,7 @@ def items(
     lend_an_ear: str = "held-out",
     lend_an_ear_turns: int | None = None,
     all_systems: bool = False,
+    use: Use | None = None,
 ) -> list[dict[str, Any]]:
     """Every item: ``{"key", "task", "group", "context", "reply", ...}`` (see the module docstring);
     the ESConv groups come from ``split`` (``valid`` to choose a setting, ``test`` to report it).
@@ -88,7 +94,9 @@ def items(
     evaluator's training plays no part in (context fit reads the base model, which no recipe
     trains); the evaluator was trained on those replies, so the rubric's rows are optimistic there.
     ``lend_an_ear_turns`` keeps that many of them (seeded). Their replies are those of :data:`SYSTEMS`,
-    or with ``all_systems`` of every judged system (twelve: more pairs of similar length)."""
+    or with ``all_systems`` of every judged system (twelve: more pairs of similar length).
+    ``use`` (what the items are read for, through the role guard): by default ``select`` for the
+    Lend-an-Ear train turns and ``evaluate`` otherwise; a probe or gate fitted on them says ``fit``."""
     assert not set(HELD_OUT_PLATITUDES) & set(PLATITUDES) and not set(HELD_OUT_EVASIVE) & set(EVASIVE_REPLIES)
     root = data_dir()
     lae = {d.id: d for d in load_lend_an_ear(root / "mint_lend_an_ear").records}
@@ -104,6 +112,13 @@ def items(
     if lend_an_ear_turns is not None:
         lae_turns = random.Random(seed).sample(lae_turns, min(lend_an_ear_turns, len(lae_turns)))
     kept = set(lae_turns)
+    lae_use: Use = use or ("select" if lend_an_ear == "train" else "evaluate")
+    if "lend-an-ear" in tasks and kept:
+        require_role(
+            root / "mint_lend_an_ear" / "judged_turns" / "judged_turn_responses_gold_and_qwen3-4b_systems.jsonl",
+            lae_use,
+            records=[{"id": c, "role": lend_an_ear_role(c)} for c in sorted({c for c, _ in kept})],
+        )
     items = []
     for r in judged if "lend-an-ear" in tasks else ():
         if (r.system not in SYSTEMS and not all_systems) or (r.conversation_id, r.turn_index) not in kept:
@@ -128,7 +143,7 @@ def items(
             }
         )
     rng = random.Random(seed)
-    per_dialogue = turn_per_dialogue(split, rng)
+    per_dialogue = turn_per_dialogue(split, rng, use or "evaluate") if "esconv" in tasks else []
     chosen = per_dialogue[:esconv_contexts] if "esconv" in tasks else []
     for i, turn in enumerate(chosen):
         others = rng.sample([t for t in per_dialogue if t.dialogue_id != turn.dialogue_id], OTHERS)

@@ -95,9 +95,9 @@ def share_by_group(outcomes: list[PairOutcome], resamples: int) -> Estimate:
 
 
 def valid_gate(pmi: dict[str, float]) -> Gate | None:
-    """The gate fitted on the ESConv valid pairs among cached PMI values (keys
-    ``valid:<i>:reference`` / ``valid:<i>:other``); ``None`` without any (``--valid-pairs 0``)."""
-    heads = {key.rsplit(":", 1)[0] for key in pmi if key.startswith("valid:")}
+    """The gate fitted on the ESConv train pairs among cached PMI values (keys
+    ``gate:<i>:reference`` / ``gate:<i>:other``); ``None`` without any (``--valid-pairs 0``)."""
+    heads = {key.rsplit(":", 1)[0] for key in pmi if key.startswith("gate:")}
     if not heads:
         return None
     return Gate.fit(

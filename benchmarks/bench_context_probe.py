@@ -44,6 +44,7 @@ import torch
 from bench_context_signal import VISIBLE, _annotated, _table, _turns, over_dialogues, pick_match
 
 from care_sdk.data import data_dir, default_strategy_map, load_esconv
+from care_sdk.training.roles import require_role
 from care_sdk.training.rubric_targets import POSITION_CAP
 from care_sdk.training.weights_head import (
     fit_logistic,
@@ -138,6 +139,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     mapping = default_strategy_map()
+    for s in SPLITS:  # fitted on train, the penalty chosen on valid, measured on test (selection data)
+        require_role(data_dir() / "esconv" / f"{s}.jsonl", {"train": "fit", "valid": "select"}.get(s, "evaluate"))
     dialogues = {s: load_esconv(data_dir() / "esconv" / f"{s}.jsonl", strategy_map=mapping).records for s in SPLITS}
     turns = {s: _turns(dialogues[s], _annotated) for s in SPLITS}
     states = {s: _states(_texts(turns[s]), out / f"states-{s}.pt", names) for s in SPLITS}

@@ -40,6 +40,7 @@ from typing import Any
 from care_sdk.bench.metrics import Estimate, bootstrap
 from care_sdk.data import data_dir, default_strategy_map, load_esconv
 from care_sdk.rubric_checks import top_match
+from care_sdk.training.roles import require_role
 from care_sdk.training.rubric_targets import POSITION_CAP, turn_number
 from care_sdk.types import DIMENSIONS, Dimension
 
@@ -188,6 +189,9 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=1000)
     args = parser.parse_args()
     mapping = default_strategy_map()
+    for split in ("train", "valid", "test"):  # fitted on train, chosen on valid, measured on test
+        use = {"train": "fit", "valid": "select"}.get(split, "evaluate")
+        require_role(data_dir() / "esconv" / f"{split}.jsonl", use)
     dialogues = {
         split: load_esconv(data_dir() / "esconv" / f"{split}.jsonl", strategy_map=mapping).records
         for split in ("train", "valid", "test")

@@ -43,8 +43,8 @@ reply's PMI with its context on the bundled base model (nats), alone; and the sh
 with context fit (``fitted_reward``, the default floor, against the default baseline ``"Hi."`` or
 those of ``--baselines``), through the shipped gate (``BUNDLED_GATE``, ``SUPPORT_GATE`` with
 ``--baselines support``) and through a gate fitted in
-this run on ``--valid-pairs`` ESConv ``valid`` pairs (reference against another valid dialogue's
-reply), never on the items measured; the same
+this run on ``--valid-pairs`` ESConv ``train`` pairs (reference against another train dialogue's
+reply: a gate is fitted on train data only), never on the items measured; the same
 on the logprob-expected scores; the plain product of the two (floor 0), the first form; and with
 ``--compare-evaluator``, the other adapter's reward with context fit through the shipped gate.
 Rewards here are the reward formula on the evaluation, without the pre-checks of
@@ -113,6 +113,7 @@ from care_sdk.context_fit import (
 from care_sdk.evaluator import expected_scores
 from care_sdk.prompts import parse_evaluation
 from care_sdk.shift_check import ShiftCheck
+from care_sdk.training.roles import Use
 from care_sdk.types import Rubric, fixed_criteria
 
 THREADS = 1
@@ -209,12 +210,15 @@ def evaluations(
     return done
 
 
-def valid_pairs(count: int, seed: int, split: str = "valid") -> list[tuple[list[dict[str, Any]], str, str]]:
-    """``(context, reference reply, reply from another dialogue)`` for ``count`` ESConv valid turns,
-    one turn per dialogue, seeded: what the context-fit gate is fitted on (``split``: the same from
-    another split, to measure on)."""
+def valid_pairs(
+    count: int, seed: int, split: str = "train", use: Use = "fit"
+) -> list[tuple[list[dict[str, Any]], str, str]]:
+    """``(context, reference reply, reply from another dialogue)`` for ``count`` ESConv ``split``
+    turns, one turn per dialogue, seeded: what the context-fit gate is fitted on (train pairs,
+    ``use="fit"``; another split with ``use="evaluate"`` measures on it). The role guard refuses
+    fitting on anything but train data."""
     rng = random.Random(seed)
-    turns = turn_per_dialogue(split, rng)
+    turns = turn_per_dialogue(split, rng, use)
     out = []
     for turn in turns[:count]:
         other = rng.choice([t for t in turns if t.dialogue_id != turn.dialogue_id])
@@ -252,8 +256,8 @@ def context_fit(
 ) -> dict[str, Any]:
     """The PMI of every item's reply with its context on the bundled base model
     (:class:`~care_sdk.ContextFit`, words repeated from the context stripped unless ``strip_copies``
-    is off), and of ``valid_count`` ESConv valid pairs the gate is fitted on (keys
-    ``valid:<i>:reference`` / ``valid:<i>:other``). One batch per context, so its prompt is
+    is off), and of ``valid_count`` ESConv train pairs the gate is fitted on (keys
+    ``gate:<i>:reference`` / ``gate:<i>:other``). One batch per context, so its prompt is
     prefilled once; cached in ``context_fit.jsonl`` (``context_fit_as_written.jsonl``)."""
     path = _fit_cache(out, strip_copies)
     done = _cache(path)
@@ -267,8 +271,8 @@ def context_fit(
     groups: dict[str, list[tuple[str, Any, str]]] = defaultdict(list)
     for it in items:
         groups[it["group"]].append((it["key"], it["context"], it["reply"]))
-    for i, (context, reference, other) in enumerate(valid_pairs(valid_count, seed)):
-        groups[f"valid:{i}"] += [(f"valid:{i}:reference", context, reference), (f"valid:{i}:other", context, other)]
+    for i, (context, reference, other) in enumerate(valid_pairs(valid_count, seed, "train", "fit")):
+        groups[f"gate:{i}"] += [(f"gate:{i}:reference", context, reference), (f"gate:{i}:other", context, other)]
     for members in groups.values():
         todo = [m for m in members if m[0] not in done]
         if not todo:
@@ -449,7 +453,7 @@ def report(
         "base subsample groups": len(base_subsample),
     }
     if gate is not None:
-        counts["context-fit valid pairs"] = sum(k.startswith("valid:") for k in pmi) // 2
+        counts["context-fit gate pairs (ESConv train)"] = sum(k.startswith("gate:") for k in pmi) // 2
         timing["context fit (reads after the context and each baseline)"] = _seconds(fitted)
     payload = {
         "counts": counts,
@@ -508,7 +512,7 @@ def main() -> None:
         help="another evaluator adapter file: stage 'compare' scores every item with it, as more rows",
     )
     parser.add_argument(
-        "--valid-pairs", type=int, default=150, help="ESConv valid pairs the context-fit gate is fitted on"
+        "--valid-pairs", type=int, default=150, help="ESConv train pairs the context-fit gate is fitted on"
     )
     parser.add_argument(
         "--baselines",

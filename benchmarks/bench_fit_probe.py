@@ -95,7 +95,7 @@ def features(split: str, count: int, seed: int, out: Path, layer: int) -> list[d
     """Cached features of ``count`` (reference, other) pairs of ``split``."""
     path = cache_file(out, f"features-{split}", layer)
     done = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    pairs = valid_pairs(count, seed, split)
+    pairs = valid_pairs(count, seed, split, "fit" if split == "train" else "evaluate")
     if len(done) >= len(pairs):
         return done[: len(pairs)]
     reader = _reader(layer)
@@ -195,8 +195,8 @@ def contrast_features(out: Path, seed: int, contexts: int, lae_turns: int, layer
         ):
             replies.append((f"esconv:{i}:{kind}", context, reply))
             pairs.append((f"esconv:{i}:reference", f"esconv:{i}:{kind}"))
-    selection = {it["group"] for it in load_items(0, 1, "valid", ("lend-an-ear",), "train", 60)}
-    lae = [it for it in load_items(0, 1, "valid", ("lend-an-ear",), "train") if it["group"] not in selection]
+    selection = {it["group"] for it in load_items(0, 1, "valid", ("lend-an-ear",), "train", 60, use="select")}
+    lae = [it for it in load_items(0, 1, "valid", ("lend-an-ear",), "train", use="fit") if it["group"] not in selection]
     turns = sorted({it["group"] for it in lae})
     kept = set(random.Random(seed).sample(turns, min(lae_turns, len(turns))))
     judged: dict[str, dict[str, float]] = {}

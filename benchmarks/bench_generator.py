@@ -55,6 +55,7 @@ from care_sdk.data import SupportTurn, data_dir, load_esconv
 from care_sdk.dialogues import read_dialogues
 from care_sdk.rubric_checks import check_rubric, top_match
 from care_sdk.training import r_align
+from care_sdk.training.roles import require_role
 from care_sdk.training.rubric_targets import POSITION_CAP, fit_top_priors, turn_number
 from care_sdk.types import DIMENSIONS, Dimension, Rubric
 
@@ -74,6 +75,7 @@ def esconv_items(
     its labelled supporter turns, shuffled with ``seed`` and cut to ``turns`` (all of them for ``None``)."""
 
     def labelled(name: str) -> list[SupportTurn]:
+        require_role(root / "esconv" / f"{name}.jsonl", "fit" if name == "train" else "evaluate")
         every = [t for d in load_esconv(root / "esconv" / f"{name}.jsonl").records for t in d.supporter_turns()]
         return [t for t in every if t.labelled and any(t.counts.values())]
 

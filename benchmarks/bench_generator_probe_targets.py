@@ -53,6 +53,7 @@ from bench_context_signal import VISIBLE, _annotated, _turns
 from care_sdk.data import data_dir, default_strategy_map, load_esconv
 from care_sdk.prompts import generator_position, parse_rubric, rubric_reply_json
 from care_sdk.rubric_checks import check_rubric
+from care_sdk.training.roles import require_role
 from care_sdk.training.targets import count_weights
 from care_sdk.training.weights_head import fit_logistic, probabilities
 from care_sdk.types import DIMENSIONS, Dimension, Rubric
@@ -76,6 +77,8 @@ def predictions(
     mapping = default_strategy_map()
     root = data_dir() / "esconv"
     needed = {"train", *splits}
+    for s in needed:  # the probe is fitted on train; its predictions elsewhere choose, never fit
+        require_role(root / f"{s}.jsonl", "fit" if s == "train" else "select")
     dialogues = {s: load_esconv(root / f"{s}.jsonl", strategy_map=mapping).records for s in needed}
     turns = {s: _turns(dialogues[s], _annotated) for s in needed}
     keys = {s: [t["key"] for t in turns[s]] for s in needed}

@@ -16,8 +16,10 @@ gets the larger PMI (95 % bootstrap interval over pairs), and the paired differe
 - ``--train-contexts`` contexts of ESConv **train** (their last 6 messages, seeded), pooled;
 - unions of these. Pooling is ``log mean exp`` (the baseline is the mixture of the pooled contexts).
 
-On ``valid`` it also fits the gate of "Hi." and of ``SUPPORT_CONVERSATIONS`` on the pairs
-(``SUPPORT_GATE`` is the latter). ``--split test`` measures the same rows once on test pairs.
+On ``train`` (the default) it also fits the gate of "Hi." and of ``SUPPORT_CONVERSATIONS`` on the
+pairs (a gate is fitted on train data only; the shipped ``SUPPORT_GATE`` was fitted on valid pairs
+before that rule). ``--split valid`` / ``--split test`` measure the same rows (both are
+``selection`` data: ESConv test has been read for choices).
 
 Usage:
     python benchmarks/bench_pmi_baselines.py --pairs 200 --seed 7 --out runs/pmi_baselines.jsonl
@@ -160,19 +162,22 @@ def table(rows: list[dict[str, Any]], train_contexts: int) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, default=200, help="ESConv valid pairs")
+    parser.add_argument("--pairs", type=int, default=200, help="ESConv pairs of --split")
     parser.add_argument("--seed", type=int, default=7, help="seed of the pairs")
-    parser.add_argument("--split", choices=["valid", "test"], default="valid", help="ESConv split of the pairs")
+    parser.add_argument(
+        "--split", choices=["train", "valid", "test"], default="train", help="ESConv split of the pairs"
+    )
     parser.add_argument("--train-contexts", type=int, default=4, help="ESConv train contexts pooled as a baseline")
     parser.add_argument("--out", default="runs/pmi_baselines.jsonl")
     args = parser.parse_args()
     out = Path(args.out)
     rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
-    rows = read_all(valid_pairs(args.pairs, args.seed, args.split), rows, args.train_contexts, seed=11)
+    use = "fit" if args.split == "train" else "evaluate"
+    rows = read_all(valid_pairs(args.pairs, args.seed, args.split, use), rows, args.train_contexts, seed=11)
     out.parent.mkdir(parents=True, exist_ok=True)
     replace_jsonl(out, rows)
     print("\n".join(table(rows, args.train_contexts)))
-    if args.split == "valid":  # a gate is never fitted on test pairs
+    if args.split == "train":  # a gate is fitted on train pairs only
         print("\n".join(gates(rows)))
 
 

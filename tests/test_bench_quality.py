@@ -85,7 +85,7 @@ FAILED = [
 CONVERSATIONS = {  # id: (seeker line, supporter reply, expert positives, expert negatives)
     "a1": ("[AFF] I was passed over for a promotion.", "<GOOD> That must sting.", 5, 1),
     "a4": ("[AFF] My manager ignores me.", "<MID> Hm, okay.", 3, 3),
-    "c3": ("[AFF] My colleague took credit.", "<BAD> Happens to everyone.", 2, 4),
+    "c11": ("[AFF] My colleague took credit.", "<BAD> Happens to everyone.", 2, 4),
     "c4": ("[COG] I can't tell if my work matters.", "<COG> What would mattering look like?", 4, 2),
 }
 POSITIVE = ("validating_emotions", "encouraging_elaboration", "demonstrating_understanding")
@@ -296,8 +296,8 @@ def test_pairwise_similar_length_leaves_out_a_long_reply(monkeypatch: pytest.Mon
 
 def test_experts_by_hand(toy_data: DataPaths, tmp_path: Path) -> None:
     report = runner(tmp_path / "out").run(["experts"], toy_data, SETTINGS)
-    # Expert aggregates (median of 3; a1's outlier ignored): a1 5, c4 4, a4 3, c3 2.
-    # CARE rewards: a1 1.0, c4 0.6 (cognitive criteria met, cognitive weight 0.6), a4 0.5, c3 0.0 -> same order.
+    # Expert aggregates (median of 3; a1's outlier ignored): a1 5, c4 4, a4 3, c11 2.
+    # CARE rewards: a1 1.0, c4 0.6 (cognitive criteria met, cognitive weight 0.6), a4 0.5, c11 0.0 -> same order.
     assert metric(report, "experts", "Spearman vs expert aggregate", "care") == pytest.approx(1.0)
     # Uniform weights give c4 1/3 < a4 0.5: one swapped neighbour pair -> 1 - 6 * 2 / (4 * 15) = 0.8.
     assert metric(report, "experts", "Spearman vs expert aggregate", "uniform_weights") == pytest.approx(0.8)

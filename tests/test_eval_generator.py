@@ -116,7 +116,7 @@ def test_unknown_variant_and_no_generator(tmp_path: Path) -> None:
 # -- pairs files -----------------------------------------------------------------------------------
 
 
-def write_pairs(directory: Path, lines: list[Any], role: str | None = "test") -> Path:
+def write_pairs(directory: Path, lines: list[Any], role: str | None = "selection") -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "pairs.jsonl"
     path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
@@ -136,7 +136,7 @@ def test_pairs_file_groups_by_dialogue_turn_and_limits_by_context(tmp_path: Path
     ]
     held = read_pairs_file(write_pairs(tmp_path, lines), limit=1)
     assert [p.id for p in held.pairs] == ["a", "b"] and held.available == 3
-    assert held.pairs[0].group == "d1#1" and held.roles == {str(tmp_path / "pairs.jsonl"): "test"}
+    assert held.pairs[0].group == "d1#1" and held.roles == {str(tmp_path / "pairs.jsonl"): "selection"}
 
 
 @pytest.mark.parametrize(

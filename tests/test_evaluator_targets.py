@@ -50,7 +50,8 @@ def test_lend_an_ear_records_come_from_train_conversations_only(built: Path) -> 
     assert {lend_an_ear_split(r["dialogue_id"]) for r in records} == {"train"}
     valid = _records(built / "sft" / "valid.jsonl")
     assert valid and {r["source"] for r in valid} == {"esconv"}
-    assert json.loads((built / "roles.json").read_text()) == {"sft/train.jsonl": "train", "sft/valid.jsonl": "valid"}
+    roles = json.loads((built / "roles.json").read_text())
+    assert roles == {"sft/train.jsonl": "train", "sft/valid.jsonl": "selection"}
 
 
 def test_judge_scores_become_criterion_targets_with_negative_dimensions_reversed(built: Path) -> None:

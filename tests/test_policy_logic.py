@@ -226,7 +226,7 @@ def test_prompt_rows_from_esconv_and_jsonl(data_dir: Path, tmp_path: Path) -> No
     write_roles(tmp_path, {"*.jsonl": "train"})
     with pytest.raises(InputError, match=r"bad.jsonl:line 1"):
         prompt_rows(PromptSettings(source="jsonl", path=str(bad)), None)
-    with pytest.raises(InputError, match=r"esconv/test.jsonl: refusing to use test data as training prompts"):
+    with pytest.raises(InputError, match=r"esconv/test.jsonl: refusing to use selection data as training prompts"):
         prompt_rows(PromptSettings(source="esconv", path=str(data_dir / "esconv" / "test.jsonl")), None)
 
 

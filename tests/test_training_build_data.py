@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from care_sdk.backends import BackendPool, GenerationRequest
+from care_sdk.errors import ConfigError
 from care_sdk.prompts import parse_rubric
 from care_sdk.testing import ScriptedBackend, rubric_json
 from care_sdk.training import r_align
 from care_sdk.training.build_data import SPLITS, build_data, input_key
-from care_sdk.training.config import BuildDataConfig
+from care_sdk.training.config import BuildDataConfig, load_config, model_identity, validate_config
 from care_sdk.training.pairs import HUMAN_SYSTEMS
-from care_sdk.training.roles import data_role
+from care_sdk.training.roles import OUTPUT_ROLES, data_role
 from care_sdk.types import Message
 
 COUNTS = re.compile(r"Strategy count per dimension: cognitive (\d+), affective (\d+), proactive (\d+)")
@@ -68,7 +69,8 @@ class Roles:
 @pytest.fixture
 def scripted() -> tuple[Roles, BackendPool]:
     roles = Roles()
-    return roles, BackendPool({"scripted": ScriptedBackend(roles)})
+    backend = ScriptedBackend(roles)
+    return roles, BackendPool({"scripted": backend, "judge": backend})  # pair judges: another name
 
 
 def _config(tmp_path: Path, data_dir: Path, **kw: object) -> BuildDataConfig:
@@ -80,7 +82,7 @@ def _config(tmp_path: Path, data_dir: Path, **kw: object) -> BuildDataConfig:
         teacher="scripted",
         target_judges=("scripted", "scripted"),
         candidates=("scripted", "scripted"),
-        judges=("scripted", "scripted", "scripted"),
+        judges=("judge", "judge", "judge"),  # no judge writes candidates
         annotator="scripted",
         pref_margin=1.0,
     )
@@ -97,7 +99,9 @@ def test_build_data_writes_splits_roles_and_counts(
     for name in ("sft", "pairs"):
         for split in SPLITS:
             assert (out / name / f"{split}.jsonl").exists()
-            assert data_role(out / name / f"{split}.jsonl") == split  # roles.json declares each file's role
+            # roles.json declares each file's role: valid and test come from selection data
+            assert data_role(out / name / f"{split}.jsonl") == OUTPUT_ROLES[split]
+            assert {r["role"] for r in _read(out / name / f"{split}.jsonl")} <= {OUTPUT_ROLES[split]}
     sft = {s: _read(out / "sft" / f"{s}.jsonl") for s in SPLITS}
     pairs = {s: _read(out / "pairs" / f"{s}.jsonl") for s in SPLITS}
     counts = report.sft
@@ -143,6 +147,11 @@ def test_build_data_writes_splits_roles_and_counts(
     assert saved["sft"]["kept: train"] == len(sft["train"])
     assert saved["files"]["pairs/train.jsonl"] == len(pairs["train"])
     assert saved["prompt_version"] == "data-v2"
+    # the Lend-an-Ear pairs' length balance is reported
+    balance = saved["lengths"]["mint-judge"]
+    assert (
+        balance["pairs"] == sum(p["origin"] == "mint-judge" for p in all_pairs) and 0 <= balance["chosen longer"] <= 1
+    )
 
 
 def test_candidate_pairs_are_kept_by_strict_majority_only(tmp_path: Path, data_dir: Path) -> None:
@@ -162,14 +171,15 @@ def test_candidate_pairs_are_kept_by_strict_majority_only(tmp_path: Path, data_d
             return json.dumps({"better": "A" if a_is else "B", "reason": "x"})
         raise AssertionError(system[:40])
 
-    pool = BackendPool({"s": ScriptedBackend(split_vote)})
+    backend = ScriptedBackend(split_vote)
+    pool = BackendPool({"s": backend, "j": backend})
     cfg = _config(
         tmp_path,
         data_dir,
         teacher=None,
         target_judges=None,
         candidates=("s",),
-        judges=("s", "s", "s"),
+        judges=("j", "j", "j"),
         annotator=None,
         use_mint=False,
         esconv_splits=("test",),
@@ -249,9 +259,41 @@ def test_outputs_load_with_datasets(tmp_path: Path, data_dir: Path) -> None:
     assert {"context", "target", "strategy_counts", "r_align"} <= set(ds.column_names)
 
 
+def test_no_judge_votes_on_a_pair_holding_its_own_candidate(
+    tmp_path: Path, data_dir: Path, scripted: tuple[Roles, BackendPool]
+) -> None:
+    """The config refuses a judge that writes candidates, naming the field; the pairs code skips such votes too."""
+    with pytest.raises(
+        ConfigError, match=r"judges: .*judges\[1\] \(openai:gpt-4.1@http://x/v1\) also writes candidates"
+    ):
+        validate_config(
+            BuildDataConfig,
+            {
+                "output_dir": "o",
+                "candidates": ["openai:gpt-4.1"],
+                "judges": ["openai:deepseek-chat", "openai:gpt-4.1@http://x/v1"],
+            },
+            source="paper.yaml",
+        )
+    with pytest.raises(ConfigError, match="judges"):  # the bundled model is one model, with or without adapters
+        validate_config(BuildDataConfig, {"output_dir": "o", "candidates": ["base"], "judges": ["default"]})
+    paper = load_config(BuildDataConfig, Path(__file__).parents[1] / "training" / "configs" / "build_data_paper.yaml")
+    writers = {model_identity(c) for c in paper.candidates}
+    assert paper.judges and not writers & {model_identity(j) for j in paper.judges}
+    # past the config (a config built without validation), the votes are skipped and the pairs dropped
+    _, pool = scripted
+    good = _config(tmp_path, data_dir, teacher=None, target_judges=None, use_mint=False, max_dialogues=1, max_turns=2)
+    cfg = good.model_copy(update={"candidates": ("scripted",), "include_reference": True, "judges": ("scripted",) * 3})
+    report = build_data(cfg, pool=pool, log=lambda s: None)
+    comparisons = report.pairs["candidates: comparisons"]
+    assert comparisons > 0 and report.pairs["candidates: self-votes skipped"] == 3 * comparisons
+    assert report.pairs["candidates: dropped (no judge without a reply in the pair)"] == comparisons
+
+
 @pytest.mark.slow
 def test_build_data_with_the_bundled_model_as_every_role(tmp_path: Path, data_dir: Path) -> None:
-    """The real path: llama.cpp with the bundled model as teacher, judges, candidate and annotator."""
+    """The real path: llama.cpp with the bundled model as teacher and target judge (it cannot also
+    judge pairs of its own candidates, and there is no other local model: no candidate pairs)."""
     cfg = BuildDataConfig(
         output_dir=str(tmp_path / "out"),
         data_dir=str(data_dir),
@@ -263,9 +305,8 @@ def test_build_data_with_the_bundled_model_as_every_role(tmp_path: Path, data_di
         target_judges=("default",),
         teacher_attempts=2,
         teacher_max_tokens=300,
-        candidates=("default",),
-        candidate_max_tokens=48,
-        judges=("default", "default", "default"),
+        candidates=(),
+        judges=None,
     )
     report = build_data(cfg, log=lambda s: None)
     sft = report.sft
@@ -273,12 +314,4 @@ def test_build_data_with_the_bundled_model_as_every_role(tmp_path: Path, data_di
     # every candidate got a teacher target (kept or judged away) or an unusable-reply rejection
     assert judged + sft["rejected: teacher reply unusable"] == 2
     assert sft["aligned targets (r_align = 1)"] + sft["misaligned targets (kept)"] == sft["kept: test"]
-    pairs = report.pairs
-    # two contexts, each with the reference and one candidate reply: one comparison each
-    assert (
-        pairs["candidates: comparisons"] == 2 - pairs["candidates: reply failed"] - pairs["candidates: duplicate reply"]
-    )
-    outcomes = (
-        pairs["kept: test"] + pairs["candidates: dropped (tie or split vote)"] + pairs["dropped: annotation failed"]
-    )
-    assert outcomes == pairs["candidates: comparisons"]
+    assert report.pairs["candidates: comparisons"] == 0 and report.files["pairs/test.jsonl"] == 0

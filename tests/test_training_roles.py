@@ -1,4 +1,4 @@
-"""Data hygiene: every dataset a recipe reads has a role, and no recipe trains on test or eval-only data."""
+"""Data hygiene: every dataset a recipe reads has a role, and no recipe trains on anything but train data."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ SAGE = Path("sage_rlver") / "profiles" / "simulator_profile_withfirsttalk.jsonl"
 
 def test_shared_data_roles(data_dir: Path) -> None:
     assert data_role(data_dir / "esconv" / "train.jsonl") == "train"
-    assert data_role(data_dir / "esconv" / "valid.jsonl") == "valid"
-    assert data_role(data_dir / "esconv" / "test.jsonl") == "test"
+    assert data_role(data_dir / "esconv" / "valid.jsonl") == "selection"
+    assert data_role(data_dir / "esconv" / "test.jsonl") == "selection"  # read for choices many times
     assert data_role(data_dir / SAGE) == "eval-only"
     assert data_role(data_dir / "mint_lend_an_ear" / "training" / "conversations_322.json") == "train"
-    for path in (data_dir / "esconv" / "test.jsonl", data_dir / SAGE):
-        with pytest.raises(InputError, match=rf"{path.name}: refusing to use (test|eval-only) data"):
+    for path in (data_dir / "esconv" / "valid.jsonl", data_dir / "esconv" / "test.jsonl", data_dir / SAGE):
+        with pytest.raises(InputError, match=rf"{path.name}: refusing to use (selection|eval-only) data"):
             require_trainable(path)
     with pytest.raises(InputError, match=r"train\.jsonl: refusing to evaluate on train data"):
         require_held_out(data_dir / "esconv" / "train.jsonl")
@@ -49,13 +49,17 @@ def test_roles_file_declares_own_data_and_undeclared_data_is_refused(tmp_path: P
 
 def test_records_declare_their_split(tmp_path: Path) -> None:
     path = tmp_path / "pairs.jsonl"
-    rows = [{"id": "a", "split": "train"}, {"id": "b", "split": "test"}]
+    rows = [{"id": "a", "split": "train"}, {"id": "b", "split": "valid"}, {"id": "c", "split": "test"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with pytest.raises(InputError, match=r"pairs.jsonl: record 2 \(b\): refusing to train on a test record"):
+    with pytest.raises(InputError, match=r"pairs.jsonl: record 2 \(b\): refusing to fit on a selection record"):
         read_records(path, "pairs")
+    with pytest.raises(InputError, match=r"pairs.jsonl: record 3 \(c\): refusing to select or tune on a test record"):
+        read_records(path, "pairs", "valid")  # SFT's eval_data: a selection read
     path.write_text(json.dumps(rows[0]) + "\n")
     assert read_records(path, "pairs") == [rows[0]]  # every record declares split train
-    assert read_records(path, "pairs", "valid") == [rows[0]]  # evaluation reads are not training reads
+    assert read_records(path, "pairs", "valid") == [rows[0]]  # train data may be selected on too
+    path.write_text(json.dumps({"id": "d", "split": "test", "role": "selection"}) + "\n")
+    assert read_records(path, "pairs", "valid")  # a record's role wins over its split
 
 
 def test_build_data_outputs_declare_roles_and_test_files_are_refused(
@@ -63,11 +67,11 @@ def test_build_data_outputs_declare_roles_and_test_files_are_refused(
 ) -> None:
     out = tmp_path / "data"
     shutil.copytree(small_build_data(2), out)
-    assert json.loads((out / "roles.json").read_text())["pairs/test.jsonl"] == "test"
+    assert json.loads((out / "roles.json").read_text())["pairs/test.jsonl"] == "selection"
     assert read_records(out, "sft")  # <out>/sft/train.jsonl
     test_file = out / "pairs" / "test.jsonl"
     test_file.write_text(json.dumps({"id": "x", "context": []}) + "\n")  # even without a split field
-    with pytest.raises(InputError, match=rf"{test_file}: refusing to use test data as training data"):
+    with pytest.raises(InputError, match=rf"{test_file}: refusing to use selection data as training data"):
         read_records(test_file, "pairs")
 
 
@@ -83,9 +87,9 @@ def test_trainer_stages_refuse_test_data_before_loading_a_model(
     shutil.copytree(small_build_data(2), out)
     (out / "sft" / "test.jsonl").write_text(json.dumps({"context": [], "target": "{}", "split": "test"}) + "\n")
     (out / "pairs" / "test.jsonl").write_text(json.dumps({"context": [], "split": "test"}) + "\n")
-    with pytest.raises(InputError, match=r"sft/test.jsonl: refusing to use test data"):
+    with pytest.raises(InputError, match=r"sft/test.jsonl: refusing to use selection data"):
         run_sft(SFTStageConfig(data=str(out / "sft" / "test.jsonl"), model="tiny", output_dir=str(tmp_path / "s")))
-    with pytest.raises(InputError, match=r"pairs/test.jsonl: refusing to use test data"):
+    with pytest.raises(InputError, match=r"pairs/test.jsonl: refusing to use selection data"):
         run_pref_grpo(
             PrefGRPOConfig(
                 data=str(out / "pairs" / "test.jsonl"), model="tiny", output_dir=str(tmp_path / "g"), evaluator="x"
@@ -105,7 +109,7 @@ def test_policy_users_train_on_esconv_train_and_hold_out_valid_or_test(data_dir:
     assert len(load_profiles(UserSettings(source="sage"), "held_out", root)) == 100
     with pytest.raises(InputError, match=rf"{SAGE.name}: refusing to use eval-only data as training users"):
         load_profiles(UserSettings(source="sage"), "train", root)
-    with pytest.raises(InputError, match=r"test\.jsonl: refusing to use test data as training users"):
+    with pytest.raises(InputError, match=r"test\.jsonl: refusing to use selection data as training users"):
         load_profiles(UserSettings(path=str(data_dir / "esconv" / "test.jsonl")), "train", root)
     with pytest.raises(InputError, match=r"train\.jsonl: refusing to evaluate on train data"):
         load_profiles(UserSettings(held_out_path=str(data_dir / "esconv" / "train.jsonl")), "held_out", root)

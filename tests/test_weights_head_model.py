@@ -25,7 +25,7 @@ def test_llamacpp_reads_the_states_the_head_was_fitted_on(llama_backend: LlamaCp
 
     from care_sdk.training.weights_head import head_turns, transformers_states
 
-    texts = [t.text for t in head_turns(data_dir / "esconv" / "test.jsonl", 4)[:6]]
+    texts = [t.text for t in head_turns(data_dir / "esconv" / "test.jsonl", 4, use="select")[:6]]
     reference = transformers_states(texts, {"15": (15, "mean"), "14": (14, "mean")})
     read = torch.tensor(llama_backend.hidden_state_means(texts, 15))
     cosine = torch.nn.functional.cosine_similarity(read, reference["15"])
@@ -45,7 +45,7 @@ def test_transformers_reads_the_same_states_and_the_same_weights(
     from care_sdk.backends.hf import HFBackend
     from care_sdk.training.weights_head import head_turns, transformers_states
 
-    texts = [t.text for t in head_turns(data_dir / "esconv" / "test.jsonl", 4)[:4]]
+    texts = [t.text for t in head_turns(data_dir / "esconv" / "test.jsonl", 4, use="select")[:4]]
     hf = HFBackend.from_gguf(llama_backend.model_path)
     try:
         read = torch.tensor(hf.hidden_state_means(texts, 15))

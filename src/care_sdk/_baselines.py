@@ -156,10 +156,12 @@ def esconv_contexts(data: str | Path | None = None) -> tuple[tuple[Message, ...]
         (4, [6, 6, 6, 6], True)
     """
     from care_sdk.data import data_dir, load_esconv
+    from care_sdk.training.roles import require_role
 
     path = data_dir(data) / "esconv" / "train.jsonl"
     if not path.is_file():
         raise ConfigError(f"{path}: not found; the esconv baselines are drawn from ESConv's train split there")
+    require_role(path, "fit", what="context-fit baselines")
     return sample_baselines([d.to_dialogue() for d in load_esconv(path).records], 4, seed=11)
 
 

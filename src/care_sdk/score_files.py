@@ -1,9 +1,10 @@
 """Scoring logged dialogue files: one output record per assistant turn, resumable.
 
 Output records are JSON lines ``{"id", "turn", "reward", "error", "rubric", "evaluation",
-"dimension_scores", "scored_by", "flags", "raw_reward", "note", "context_fit"}`` in input order
-(``flags``: what the guards found in the reply; a reply they settled without a model call has no
-rubric; ``context_fit``: the reply's fit to its context, when the reward reads it). Records
+"dimension_scores", "scored_by", "flags", "raw_reward", "note", "context_fit", "parts"}`` in input
+order (``flags``: what the guards found in the reply; a reply they settled without a model call has no
+rubric; ``context_fit``: the reply's fit to its context, when the opt-in add-on reads it; ``parts``:
+what produced the reward, ``["care"]`` for the method's). Records
 are appended as they finish, so an interrupted run loses nothing; re-running with the same output
 file keeps every scored record, recomputes only missing or failed ones, and rewrites the file in
 input order, identical to an uninterrupted run.

@@ -49,7 +49,10 @@ from care_sdk.data import (
     load_lend_an_ear,
     load_sage_rollouts,
 )
+from care_sdk.data.sage_turns import sage_turn_roles
+from care_sdk.data.splits import lend_an_ear_role
 from care_sdk.errors import InputError
+from care_sdk.training.roles import require_role
 from care_sdk.types import DIMENSIONS
 
 __all__ = ["ExpertTask", "SimulatedTask", "SuccessTask", "expert_aggregate"]
@@ -77,7 +80,11 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 class ExpertTask(
     QualityTask, name="experts", title="Expert agreement (Lend-an-Ear, conversation level)", unit="conversations"
 ):
-    """Dialogue-level agreement with the three Lend-an-Ear experts' median ratings."""
+    """Dialogue-level agreement with the three Lend-an-Ear experts' median ratings.
+
+    Reads the held-out conversations only (:func:`~care_sdk.data.splits.lend_an_ear_role`
+    ``selection``: 9 of the 50): the bundled evaluator was trained on the other 41.
+    """
 
     def load(self, paths: DataPaths, settings: Settings) -> TaskData:
         loaded = load_lend_an_ear(paths.lend_an_ear_dir)
@@ -96,7 +103,13 @@ class ExpertTask(
             field="expert_ratings",
             issues=issues,
         )
-        chosen = select(rated, settings.limit, settings.seed)
+        held_out = [(d, c) for d, c in rated if lend_an_ear_role(d.id) == "selection"]
+        require_role(
+            paths.lend_an_ear_dir / "lend_an_ear_eval" / "lend_an_ear_50_conversations.csv",
+            "evaluate",
+            records=[{"id": d.id, "role": lend_an_ear_role(d.id)} for d, _ in held_out],
+        )
+        chosen = select(held_out, settings.limit, settings.seed)
         items: list[Item] = []
         experts: dict[str, dict[str, float]] = {}
         for dialogue, complete in chosen:
@@ -112,7 +125,7 @@ class ExpertTask(
         sources = [base / "lend_an_ear_50_conversations.csv", *sorted((base / "expert_ratings").glob("*.csv"))]
         sources += [p for p in (judged_dir / JUDGE_AGREEMENT_FILE, judged_dir / JUDGE_CONVERSATION_FILE) if p.exists()]
         extra = {"experts": experts, "published": published, "judge": judge}
-        return TaskData(items, len(chosen), len(rated), sources, issues, extra)
+        return TaskData(items, len(chosen), len(held_out), sources, issues, extra)
 
     def evaluate(self, data: TaskData, records: Records, settings: Settings) -> TaskResult:
         experts: dict[str, dict[str, float]] = data.extra["experts"]
@@ -175,6 +188,8 @@ class ExpertTask(
             detail_rows,
         )
         notes = [
+            "Held-out conversations only (the Lend-an-Ear split's valid and test, data role selection): "
+            "the bundled evaluator was trained on the other conversations.",
             "Dialogue-level reward = mean turn reward over the scored supporter turns"
             + (f" (at most {settings.max_turns} per conversation, evenly spread)" if settings.max_turns else "")
             + "; a conversation with a failed turn is left out.",
@@ -281,7 +296,12 @@ class SuccessTask(
 class SimulatedTask(
     QualityTask, name="simulated", title="Simulated-user signal (SAGE rollouts, Chinese)", unit="turns"
 ):
-    """SAGE rollouts: does each turn's reward track the simulated user's emotion change after it?"""
+    """SAGE rollouts: does each turn's reward track the simulated user's emotion change after it?
+
+    Reads the ``selection`` turns only: the 400 a seed-0 run has scored
+    (:mod:`care_sdk.data.sage_turns`). The other turns are a ``test`` set, read once per shipped
+    artifact through the test-read ledger (:func:`care_sdk.data.sage_test_turns`).
+    """
 
     def load(self, paths: DataPaths, settings: Settings) -> TaskData:
         files = paths.sage_files
@@ -317,8 +337,10 @@ class SimulatedTask(
                             },
                         )
                     )
-        chosen = select(turns, settings.limit, settings.seed)
-        return TaskData(chosen, len(chosen), len(turns), list(files), issues)
+        roles = sage_turn_roles(files)
+        selection = [t for t in turns if roles.get(t.key) == "selection"]
+        chosen = [t for t in select(turns, settings.limit, settings.seed) if roles.get(t.key) == "selection"]
+        return TaskData(chosen, len(chosen), len(selection), list(files), issues)
 
     def evaluate(self, data: TaskData, records: Records, settings: Settings) -> TaskResult:
         rho: dict[str, Estimate] = {}

@@ -56,6 +56,7 @@ class AlignmentTask(
     """Priority alignment on ESConv supporter turns: does the top weight match the reference strategies?"""
 
     def load(self, paths: DataPaths, settings: Settings) -> TaskData:
+        from care_sdk.training.roles import require_role
         from care_sdk.training.rubric_targets import fit_top_priors, turn_number
 
         loaded = load_esconv(paths.esconv_file)
@@ -69,6 +70,7 @@ class AlignmentTask(
         train = paths.esconv_file.parent / "train.jsonl"  # the turn-position prior is fitted there, if it is there
         priors = None
         if train.is_file() and train.resolve() != paths.esconv_file.resolve():
+            require_role(train, "fit", what="the turn-position prior's training data")
             train_loaded = load_esconv(train)
             priors = fit_top_priors(t for d in train_loaded for t in d.supporter_turns())
             sources.append(train)

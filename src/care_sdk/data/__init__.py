@@ -24,7 +24,12 @@ API summary (stable):
   data ``strategy_map.json``), ``from_mapping`` / ``from_file`` for your own;
   ``.dimension(name)``, ``.canonical(name)``, ``.counts(strategies)``.
 - :func:`~care_sdk.data.splits.lend_an_ear_split`: the one split by conversation of Lend-an-Ear
-  (train on ``train`` only; ``valid`` and ``test`` are held out everywhere).
+  (train on ``train`` only; ``valid`` and ``test`` are held out everywhere, both data role
+  ``selection``: :func:`lend_an_ear_role`).
+- The fresh ``test`` sets (read through the test-read ledger, :mod:`care_sdk.training.results`):
+  ``load_intent_turns`` / ``load_intent_annotations`` (EmpatheticIntents listener turns, intent
+  and mapped dimension, :func:`intent_map`) and ``sage_test_turns`` (SAGE turns outside the 400
+  already scored; ``sage_turns`` lists every turn with its role).
 - :func:`data_dir` locates the data directory (an explicit path, else ``$CARE_DATA_DIR``; an
   error that says where to get the data otherwise); :func:`require_data` checks one file.
 
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 from care_sdk.data._issues import Loaded, LoadIssue
 from care_sdk.data.esconv import ESCONV_SPLITS, load_esconv
+from care_sdk.data.intents import IntentTurn, ManualIntent, intent_map, load_intent_annotations, load_intent_turns
 from care_sdk.data.locations import DATA_DIR_ENV, DATASETS, data_dir, require_data
 from care_sdk.data.mint import (
     MINT_JUDGE_DIMENSIONS,
@@ -49,7 +55,8 @@ from care_sdk.data.mint import (
 )
 from care_sdk.data.records import SupportDialogue, SupportTurn
 from care_sdk.data.sage import SageProfile, SageRollout, load_sage_profiles, load_sage_rollouts
-from care_sdk.data.splits import LEND_AN_EAR_HELD_OUT, lend_an_ear_split, split_of
+from care_sdk.data.sage_turns import SageTurn, sage_rollout_files, sage_scored_keys, sage_test_turns, sage_turns
+from care_sdk.data.splits import LEND_AN_EAR_HELD_OUT, lend_an_ear_role, lend_an_ear_split, split_of
 from care_sdk.data.strategies import StrategyMap, UnknownStrategyError, default_strategy_map
 
 __all__ = [
@@ -59,24 +66,35 @@ __all__ = [
     "LEND_AN_EAR_HELD_OUT",
     "MINT_JUDGE_DIMENSIONS",
     "MINT_TACTICS",
+    "IntentTurn",
     "JudgedResponse",
     "LoadIssue",
     "Loaded",
+    "ManualIntent",
     "SageProfile",
     "SageRollout",
+    "SageTurn",
     "StrategyMap",
     "SupportDialogue",
     "SupportTurn",
     "UnknownStrategyError",
     "data_dir",
     "default_strategy_map",
+    "intent_map",
+    "lend_an_ear_role",
     "lend_an_ear_split",
     "load_esconv",
+    "load_intent_annotations",
+    "load_intent_turns",
     "load_judged_turns",
     "load_lend_an_ear",
     "load_mint_conversations",
     "load_sage_profiles",
     "load_sage_rollouts",
     "require_data",
+    "sage_rollout_files",
+    "sage_scored_keys",
+    "sage_test_turns",
+    "sage_turns",
     "split_of",
 ]

@@ -51,6 +51,11 @@ DATASETS: dict[str, Dataset] = {
         "Lend-an-Ear conversations, expert ratings, judged turns and MINT's 322 logged conversations",
         "honglizhan/mint-empathy on GitHub, folder data/ (MIT)",
     ),
+    "empatheticdialogues_intents": Dataset(
+        "empatheticdialogues_intents",
+        "EmpatheticIntents: EmpatheticDialogues listener turns with listener intents (a test set)",
+        "anuradha1992/EmpatheticIntents on GitHub (EmpatheticDialogues text: CC BY-NC 4.0)",
+    ),
     "sage_rlver": Dataset(
         "sage_rlver",
         "SAGE/RLVER simulator profiles and rollouts (Chinese)",

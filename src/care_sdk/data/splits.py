@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["LEND_AN_EAR_HELD_OUT", "lend_an_ear_split", "split_of"]
+__all__ = ["LEND_AN_EAR_HELD_OUT", "lend_an_ear_role", "lend_an_ear_split", "split_of"]
 
 LEND_AN_EAR_HELD_OUT = ("valid", "test")
-"""The Lend-an-Ear splits no model is trained on."""
+"""The Lend-an-Ear splits no model is trained on (both are data role ``selection``)."""
 
 
 def split_of(dialogue_id: str, *, seed: int, valid_fraction: float, test_fraction: float) -> str:
@@ -40,3 +40,16 @@ def lend_an_ear_split(conversation_id: str) -> str:
         True
     """
     return split_of(conversation_id, seed=0, valid_fraction=0.1, test_fraction=0.1)
+
+
+def lend_an_ear_role(conversation_id: str) -> str:
+    """The data role of a Lend-an-Ear conversation: ``train``, or ``selection`` for the held-out ones.
+
+    Its held-out conversations (splits ``valid`` and ``test``) gated many design choices, so both
+    are ``selection``: fit on ``train`` only, choose on these, never quote them as test numbers.
+
+    Examples:
+        >>> {lend_an_ear_role(c) for c in "abcdefghijk"} <= {"train", "selection"}
+        True
+    """
+    return "train" if lend_an_ear_split(conversation_id) == "train" else "selection"

@@ -5,7 +5,7 @@ Two sources, both refusing training data:
 - :func:`read_pairs_file`: a JSONL file of ``{"context": [...], "chosen": ..., "rejected": ...}``
   records, such as ``pairs/valid.jsonl`` or ``pairs/test.jsonl`` written by ``care train
   build-data``. The file's declared data role (``roles.json``, see
-  :mod:`care_sdk.training.roles`) must be held out (valid, test or eval-only), and no record may
+  :mod:`care_sdk.training.roles`) must be held out (selection, test or eval-only), and no record may
   carry ``"split": "train"``.
 - :func:`lend_an_ear_held_out_pairs`: the pairs build-data would make from the MINT-judged
   replies of the held-out Lend-an-Ear conversations (:data:`~care_sdk.data.LEND_AN_EAR_HELD_OUT`,
@@ -131,18 +131,20 @@ def _check_record(record: dict[str, Any]) -> tuple[str | None, str] | None:
     return None
 
 
-def read_pairs_file(path: str | Path, *, limit: int | None = None) -> HeldOutPairs:
+def read_pairs_file(path: str | Path, *, limit: int | None = None, test_read: object | None = None) -> HeldOutPairs:
     """The pairs of a held-out pairs file (``care train build-data``'s ``pairs/test.jsonl``, or your own).
 
-    The file's declared role must be valid, test or eval-only (a ``roles.json`` next to it or up
-    to three directories above; build-data writes one). Each line needs ``context`` (chat
-    messages), ``chosen`` and ``rejected``; ``id``, ``dialogue_id`` and ``turn_index`` are used
-    when present (pairs of the same dialogue turn form one bootstrap unit, otherwise the context's
-    hash does).
+    The file's declared role must be selection (``valid``), test or eval-only (a ``roles.json``
+    next to it or up to three directories above; build-data writes one); a ``test`` file needs
+    ``test_read``, the entry :func:`care_sdk.training.results.record_test_read` returned. Each
+    line needs ``context`` (chat messages), ``chosen`` and ``rejected``; ``id``, ``dialogue_id``
+    and ``turn_index`` are used when present (pairs of the same dialogue turn form one bootstrap
+    unit, otherwise the context's hash does).
 
     Args:
         path: the JSONL file.
         limit: keep the pairs of the first this many contexts (all pairs of a context stay together).
+        test_read: the test-read ledger entry of this read (test files only).
 
     Raises:
         InputError: the file is training data or has no declared role, or a line is unusable
@@ -151,7 +153,7 @@ def read_pairs_file(path: str | Path, *, limit: int | None = None) -> HeldOutPai
     Examples:
         >>> import tempfile, pathlib
         >>> d = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (d / "roles.json").write_text('{"held.jsonl": "test"}')
+        >>> _ = (d / "roles.json").write_text('{"held.jsonl": "selection"}')
         >>> line = {"context": [{"role": "user", "content": "I lost my job."}], "chosen": "Oh no.", "rejected": "Ok."}
         >>> _ = (d / "held.jsonl").write_text(json.dumps(line) + "\\n")
         >>> read_pairs_file(d / "held.jsonl").pairs[0].id
@@ -160,14 +162,14 @@ def read_pairs_file(path: str | Path, *, limit: int | None = None) -> HeldOutPai
         >>> read_pairs_file(d / "held.jsonl")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        care_sdk.errors.InputError: .../held.jsonl: refusing to evaluate on train data (held-out data is ...)
+        care_sdk.errors.InputError: .../held.jsonl: refusing to evaluate on train data (evaluation never reads train)
     """
     from care_sdk.training.roles import require_held_out
 
     path = Path(path)
     if not path.is_file():
         raise InputError("no such pairs file", location=str(path))
-    role = require_held_out(path)
+    role = require_held_out(path, test_read=test_read)
     pairs: list[EvalPair] = []
     seen: dict[str, int] = {}
     for number, record in iter_jsonl(path, check=_check_record):

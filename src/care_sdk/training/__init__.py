@@ -7,8 +7,10 @@ inside their functions and raise :class:`~care_sdk.errors.MissingDependencyError
 - Reward terms (usable in any trainer): :func:`r_align`, :func:`r_pref`, :func:`format_reward`,
   the TRL reward functions :class:`FormatReward`, :class:`PrefReward`, :class:`AlignReward`, and
   :class:`PrefGRPORewards` (the three together: a failed evaluation masks the whole completion).
-- Data hygiene: :func:`data_role`, :func:`require_trainable` (recipes refuse test and eval-only
-  data) and :func:`write_roles`; run sizes: :func:`plan_training` and :class:`TrainingPlan`.
+- Data hygiene: :func:`data_role`, :func:`require_role` (every reader that fits, selects or
+  evaluates: ``fit`` reads train only, ``select`` train or selection, test only through the
+  test-read ledger), :func:`require_trainable` and :func:`write_roles`; results files and the
+  ledger: :func:`write_results`, :func:`record_test_read`; run sizes: :func:`plan_training` and :class:`TrainingPlan`.
 - Stages: :func:`build_data`, :func:`run_sft`, :func:`run_pref_grpo`, :func:`fit_weights_head`, with
   their configs :class:`BuildDataConfig`, :class:`SFTStageConfig`, :class:`PrefGRPOConfig`,
   :class:`WeightsHeadConfig` and :func:`load_config`.
@@ -34,6 +36,7 @@ from care_sdk.training.config import (
 from care_sdk.training.models import tiny_model_dir
 from care_sdk.training.plan import TrainingPlan, plan_training
 from care_sdk.training.pref_grpo import PrefGRPOResult, run_pref_grpo
+from care_sdk.training.results import record_test_read, write_results
 from care_sdk.training.rewards import (
     AlignReward,
     FormatReward,
@@ -45,7 +48,7 @@ from care_sdk.training.rewards import (
     r_align,
     r_pref,
 )
-from care_sdk.training.roles import data_role, require_trainable, write_roles
+from care_sdk.training.roles import data_role, require_role, require_trainable, write_roles
 from care_sdk.training.sft import SFTResult, load_trained_generator, run_sft
 from care_sdk.training.weights_head import fit_weights_head
 
@@ -75,9 +78,12 @@ __all__ = [
     "plan_training",
     "r_align",
     "r_pref",
+    "record_test_read",
+    "require_role",
     "require_trainable",
     "run_pref_grpo",
     "run_sft",
     "tiny_model_dir",
+    "write_results",
     "write_roles",
 ]

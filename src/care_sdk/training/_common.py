@@ -13,7 +13,7 @@ from care_sdk.errors import ConfigError, InputError
 from care_sdk.jsonl import read_jsonl
 from care_sdk.prompts import evaluator_messages, generator_messages
 from care_sdk.training.models import require_train, resolve_model
-from care_sdk.training.roles import require_trainable
+from care_sdk.training.roles import require_role
 from care_sdk.types import Message, Rubric
 
 __all__ = [
@@ -99,11 +99,14 @@ class GRPORunResult:
 def read_records(path: str | Path, kind: str, split: str = "train", limit: int | None = None) -> list[dict[str, Any]]:
     """Read build-data records: a JSONL file, or ``<dir>/<kind>/<split>.jsonl`` under a build-data output.
 
-    With ``split="train"`` the file must be declared trainable (see :mod:`care_sdk.training.roles`).
+    Every read goes through the role guard (:func:`~care_sdk.training.roles.require_role`): with
+    ``split="train"`` the records are about to be fitted on (``train`` only); any other split
+    (``valid``: SFT's ``eval_data``, for early stopping and choosing a checkpoint) is a selection
+    read (``train`` or ``selection``). ``test`` and ``eval-only`` data are refused either way.
 
     Raises:
-        InputError: the file is missing, a line is not JSON, it holds no records, or it is
-            training data declared test or eval-only (or not declared at all).
+        InputError: the file is missing, a line is not JSON, it holds no records, or its role
+            (or a record's) does not allow the read (or is not declared at all).
     """
     path = Path(path)
     if path.is_dir():
@@ -114,7 +117,9 @@ def read_records(path: str | Path, kind: str, split: str = "train", limit: int |
     if not records:
         raise InputError("no records", location=str(path))
     if split == "train":
-        require_trainable(path, records=records)
+        require_role(path, "fit", records=records, what="training data")
+    else:
+        require_role(path, "select", records=records, what="selection data")
     return records
 
 

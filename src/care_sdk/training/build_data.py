@@ -14,7 +14,14 @@ Pipeline:
    **annotator** labels the chosen reply's strategies where the data has none.
 4. Every input (context) lands in one split only; outputs are JSONL files that
    ``datasets.load_dataset("json", ...)`` reads, ``roles.json`` declares each file's data role
-   (:mod:`care_sdk.training.roles`), and ``report.json`` holds every count.
+   (:mod:`care_sdk.training.roles`: ``train`` for the train split, ``selection`` for ``valid`` and
+   ``test``, which come from ESConv valid/test and the held-out Lend-an-Ear conversations), every
+   record carries its ``split`` and ``role``, and ``report.json`` holds every count and the pairs'
+   length balance.
+
+Every input file goes through the role guard: the ``train`` outputs read only ``train`` data
+(``fit``), the other outputs only ``train`` or ``selection`` data; ``test`` and ``eval-only``
+data are never read.
 """
 
 from __future__ import annotations
@@ -37,18 +44,25 @@ from care_sdk.data import (
     load_judged_turns,
     load_lend_an_ear,
 )
-from care_sdk.data.splits import lend_an_ear_split
+from care_sdk.data.splits import lend_an_ear_role, lend_an_ear_split
 from care_sdk.training.build_report import BuildReport
 from care_sdk.training.config import BuildDataConfig
-from care_sdk.training.pairs import HUMAN_SYSTEMS, annotate, candidate_pairs, mint_pairs, offcontext_pairs
-from care_sdk.training.roles import Role, write_roles
+from care_sdk.training.pairs import (
+    HUMAN_SYSTEMS,
+    annotate,
+    candidate_pairs,
+    length_balance,
+    mint_pairs,
+    offcontext_pairs,
+)
+from care_sdk.training.roles import OUTPUT_ROLES, Role, require_role, write_roles
 from care_sdk.training.targets import BuildContext, build_targets, count_weights
 from care_sdk.types import Message
 
 __all__ = ["SPLITS", "BuildReport", "build_data", "count_weights", "input_key"]
 
-SPLITS: tuple[Role, ...] = ("train", "valid", "test")
-"""Output splits, in order (each output file's data role)."""
+SPLITS: tuple[str, ...] = ("train", "valid", "test")
+"""Output splits, in order (each output file's data role: :data:`~care_sdk.training.roles.OUTPUT_ROLES`)."""
 
 
 def input_key(context: Sequence[Message]) -> str:
@@ -66,15 +80,20 @@ def _load(cfg: BuildDataConfig, mapping: StrategyMap, report: BuildReport) -> li
     root = Path(cfg.data_dir) if cfg.data_dir else data_dir()
     out: list[tuple[SupportDialogue, str]] = []
     for split in cfg.esconv_splits:
-        loaded = load_esconv(root / "esconv" / f"{split}.jsonl", strategy_map=mapping)
+        path = root / "esconv" / f"{split}.jsonl"
+        target = split if split in SPLITS else "train"
+        require_role(path, "fit" if target == "train" else "select", what=f"build-data's {target} split")
+        loaded = load_esconv(path, strategy_map=mapping)
         report.load_issues += [str(i) for i in loaded.issues]
         dialogues = loaded.records[: cfg.max_dialogues] if cfg.max_dialogues else loaded.records
-        target = split if split in SPLITS else "train"
         out += [(d, target) for d in dialogues]
     if cfg.use_mint:
         loaded_lae = load_lend_an_ear(root / "mint_lend_an_ear", strategy_map=mapping)
         report.load_issues += [str(i) for i in loaded_lae.issues]
         dialogues = loaded_lae.records[: cfg.max_dialogues] if cfg.max_dialogues else loaded_lae.records
+        records = [{"id": d.id, "role": lend_an_ear_role(d.id)} for d in dialogues]
+        conversations = root / "mint_lend_an_ear" / "lend_an_ear_eval" / "lend_an_ear_50_conversations.csv"
+        require_role(conversations, "select", records=records)
         for d in dialogues:
             out.append((d, lend_an_ear_split(d.id)))
     return out
@@ -103,9 +122,9 @@ def _sft_candidates(
     return out, pool
 
 
-def _separate(records: list[dict[str, Any]], report_counter: Counter[str]) -> dict[Role, list[dict[str, Any]]]:
+def _separate(records: list[dict[str, Any]], report_counter: Counter[str]) -> dict[str, list[dict[str, Any]]]:
     """Assign records to splits; drop from valid/test any input already in an earlier split."""
-    by_split: dict[Role, list[dict[str, Any]]] = {s: [] for s in SPLITS}
+    by_split: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
     seen: set[str] = set()
     for split in SPLITS:
         keys_here: set[str] = set()
@@ -117,7 +136,7 @@ def _separate(records: list[dict[str, Any]], report_counter: Counter[str]) -> di
                 report_counter[f"dropped: input also in an earlier split ({split})"] += 1
                 continue
             keys_here.add(key)
-            by_split[split].append(record)
+            by_split[split].append({**record, "role": OUTPUT_ROLES[split]})
         seen |= keys_here
     return by_split
 
@@ -145,7 +164,8 @@ def build_data(
     """Run the data-construction pipeline and write its files under ``config.output_dir``.
 
     Writes ``sft/{train,valid,test}.jsonl``, ``pairs/{train,valid,test}.jsonl``, ``roles.json``
-    (each file's data role: its split) and ``report.json``, and prints the counts table through ``log``.
+    (each file's data role: ``train``, or ``selection`` for valid and test) and ``report.json``,
+    and prints the counts table through ``log``.
 
     Args:
         config: the stage's settings.
@@ -198,17 +218,20 @@ def build_data(
         if pool is None:
             backends.close()
     roles: dict[str, Role] = {}
+    written: list[dict[str, Any]] = []
     for name, records, counter in (("sft", sft_records, report.sft), ("pairs", pairs, report.pairs)):
         for split, rows in _separate(records, counter).items():
             _write(out_dir / name / f"{split}.jsonl", rows)
-            roles[f"{name}/{split}.jsonl"] = split
+            roles[f"{name}/{split}.jsonl"] = OUTPUT_ROLES[split]
             report.files[f"{name}/{split}.jsonl"] = len(rows)
             counter[f"kept: {split}"] = len(rows)
             if name == "pairs":
+                written += rows
                 _human_counts(rows, counter)
             else:
                 for source, n in Counter(r["source"] for r in rows).items():
                     counter[f"kept: {split} ({source})"] = n
+    report.lengths = length_balance(written)
     write_roles(out_dir, roles)
     report.files["roles.json"] = len(roles)
     (out_dir / "report.json").write_text(json.dumps(report.to_json(), indent=2, ensure_ascii=False), encoding="utf-8")

@@ -40,6 +40,8 @@ class BuildReport:
     """A sample of the judges' rejection reasons."""
     files: dict[str, int] = field(default_factory=dict)
     """Each written file and its number of records."""
+    lengths: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Length balance of the kept pairs per origin (:func:`~care_sdk.training.pairs.length_balance`)."""
 
     def table(self) -> str:
         """The counts as a plain-text table."""
@@ -49,6 +51,9 @@ class BuildReport:
                 lines.append(f"{name:<6} {key:<36} {counter[key]}")
         for path, n in self.files.items():
             lines.append(f"file   {path:<36} {n}")
+        for origin, balance in self.lengths.items():
+            shown = ", ".join(f"{k} {v}" for k, v in balance.items())
+            lines.append(f"length {origin:<36} {shown}")
         if self.load_issues:
             lines.append(f"load issues: {len(self.load_issues)} (first: {self.load_issues[0]})")
         return "\n".join(lines)
@@ -61,5 +66,6 @@ class BuildReport:
             "load_issues": self.load_issues,
             "judge_reasons": self.judge_reasons[:50],
             "files": self.files,
+            "lengths": self.lengths,
             "prompt_version": DATA_PROMPT_VERSION,
         }

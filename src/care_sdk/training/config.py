@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from care_sdk.errors import ConfigError
 
@@ -21,6 +21,7 @@ __all__ = [
     "SFTStageConfig",
     "WeightsHeadConfig",
     "load_config",
+    "model_identity",
 ]
 
 C = TypeVar("C", bound=BaseModel)
@@ -28,6 +29,28 @@ C = TypeVar("C", bound=BaseModel)
 
 class _Config(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+def model_identity(spec: str) -> str:
+    """The model a backend spec names, for telling whether two specs are the same judge and author.
+
+    The provider, the server address and an organisation prefix do not count; ``default`` and
+    ``base`` are both the bundled SmolLM2-135M (a judge or candidate gets no adapter).
+
+    Examples:
+        >>> model_identity("openai:Qwen/Qwen3-235B-A22B-Instruct-2507@http://teacher:8000/v1")
+        'qwen3-235b-a22b-instruct-2507'
+        >>> model_identity("default") == model_identity("base"), model_identity("openai:gpt-4.1")
+        (True, 'gpt-4.1')
+    """
+    kind, _, rest = spec.strip().partition(":")
+    if kind.lower() in ("default", "base") and not rest:
+        return "bundled-smollm2-135m"
+    if not rest:
+        return spec.strip().lower()
+    model = rest.partition("@")[0] if kind.lower() == "openai" else rest
+    name = model.rstrip("/").rsplit("/", 1)[-1]
+    return (name.removesuffix(".gguf") if kind.lower() == "llamacpp" else name).lower()
 
 
 class BuildDataConfig(_Config):
@@ -90,10 +113,12 @@ class BuildDataConfig(_Config):
     """Token budget of one candidate reply."""
     candidate_temperature: float = Field(default=0.8, ge=0)
     """Sampling temperature of the candidate replies."""
-    judges: tuple[str, ...] | None = ("default", "default", "default")
+    judges: tuple[str, ...] | None = None
     """Backend specs of the pair judges: every pair of candidates of a context is compared by each
     judge (in a seeded random order); a pair is kept when a strict majority prefers the same reply;
-    ties and split votes are dropped. ``None``: no candidate pairs."""
+    ties and split votes are dropped. No judge may write candidates (:func:`model_identity`), so
+    none votes on a pair holding its own reply. ``None`` (the default: the one bundled model cannot
+    be both): no candidate pairs."""
     pair_contexts: int | None = Field(default=None, ge=1)
     """At most this many contexts per split get candidate rollouts (the first of the SFT target
     turns); all of them when omitted."""
@@ -104,6 +129,10 @@ class BuildDataConfig(_Config):
     are dropped (and counted)."""
     criteria_per_dimension: int = Field(default=2, ge=1, le=5)
     """Criteria per dimension in target rubrics."""
+    mint_max_length_ratio: float | None = Field(default=None, ge=1)
+    """Lend-an-Ear pairs whose longer reply is more than this many times the shorter (in
+    characters) are dropped and counted; ``None``: kept. Either way the report gives the pairs'
+    length balance (share of pairs whose chosen reply is the longer one, median lengths)."""
     pref_margin: float = Field(default=1.0, ge=0)
     """Minimum MINT-judge score (aggregated empathy) margin between chosen and rejected Lend-an-Ear replies."""
     max_pairs_per_turn: int = Field(default=2, ge=1)
@@ -139,6 +168,18 @@ class BuildDataConfig(_Config):
     record (a seeded sample); 1: both sources weigh the same."""
     seed: int = 0
     """Seed of every random choice (splits, candidate order, backend sampling)."""
+
+    @field_validator("judges")
+    @classmethod
+    def _no_self_votes(cls, judges: tuple[str, ...] | None, info: ValidationInfo) -> tuple[str, ...] | None:
+        authors = {model_identity(c): c for c in info.data.get("candidates", ())}
+        for n, judge in enumerate(judges or ()):
+            if model_identity(judge) in authors:
+                raise ValueError(
+                    f"judges[{n}] ({judge}) also writes candidates ({authors[model_identity(judge)]}); "
+                    "a judge never votes on a pair holding its own candidate: use judges that write no candidate"
+                )
+        return judges
 
 
 class LoraSettings(_Config):

@@ -40,9 +40,9 @@ from care_sdk.data import (
     load_judged_turns,
     load_lend_an_ear,
 )
-from care_sdk.data.splits import lend_an_ear_split
+from care_sdk.data.splits import lend_an_ear_role, lend_an_ear_split
 from care_sdk.training.build_report import BuildReport
-from care_sdk.training.roles import write_roles
+from care_sdk.training.roles import OUTPUT_ROLES, require_role, write_roles
 from care_sdk.training.rubric_targets import TemplateTargets, esconv_setup
 from care_sdk.types import DIMENSIONS, Criterion, Dimension, Rubric
 
@@ -256,7 +256,8 @@ def _lend_an_ear_records(
     root: Path, targets: TemplateTargets, mapping: StrategyMap, report: BuildReport, seed: int
 ) -> dict[str, list[dict[str, Any]]]:
     dialogues = load_lend_an_ear(root, strategy_map=mapping)
-    judged = load_judged_turns(root / "judged_turns" / "judged_turn_responses_gold_and_qwen3-4b_systems.jsonl")
+    judged_path = root / "judged_turns" / "judged_turn_responses_gold_and_qwen3-4b_systems.jsonl"
+    judged = load_judged_turns(judged_path)
     report.load_issues += [str(i) for i in dialogues.issues + judged.issues]
     turns: dict[tuple[str, int], SupportTurn] = {}
     for dialogue in dialogues.records:
@@ -282,6 +283,9 @@ def _lend_an_ear_records(
             scores.append(target)
         rubric = Rubric(weights={d: 1.0 for d in DIMENSIONS}, criteria=criteria)
         out[split].append(_record(split, "lend-an-ear", f"judged:{item.system}", turn, rubric, item.response, scores))
+    used = sorted({r["dialogue_id"] for r in out.get("train", [])})
+    if used:
+        require_role(judged_path, "fit", records=[{"id": c, "role": lend_an_ear_role(c)} for c in used])
     return out
 
 
@@ -329,7 +333,7 @@ def build_evaluator_sft(config: BuildDataConfig, *, log: Callable[[str], None] =
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
         report.files[f"sft/{split}.jsonl"] = len(records)
-    write_roles(out_dir, {f"sft/{split}.jsonl": split for split in by_split})  # type: ignore[misc]
+    write_roles(out_dir, {f"sft/{split}.jsonl": OUTPUT_ROLES.get(split, split) for split in by_split})
     (out_dir / "report.json").write_text(json.dumps(report.to_json(), indent=2, ensure_ascii=False), encoding="utf-8")
     log(report.table())
     return report

@@ -4,11 +4,14 @@
   rolls out one reply (plus, with ``include_reference``, the dataset's own human reply); every
   pair of candidates is compared by each of the ``judges:`` (the order of the two replies is a
   seeded coin flip per judge, against position bias); a pair is kept when a strict majority
-  prefers the same reply, ties and split votes are dropped.
+  prefers the same reply, ties and split votes are dropped. No judge votes on a pair holding a
+  reply its own model wrote (the config refuses such judges; the vote is skipped here too).
 - **Lend-an-Ear pairs**: the best- vs worst-rated of 12 systems' replies to the same turn, by the
   MINT judge's aggregated empathy score (which rewards validating emotions, encouraging
   elaboration and understanding, and penalises advice giving, self-orientation and dismissal);
-  ``mint_reject_human`` decides whether the human reply may be the rejected one.
+  ``mint_reject_human`` decides whether the human reply may be the rejected one. The MINT judge
+  favours longer replies, so the report gives the length balance of these pairs
+  (:func:`length_balance`), and ``mint_max_length_ratio`` drops the most unbalanced ones.
 - **Off-context pairs** (``offcontext_pairs``, off by default): the reference reply vs a supporter
   reply from another dialogue. Not the method's pairs: the rejected reply is off-topic.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -27,6 +31,7 @@ from typing import Any
 from care_sdk.data import JudgedResponse, SupportDialogue, SupportTurn
 from care_sdk.errors import CareError
 from care_sdk.training._calls import ask
+from care_sdk.training.config import model_identity
 from care_sdk.training.prompts import (
     annotator_messages,
     annotator_schema,
@@ -39,7 +44,15 @@ from care_sdk.training.prompts import (
 from care_sdk.training.targets import BuildContext, counts_json, truncate
 from care_sdk.types import Message
 
-__all__ = ["HUMAN_SYSTEMS", "annotate", "candidate_pairs", "majority", "mint_pairs", "offcontext_pairs"]
+__all__ = [
+    "HUMAN_SYSTEMS",
+    "annotate",
+    "candidate_pairs",
+    "length_balance",
+    "majority",
+    "mint_pairs",
+    "offcontext_pairs",
+]
 
 HUMAN_SYSTEMS = frozenset({"reference", "gold"})
 """The ``chosen_system`` / ``rejected_system`` names of a human supporter's reply (ESConv, Lend-an-Ear)."""
@@ -133,6 +146,34 @@ def _rollouts(
     return out
 
 
+def _author(system: str) -> str | None:
+    """The model that wrote a candidate (``candidate<k>:<spec>``); ``None`` for the human reference."""
+    head, _, spec = system.partition(":")
+    return model_identity(spec) if head.startswith("candidate") and spec else None
+
+
+def length_balance(pairs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per pair origin: pairs, the share whose chosen reply is the longer (characters), median lengths.
+
+    Examples:
+        >>> length_balance([{"origin": "mint-judge", "chosen": "a long reply", "rejected": "short"}])
+        {'mint-judge': {'pairs': 1, 'chosen longer': 1.0, 'median chosen chars': 12, 'median rejected chars': 5}}
+    """
+    by_origin: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for pair in pairs:
+        by_origin[str(pair.get("origin", pair.get("source")))].append((len(pair["chosen"]), len(pair["rejected"])))
+    out: dict[str, dict[str, float]] = {}
+    for origin, lengths in sorted(by_origin.items()):
+        longer = sum(1.0 if c > r else 0.5 if c == r else 0.0 for c, r in lengths)
+        out[origin] = {
+            "pairs": len(lengths),
+            "chosen longer": round(longer / len(lengths), 4),
+            "median chosen chars": statistics.median(c for c, _ in lengths),
+            "median rejected chars": statistics.median(r for _, r in lengths),
+        }
+    return out
+
+
 def candidate_pairs(turns: list[tuple[SupportTurn, str]], ctx: BuildContext) -> list[dict[str, Any]]:
     """Candidate replies per context, compared pairwise by the judges; majority-preferred pairs."""
     cfg, pool, report, log = ctx.cfg, ctx.pool, ctx.report, ctx.log
@@ -144,27 +185,50 @@ def candidate_pairs(turns: list[tuple[SupportTurn, str]], ctx: BuildContext) -> 
     ]
     report.pairs["candidates: comparisons"] += len(comparisons)
     votes: list[list[str | None]] = [[] for _ in comparisons]
+    voters = [0] * len(comparisons)
     for n, spec in enumerate(cfg.judges):
         judge = pool.get(spec)
-        log(f"build-data: pair judge {n + 1} ({judge.identity}) compares {len(comparisons)} pairs")
-        flips = [_flip(cfg.seed, turns[t][0].dialogue_id, turns[t][0].index, i, j, n) for t, i, j in comparisons]
+        own = model_identity(spec)
+        mine = [
+            k
+            for k, (t, i, j) in enumerate(comparisons)
+            if own not in (_author(candidates[t][i][0]), _author(candidates[t][j][0]))
+        ]
+        report.pairs["candidates: self-votes skipped"] += len(comparisons) - len(mine)
+        log(f"build-data: pair judge {n + 1} ({judge.identity}) compares {len(mine)} pairs")
+        flips = {
+            k: _flip(
+                cfg.seed,
+                turns[comparisons[k][0]][0].dialogue_id,
+                turns[comparisons[k][0]][0].index,
+                comparisons[k][1],
+                comparisons[k][2],
+                n,
+            )
+            for k in mine
+        }
         prompts = []
-        for (t, i, j), flip in zip(comparisons, flips, strict=True):
+        for k in mine:
+            t, i, j = comparisons[k]
             a, b = (
-                candidates[t][j][1] if flip else candidates[t][i][1],
-                candidates[t][i][1] if flip else candidates[t][j][1],
+                candidates[t][j][1] if flips[k] else candidates[t][i][1],
+                candidates[t][i][1] if flips[k] else candidates[t][j][1],
             )
             prompts.append(pair_judge_messages(truncate(turns[t][0].context, cfg.max_context_messages), a, b))
         verdicts = ctx.ask_judge(n, judge, prompts, parse_pair_verdict, what="pair judge", schema=pair_judge_schema())
-        for k, (verdict, flip) in enumerate(zip(verdicts, flips, strict=True)):
+        for k, verdict in zip(mine, verdicts, strict=True):
+            voters[k] += 1
             if isinstance(verdict, CareError):
                 report.pairs[f"pair judge {n + 1}: error"] += 1
                 votes[k].append(None)
             else:  # votes are stored for the unflipped order: "A" is candidate i
-                votes[k].append({"A": "B", "B": "A"}.get(verdict, verdict) if flip else verdict)
+                votes[k].append({"A": "B", "B": "A"}.get(verdict, verdict) if flips[k] else verdict)
     kept: dict[int, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
-    for (t, i, j), vote in zip(comparisons, votes, strict=True):
-        won = majority(vote, len(cfg.judges))
+    for (t, i, j), vote, eligible in zip(comparisons, votes, voters, strict=True):
+        if eligible == 0:
+            report.pairs["candidates: dropped (no judge without a reply in the pair)"] += 1
+            continue
+        won = majority(vote, eligible)
         if won is None:
             report.pairs["candidates: dropped (tie or split vote)"] += 1
             continue
@@ -181,7 +245,7 @@ def candidate_pairs(turns: list[tuple[SupportTurn, str]], ctx: BuildContext) -> 
             origin="candidates",
             chosen_system=best[0],
             rejected_system=worst[0],
-            votes=f"{won[1]}/{len(cfg.judges)}",
+            votes=f"{won[1]}/{eligible}",
         )
         kept[t].append((won[1], record))
     out = []
@@ -219,6 +283,10 @@ def mint_pairs(
             if made >= cfg.max_pairs_per_turn or best.aggregated_empathy - worst.aggregated_empathy < cfg.pref_margin:
                 break
             if best.response.strip() == worst.response.strip():
+                continue
+            lengths = sorted((len(best.response), len(worst.response)))
+            if cfg.mint_max_length_ratio is not None and lengths[1] > cfg.mint_max_length_ratio * max(lengths[0], 1):
+                report.pairs["mint: dropped (length ratio above mint_max_length_ratio)"] += 1
                 continue
             out.append(
                 make_pair(

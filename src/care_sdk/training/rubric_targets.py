@@ -45,7 +45,7 @@ from care_sdk.errors import ConfigError
 from care_sdk.prompts import generator_position, rubric_reply_json
 from care_sdk.rubric_checks import STOPWORDS, check_rubric, content_words
 from care_sdk.training.build_report import BuildReport
-from care_sdk.training.roles import write_roles
+from care_sdk.training.roles import OUTPUT_ROLES, require_role, write_roles
 from care_sdk.training.targets import count_weights
 from care_sdk.types import DIMENSIONS, Criterion, Dimension, Message, Rubric
 
@@ -420,7 +420,11 @@ def esconv_setup(config: BuildDataConfig, what: str) -> EsconvSetup:
     mapping = StrategyMap.from_file(config.strategy_map) if config.strategy_map else default_strategy_map()
     root = Path(config.data_dir) if config.data_dir else data_dir()
     report = BuildReport()
-    loaded = {s: load_esconv(root / "esconv" / f"{s}.jsonl", strategy_map=mapping) for s in config.esconv_splits}
+    loaded = {}
+    for s in config.esconv_splits:
+        path = root / "esconv" / f"{s}.jsonl"
+        require_role(path, "fit" if s == "train" else "select", what=f"the {s} split of {what}")
+        loaded[s] = load_esconv(path, strategy_map=mapping)
     for result in loaded.values():
         report.load_issues += [str(i) for i in result.issues]
     train_dialogues = loaded["train"].records if "train" in loaded else []
@@ -489,7 +493,7 @@ def build_template_sft(config: BuildDataConfig, *, log: Callable[[str], None] = 
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
         report.files[f"sft/{split}.jsonl"] = len(records)
         report.sft[f"kept: {split}"] = len(records)
-    write_roles(out_dir, {f"sft/{split}.jsonl": split for split in loaded})  # type: ignore[misc]
+    write_roles(out_dir, {f"sft/{split}.jsonl": OUTPUT_ROLES.get(split, split) for split in loaded})
     (out_dir / "report.json").write_text(json.dumps(report.to_json(), indent=2, ensure_ascii=False), encoding="utf-8")
     log(report.table())
     return report

@@ -29,6 +29,7 @@ from care_sdk.data import data_dir, default_strategy_map, load_esconv
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION
 from care_sdk.rubric_checks import top_match
 from care_sdk.training.config import WeightsHeadConfig
+from care_sdk.training.roles import Use, require_role
 from care_sdk.training.rubric_targets import POSITION_CAP, turn_number
 from care_sdk.types import DIMENSIONS, Dimension
 from care_sdk.weights_head import WeightsHead, head_text
@@ -65,14 +66,21 @@ class HeadTurn:
     tops: tuple[Dimension, ...]
 
 
-def head_turns(path: Path, max_context_messages: int | None, position_cap: int = POSITION_CAP) -> list[HeadTurn]:
+def head_turns(
+    path: Path, max_context_messages: int | None, position_cap: int = POSITION_CAP, *, use: Use = "fit"
+) -> list[HeadTurn]:
     """Every ESConv supporter turn of ``path`` whose reference reply has mapped strategies, in file order.
 
+    ``use`` is what the turns are read for (``fit``: ``train`` data only; ``select``: the penalty
+    is chosen on them, ``train`` or ``selection`` data); the role guard refuses anything else.
+
     Examples:
-        >>> turns = head_turns(data_dir() / "esconv" / "valid.jsonl", max_context_messages=4)  # doctest: +SKIP
+        >>> valid = data_dir() / "esconv" / "valid.jsonl"  # doctest: +SKIP
+        >>> turns = head_turns(valid, max_context_messages=4, use="select")  # doctest: +SKIP
         >>> len(turns), turns[0].text.splitlines()[0]  # doctest: +SKIP
         (1812, 'Position: supporter turn 1, after 1 messages.')
     """
+    require_role(path, use, what="the weights head's " + ("training data" if use == "fit" else "selection data"))
     mapping = default_strategy_map()
     out = []
     for dialogue in load_esconv(path, strategy_map=mapping).records:
@@ -251,7 +259,12 @@ def fit_weights_head(config: WeightsHeadConfig) -> WeightsHead:
     name = f"layer {config.layer} mean"
     turns, x = {}, {}
     for split in ("train", "valid"):
-        turns[split] = head_turns(root / "esconv" / f"{split}.jsonl", config.max_context_messages, config.position_cap)
+        turns[split] = head_turns(
+            root / "esconv" / f"{split}.jsonl",
+            config.max_context_messages,
+            config.position_cap,
+            use="fit" if split == "train" else "select",
+        )
         texts = [t.text for t in turns[split]]
         states = transformers_states(texts, {name: (config.layer, "mean")}, out / f"states-{split}.pt")[name]
         x[split] = states

@@ -1,0 +1,71 @@
+"""Length balance of the Lend-an-Ear best/worst pairs that ``care train build-data`` trains on.
+
+The MINT judge favours longer replies, so its best-vs-worst pairs teach length unless they are
+balanced. This builds the Lend-an-Ear pairs of the train conversations exactly as build-data does
+(no model is called), with and without ``mint_max_length_ratio``, and writes their balance: the
+share of pairs whose chosen reply is the longer (characters) and the median lengths.
+
+Usage:
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_pair_lengths.py [--out benchmarks/results/pair_lengths.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from care_sdk.backends import BackendPool
+from care_sdk.data import data_dir, default_strategy_map, load_judged_turns
+from care_sdk.training.build_data import _load
+from care_sdk.training.build_report import BuildReport
+from care_sdk.training.config import BuildDataConfig
+from care_sdk.training.pairs import length_balance, mint_pairs
+from care_sdk.training.results import write_results
+from care_sdk.training.targets import BuildContext
+
+JUDGED = Path("mint_lend_an_ear") / "judged_turns" / "judged_turn_responses_gold_and_qwen3-4b_systems.jsonl"
+
+
+def balance(ratio: float | None, pairs_per_turn: int) -> dict[str, float]:
+    """The train conversations' pairs at this length ratio (``None``: no limit)."""
+    config = BuildDataConfig(
+        output_dir="unused",
+        esconv_splits=(),
+        teacher=None,
+        target_judges=None,
+        annotator=None,
+        max_pairs_per_turn=pairs_per_turn,
+        mint_max_length_ratio=ratio,
+    )
+    mapping, report = default_strategy_map(), BuildReport()
+    dialogues = [(d, split) for d, split in _load(config, mapping, report) if split == "train"]
+    judged = load_judged_turns(data_dir() / JUDGED).records
+    pairs = mint_pairs(dialogues, judged, BuildContext(config, mapping, BackendPool(), report, lambda s: None))
+    out = length_balance(pairs).get("mint-judge", {"pairs": 0})
+    out["dropped for length"] = report.pairs["mint: dropped (length ratio above mint_max_length_ratio)"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/pair_lengths.json"))
+    parser.add_argument("--pairs-per-turn", type=int, default=2, help="max_pairs_per_turn (the paper config's 2)")
+    args = parser.parse_args()
+    metrics = {f"max length ratio {r}": balance(r, args.pairs_per_turn) for r in (None, 3.0, 2.0, 1.5)}
+    for name, row in metrics.items():
+        print(f"{name:24s} {row}")
+    write_results(
+        args.out,
+        " ".join(["python benchmarks/bench_pair_lengths.py", *sys.argv[1:]]),
+        data="mint_lend_an_ear judged_turns, train conversations (lend_an_ear_role train)",
+        role="train",
+        test_reads=0,
+        metrics=metrics,
+        baselines={"balanced": {"chosen longer": 0.5}},
+        extra={"max_pairs_per_turn": args.pairs_per_turn},
+    )
+
+
+if __name__ == "__main__":
+    main()
