@@ -4,7 +4,7 @@ from the middle of peer-support chats, written for this benchmark (no dataset's 
 informal style of ESConv, to stand in for the ESConv train contexts the package cannot carry.
 Against them the bundled reward gained over "Hi." on ESConv valid by an interval that holds 0
 (0.829 against 0.787, paired +0.042 [-0.033, 0.121]) and ordered 0.627 of the Lend-an-Ear
-selection pairs, below the 0.65 bar (``docs/guides/context_fit.md``, "How the default was
+selection pairs, below the 0.65 bar (``docs/research/context_fit.md``, "How the default was
 chosen"). Read with ``bench_evaluator.py --baselines chats`` (its gate is fitted on the run's
 valid pairs).
 """

@@ -128,7 +128,7 @@ is likely after them too, so it earns less evidence than against ``"Hi."`` (:dat
 reply then costs nine reads instead of two. Its gate is :data:`~care_sdk.context_fit.SUPPORT_GATE`.
 With the bundled reward it tells a reply written for the conversation from another
 conversation's reply more often than ``"Hi."`` does, and orders the Lend-an-Ear judge's pairs
-worse; what it measured is in ``docs/guides/context_fit.md``.
+worse; what it measured is in ``docs/research/context_fit.md``.
 
 Examples:
     >>> len(SUPPORT_CONVERSATIONS), SUPPORT_CONVERSATIONS[0][-1].role
@@ -143,7 +143,7 @@ def esconv_contexts(data: str | Path | None = None) -> tuple[tuple[Message, ...]
     package holds no dataset text). Their gate is :data:`~care_sdk.context_fit.ESCONV_GATE`.
     With the bundled reward they tell a reply written for the conversation from another
     conversation's reply best of the pools measured, at some cost on the Lend-an-Ear judge's pairs
-    and against two-word evasive replies (``docs/guides/context_fit.md``).
+    and against two-word evasive replies (``docs/research/context_fit.md``).
 
     Raises:
         ConfigError: no data directory, or no ESConv ``train.jsonl`` in it (the message says where
@@ -261,7 +261,7 @@ def sample_baselines(
     """``count`` contexts drawn from your own dialogues (seeded), to pool as the baselines: the last
     ``window`` messages before an assistant turn at position ``min_index`` or later. Contexts from
     the data a reward will score are the baseline that helped most on ESConv
-    (``docs/guides/context_fit.md``). Draw them from a training split, and fit their gate
+    (``docs/research/context_fit.md``). Draw them from a training split, and fit their gate
     (:meth:`~care_sdk.context_fit.Gate.fit`) on held-out pairs.
 
     Raises:

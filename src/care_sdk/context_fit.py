@@ -239,7 +239,7 @@ class ContextFit:
             fit the model's context window with the reply: the oldest are dropped first). The
             bundled gates were fitted at 6, and ``gate=None`` uses them at any window: against
             ``"Hi."``, gates fitted on the same pairs at 6, 10 and 16 had the same slope and
-            crossed 0.5 within half a nat of each other (``docs/guides/context_fit.md``). For a
+            crossed 0.5 within half a nat of each other (``docs/research/context_fit.md``). For a
             window outside that range, fit a gate.
         baselines: the contexts a reply is compared against (a string is one user message); with
             several, the reply's likelihood after them is their mixture's (``log mean exp``), and

@@ -14,7 +14,7 @@ The texts are read as the probe was fitted: the context's last ``window`` messag
 ``User: ...`` / ``Supporter: ...`` lines ending in ``Supporter:``, and the reply after a space
 (:func:`check_prefix`). The bundled check (:meth:`ShiftCheck.bundled`) was fitted by
 ``benchmarks/bench_fit_probe.py --export`` on the bundled base model read on llama.cpp; it holds
-for that model, against "Hi." as the baseline (``docs/guides/context_fit.md``).
+for that model, against "Hi." as the baseline (``docs/research/context_fit.md``).
 """
 
 from __future__ import annotations

@@ -235,7 +235,7 @@ def lend_an_ear_held_out_pairs(
 
     Examples:
         >>> import os, pathlib
-        >>> root = pathlib.Path(os.environ.get("CARE_DATA_DIR", "../shared/data")) / "mint_lend_an_ear"
+        >>> root = pathlib.Path(os.environ.get("CARE_DATA_DIR", "no-data-dir")) / "mint_lend_an_ear"
         >>> if root.exists():
         ...     held = lend_an_ear_held_out_pairs(root, limit=2)
         ...     assert {p.fields["split"] for p in held.pairs} <= {"valid", "test"}

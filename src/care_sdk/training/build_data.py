@@ -177,7 +177,7 @@ def build_data(
         >>> cfg = BuildDataConfig(output_dir=tempfile.mkdtemp(), teacher=None, target_judges=None, judges=None,
         ...                       annotator=None, esconv_splits=("test",), use_mint=False, max_dialogues=2)
         >>> import os, pathlib
-        >>> if (pathlib.Path(os.environ.get("CARE_DATA_DIR", "../shared/data")) / "esconv").exists():
+        >>> if (pathlib.Path(os.environ.get("CARE_DATA_DIR", "no-data-dir")) / "esconv").exists():
         ...     assert build_data(cfg, log=lambda s: None).files["roles.json"] == 6
     """
     if config.targets == "templates":

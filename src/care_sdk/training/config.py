@@ -64,7 +64,7 @@ class BuildDataConfig(_Config):
     output_dir: str
     """Where to write ``sft/{train,valid,test}.jsonl``, ``pairs/{...}.jsonl``, ``roles.json`` and ``report.json``."""
     data_dir: str | None = None
-    """The shared data directory; ``$CARE_DATA_DIR`` or ``../shared/data`` when omitted."""
+    """The data directory; ``$CARE_DATA_DIR`` when omitted (see :func:`care_sdk.data.data_dir`)."""
     targets: Literal["teacher", "templates", "evaluator"] = "teacher"
     """How SFT targets are written: by the ``teacher`` backend (filtered by the judges), or from the
     documented criterion templates filled from each dialogue (no model; ESConv train/valid only, no
@@ -342,7 +342,7 @@ class WeightsHeadConfig(_Config):
     output_dir: str
     """Where to write ``generator_head.json``, ``report.json`` and the kept states (``states-<split>.pt``)."""
     data_dir: str | None = None
-    """The shared data directory; ``$CARE_DATA_DIR`` or ``../shared/data`` when omitted."""
+    """The data directory; ``$CARE_DATA_DIR`` when omitted (see :func:`care_sdk.data.data_dir`)."""
     layer: int = Field(default=15, ge=1)
     """The hidden state read: ``hidden_states[layer]``, the output of the first ``layer`` decoder layers."""
     max_context_messages: int | None = Field(default=4, ge=1)

@@ -231,7 +231,7 @@ class PolicyGRPOConfig(_Config):
     reward: RewardSettings = RewardSettings()
     """The CARE reward."""
     data_dir: str | None = None
-    """The shared data directory; ``$CARE_DATA_DIR`` or ``../shared/data`` when omitted."""
+    """The data directory; ``$CARE_DATA_DIR`` when omitted (see :func:`care_sdk.data.data_dir`)."""
     finetune: Literal["lora", "full"] = "lora"
     """LoRA adapters or full fine-tuning."""
     lora: LoraSettings = LoraSettings()
@@ -285,7 +285,7 @@ class EvalPolicyConfig(_Config):
     reward: RewardSettings = RewardSettings()
     """The CARE reward the policy was trained with; used only with ``judge.kind: training_reward``."""
     data_dir: str | None = None
-    """The shared data directory; ``$CARE_DATA_DIR`` or ``../shared/data`` when omitted."""
+    """The data directory; ``$CARE_DATA_DIR`` when omitted (see :func:`care_sdk.data.data_dir`)."""
     seed: int = 0
     """Sampling seed of the policy."""
 

@@ -75,7 +75,7 @@ def esconv_profiles(path: str | Path, *, limit: int | None = None) -> list[UserP
 
     Examples:
         >>> import os, pathlib
-        >>> p = pathlib.Path(os.environ.get("CARE_DATA_DIR", "../shared/data")) / "esconv" / "test.jsonl"
+        >>> p = pathlib.Path(os.environ.get("CARE_DATA_DIR", "no-data-dir")) / "esconv" / "test.jsonl"
         >>> if p.exists():
         ...     assert esconv_profiles(p, limit=2)[0].language == "en"
     """
@@ -121,7 +121,7 @@ def sage_profiles(path: str | Path, *, limit: int | None = None) -> list[UserPro
 
     Examples:
         >>> import os, pathlib
-        >>> root = pathlib.Path(os.environ.get("CARE_DATA_DIR", "../shared/data"))
+        >>> root = pathlib.Path(os.environ.get("CARE_DATA_DIR", "no-data-dir"))
         >>> p = root / "sage_rlver/profiles/simulator_profile_withfirsttalk.jsonl"
         >>> if p.exists():
         ...     assert sage_profiles(p, limit=1)[0].language == "zh"
