@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import pytest
 
 from care_sdk import AdaptiveReward, Message, Rubric, RubricEvaluator, RubricGenerator
 from care_sdk.backends import EVALUATION, GenerationRequest
-from care_sdk.bench.quality import QualityRunner, Shard
+from care_sdk.bench.quality import QualityRunner
 from care_sdk.bench.tasks import TASKS, DataPaths, Settings, select, spread
 from care_sdk.bench.variants import MODEL_VARIANTS, VARIANTS, Item, VariantScorer
 from care_sdk.cli import main
@@ -53,9 +52,9 @@ def script(request: GenerationRequest) -> str:
     return rubric_json(weights)
 
 
-def runner(out: Path, backend: ScriptedBackend | None = None, shard: Shard | None = None) -> QualityRunner:
+def runner(out: Path, backend: ScriptedBackend | None = None) -> QualityRunner:
     backend = backend or ScriptedBackend(script)
-    return QualityRunner(RubricGenerator(backend), RubricEvaluator(backend), out_dir=out, batch_size=3, shard=shard)
+    return QualityRunner(RubricGenerator(backend), RubricEvaluator(backend), out_dir=out, batch_size=3)
 
 
 # -- tiny data in each corpus's own format --------------------------------------------------------
@@ -420,112 +419,23 @@ def records_of(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_shards_split_the_items_and_the_merge_reports_as_one_run(toy_data: DataPaths, tmp_path: Path) -> None:
+def test_items_scored_elsewhere_are_kept_by_the_runner_as_its_own(toy_data: DataPaths, tmp_path: Path) -> None:
     whole = runner(tmp_path / "whole").run(list(TASKS), toy_data, SETTINGS)
-    out = tmp_path / "sharded"
-    parts = []
-    for index in (1, 2):
-        backend = ScriptedBackend(script)
-        part = runner(out, backend, Shard(index, 2)).run(list(TASKS), toy_data, SETTINGS)
-        assert part.results == [] and not (out / "quality.md").exists()  # a shard writes no report
-        parts.append({(r["task"], r["key"]) for r in records_of(out / f"records.shard-{index}-of-2.jsonl")})
-        assert part.scored == len(parts[-1]) and len(backend.requests) > 0
-    assert not parts[0] & parts[1] and parts[0] | parts[1] == {
-        (r["task"], r["key"]) for r in records_of(tmp_path / "whole" / "records.jsonl")
-    }
-    # Shard 1 of 2 took the 1st, 3rd, ... item of each task's seeded order.
-    alignment = [i.key for i in TASKS["alignment"].load(toy_data, SETTINGS).items]
-    assert {k for t, k in parts[0] if t == "alignment"} == set(alignment[0::2])
     backend = ScriptedBackend(script)
-    merged = runner(out, backend).run(list(TASKS), toy_data, SETTINGS)
-    assert (merged.scored, merged.reused, len(backend.requests)) == (0, whole.scored, 0)
-    assert merged.markdown() == whole.markdown()
+    elsewhere = VariantScorer(RubricGenerator(backend), RubricEvaluator(backend), VARIANTS)
+    calls: list[int] = []
+
+    def score_batches(items: Any) -> Any:  # as a Ray cluster would: every item at once, records back here
+        calls.append(len(items))
+        return elsewhere.score_batches(items)
+
+    out = tmp_path / "elsewhere"
+    generator = RubricGenerator(ScriptedBackend([]))  # this process's own models score nothing
+    there = QualityRunner(generator, RubricEvaluator(ScriptedBackend([])), out_dir=out, score_batches=score_batches)
+    report = there.run(list(TASKS), toy_data, SETTINGS)
+    assert calls == [whole.scored] and report.markdown() == whole.markdown()
     assert (out / "records.jsonl").read_text() == (tmp_path / "whole" / "records.jsonl").read_text()
-    assert not list(out.glob("records.shard-*"))  # merged into records.jsonl
-
-
-def test_the_merge_scores_what_a_shard_left_and_keeps_finished_records(toy_data: DataPaths, tmp_path: Path) -> None:
-    whole = runner(tmp_path / "whole").run(["simulated", "success"], toy_data, SETTINGS)
-    out = tmp_path / "sharded"
-    first = runner(out, shard=Shard(1, 2)).run(["simulated", "success"], toy_data, SETTINGS)
-    # A record that failed in another (older) shard file does not replace a finished one.
-    done = records_of(out / "records.shard-1-of-2.jsonl")[0]
-    failed = {**done, "reward": None, "error": "evaluation failed: scripted"}
-    (out / "records.shard-1-of-3.jsonl").write_text(json.dumps(failed) + "\n")
-    merged = runner(out).run(["simulated", "success"], toy_data, SETTINGS)
-    assert (merged.scored, merged.reused) == (whole.scored - first.scored, first.scored)
-    assert merged.markdown() == whole.markdown()
-    assert not any(r["error"] for r in records_of(out / "records.jsonl"))
-
-
-def test_a_stopped_shard_split_finer_scores_only_what_it_left(toy_data: DataPaths, tmp_path: Path) -> None:
-    fcntl = pytest.importorskip("fcntl")
-    whole = runner(tmp_path / "whole").run(list(TASKS), toy_data, SETTINGS)
-    out = tmp_path / "sharded"
-    runner(out, shard=Shard(2, 2)).run(list(TASKS), toy_data, SETTINGS)
-    slow = runner(out, shard=Shard(1, 2)).run(list(TASKS), toy_data, SETTINGS)
-    half = out / "records.shard-1-of-2.jsonl"
-    lines = half.read_text().splitlines(keepends=True)
-    items = [(r["task"], r["key"]) for r in records_of(half)]
-    stop = items.index(list(dict.fromkeys(items))[slow.scored // 2])
-    half.write_text("".join(lines[:stop]))  # shard 1/2 stopped half-way, between two items
-    left = slow.scored - slow.scored // 2
-    with half.open("a") as running:  # while 1/2 still runs, its finer parts wait for it; others need not
-        fcntl.flock(running.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with pytest.raises(ConfigError, match=r"records.shard-1-of-2.jsonl is being written by another run"):
-            runner(out, shard=Shard(3, 4)).run(list(TASKS), toy_data, SETTINGS)
-        assert runner(out, shard=Shard(2, 4)).run(list(TASKS), toy_data, SETTINGS).scored == 0  # 2/2 did these
-    with half.open() as checking:  # another finer shard checking 1/2 at the same moment does not stop these
-        fcntl.flock(checking.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-        finer = [runner(out, shard=Shard(k, 4)).run(list(TASKS), toy_data, SETTINGS) for k in (1, 3)]
-    assert sum(part.scored for part in finer) == left > 0
-    backend = ScriptedBackend(script)
-    merged = runner(out, backend).run(list(TASKS), toy_data, SETTINGS)
-    assert (merged.scored, merged.reused, len(backend.requests)) == (0, whole.scored, 0)
-    assert merged.markdown() == whole.markdown()
-    assert not list(out.glob("records.shard-*"))
-
-
-def test_a_running_shard_holds_off_the_merge_and_its_twin(toy_data: DataPaths, tmp_path: Path) -> None:
-    fcntl = pytest.importorskip("fcntl")
-    out = tmp_path / "out"
-    runner(out, shard=Shard(2, 2)).run(["alignment"], toy_data, SETTINGS)
-    with (out / "records.shard-2-of-2.jsonl").open("a") as running:  # as a shard process holds it
-        fcntl.flock(running.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with pytest.raises(ConfigError, match=r"records.shard-2-of-2.jsonl is being written by another run"):
-            runner(out).run(["alignment"], toy_data, SETTINGS)
-        with pytest.raises(ConfigError, match="still going"):
-            runner(out, shard=Shard(2, 2)).run(["alignment"], toy_data, SETTINGS)
-        assert not (out / "quality.md").exists()
-    assert runner(out).run(["alignment"], toy_data, SETTINGS).results  # released: the merge runs
-
-
-def test_shard_option(capsys: pytest.CaptureFixture[str]) -> None:
-    assert Shard.parse(" 1 / 3 ") == Shard(1, 3) and Shard(3, 3).holds(5) and not Shard(1, 3).holds(5)
-    for bad in ("0/2", "3/2", "2", "a/b", "1/0"):
-        with pytest.raises(ConfigError, match="expected K/N"):
-            Shard.parse(bad)
-    with pytest.raises(SystemExit) as exit_info:
-        main(["bench", "quality", "--shard", "2/1"])
-    assert exit_info.value.code == 2
-    assert "argument --shard: expected K/N with 1 <= K <= N" in capsys.readouterr().err
-
-
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="the platform cannot pin a process to cores")
-def test_a_shard_keeps_to_its_share_of_the_cores() -> None:
-    assert Shard(2, 2).cores([3, 0, 1, 2]) == [1, 3] and Shard(1, 3).cores([4, 5]) == [4]
-    assert [Shard(k, 3).cores([4, 5]) for k in (1, 2, 3)] == [[4], [4], [5]]  # fewer cores than shards
-    for n in (2, 3, 4):  # a shard split finer: its two halves take two of the cores
-        for k in range(1, n + 1):
-            assert Shard(k, 2 * n).cores([0, 1]) != Shard(k + n, 2 * n).cores([0, 1])
-            assert Shard(k, 2 * n).cores(range(8)) != Shard(k + n, 2 * n).cores(range(8))
-    usable = sorted(os.sched_getaffinity(0))
-    script = "import json, os; from care_sdk.bench.quality import Shard; "
-    script += "print(json.dumps([Shard(2, 2).pin(), sorted(os.sched_getaffinity(0))]))"
-    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, check=True).stdout
-    pinned, affinity = json.loads(shown)
-    assert pinned == affinity == Shard(2, 2).cores(usable)
-    assert sorted(os.sched_getaffinity(0)) == usable  # only the shard's own process is pinned
+    assert there.run(list(TASKS), toy_data, SETTINGS).reused == whole.scored and calls == [whole.scored]
 
 
 def test_a_run_of_some_variants_counts_failures_of_those_only(toy_data: DataPaths, tmp_path: Path) -> None:
@@ -681,22 +591,16 @@ def test_cli_quality_on_the_bundled_model(data_dir: Path, tmp_path: Path, capsys
 
 
 @pytest.mark.slow
-def test_cli_shards_run_at_once_on_the_bundled_model(data_dir: Path, tmp_path: Path) -> None:
+def test_cli_on_a_local_ray_cluster_then_resumed_in_one_process(data_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ray")
     out = tmp_path / "q"
-    command = [sys.executable, "-m", "care_sdk.cli", "bench", "quality", "--tasks", "alignment", "--limit", "4"]
-    command += ["--data-dir", str(data_dir), "--out", str(out), "--quiet", "--resamples", "50"]
-    shards = [
-        subprocess.Popen([*command, "--shard", f"{k}/2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for k in (1, 2)
-    ]
-    finished = [shard.communicate(timeout=900) for shard in shards]
-    for shard, (stdout, stderr) in zip(shards, finished, strict=True):
-        assert shard.returncode == 0, stderr
-        assert stdout == "" and "2 items scored, 0 reused" in stderr and "without --shard merges" in stderr
-        assert re.search(r"shard [12]/2: cores \[\d", stderr), stderr  # each keeps to its share of the cores
-    assert not (out / "quality.json").exists()
-    merge = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert "0 items scored, 4 reused" in merge.stderr, merge.stderr
-    assert "| Priority alignment (ESConv test supporter turns) | top-dimension match | 4 |" in merge.stdout
+    command = [sys.executable, "-m", "care_sdk.cli", "bench", "quality", "--tasks", "alignment", "--limit", "2"]
+    command += ["--variants", "care", "--data-dir", str(data_dir), "--out", str(out), "--quiet", "--resamples", "50"]
+    on_ray = subprocess.run([*command, "--ray", "local", "--ray-workers", "2"], capture_output=True, text=True)
+    assert on_ray.returncode == 0, on_ray.stderr
+    assert "2 items scored, 0 reused" in on_ray.stderr and "| 2 |" in on_ray.stdout
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
-    assert len({r["key"] for r in records}) == 4 and not list(out.glob("records.shard-*"))
+    assert len(records) == 2 and len({r["key"] for r in records}) == 2 and not any(r["error"] for r in records)
+    again = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert "0 items scored, 2 reused" in again.stderr, again.stderr
+    assert again.stdout == on_ray.stdout

@@ -166,9 +166,11 @@ def test_the_context_fit_add_on_prefers_the_reference_to_other_replies_and_echoe
 ) -> None:
     """The bundled models' reward with the context-fit add-on asked for, the same evaluations read
     two ways: the rubric reward alone and with the fit; and against two echoes of the user."""
-    reward = AdaptiveReward.from_backend("default", context_fit="on")
+    on = AdaptiveReward.from_backend("default", context_fit="on")
+    assert on.context_fit is not None and on.context_fit.check is None  # PMI alone unless the check is asked for
+    assert on.parts == ("care", "context_fit")
+    reward = AdaptiveReward.from_backend("default", context_fit=ContextFit(check="auto"))
     assert reward.context_fit is not None and reward.context_fit.identity.endswith("copies discounted")
-    assert reward.context_fit.check is not None  # the bundled shift check, on the bundled model
     assert reward.parts == ("care", "context_fit", "shift_check")
     assert AdaptiveReward.from_backend("default").context_fit is None  # off unless asked for
     kinds = ("reference", "other", "echo", "reference + echo")
@@ -207,7 +209,8 @@ def test_care_score_records_the_context_fit(tmp_path: Path, pairs: list[tuple[li
         json.dumps({"id": "d1", "messages": [*context, {"role": "assistant", "content": reference}]}) + "\n"
     )
     out = tmp_path / "scores.jsonl"
-    assert main(["score", str(source), "--context-fit", "on", "--out", str(out), "--quiet"]) == 0
+    on = ["--context-fit", "on", "--context-fit-check", "auto"]
+    assert main(["score", str(source), *on, "--out", str(out), "--quiet"]) == 0
     record = json.loads(out.read_text().splitlines()[-1])
     assert 0.0 < record["context_fit"] < 1.0 and record["reward"] is not None
     assert record["scored_by"]["context_fit"].startswith("llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf|window=6|")

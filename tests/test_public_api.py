@@ -28,6 +28,7 @@ EXPECTED = {
     "Message",
     "MissingDependencyError",
     "OutputError",
+    "RemoteReward",
     "RewardResult",
     "Rubric",
     "RubricCache",

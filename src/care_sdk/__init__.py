@@ -25,6 +25,7 @@ from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
 from care_sdk.guards import Guards
 from care_sdk.prompts import EVALUATOR_PROMPT_VERSION, PROMPT_VERSION
+from care_sdk.remote import RemoteReward
 from care_sdk.reward import AdaptiveReward
 from care_sdk.sqlite_cache import SqliteCache
 from care_sdk.trajectory import TrajectoryResult, TrajectoryReward
@@ -68,6 +69,7 @@ __all__ = [
     "Message",
     "MissingDependencyError",
     "OutputError",
+    "RemoteReward",
     "RewardResult",
     "Rubric",
     "RubricCache",

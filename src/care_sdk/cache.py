@@ -12,7 +12,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from care_sdk.errors import ConfigError
 from care_sdk.types import Message, Rubric
@@ -116,3 +116,7 @@ class MemoryCache:
 
     def __len__(self) -> int:
         return len(self._data)
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        # An in-memory cache travels as its size only: it starts empty in the other process.
+        return (MemoryCache, (self.maxsize,))

@@ -26,6 +26,7 @@ _EXTENSIONS = (
     ("care_sdk.plots.cli", "add_plot_commands"),
     ("care_sdk.report.cli", "add_report_commands"),
     ("care_sdk.evals.cli", "add_eval_commands"),
+    ("care_sdk.serve.cli", "add_serve_commands"),
 )
 
 
@@ -75,7 +76,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"care score: cannot read {args.input}: {exc.strerror}", file=sys.stderr)
         return 2
-    reward = _build_reward(args)
+    reward = _build_reward(args) if args.ray is None else None  # on Ray, each actor builds its own
     show = args.show if args.show is not None else args.out is None
     bar = tqdm(total=total, desc="scoring turns", unit="turn", file=sys.stderr, disable=args.quiet)
 
@@ -91,15 +92,30 @@ def _cmd_score(args: argparse.Namespace) -> int:
             _print_record(record)
 
     try:
-        summary = score_file(
-            args.input,
-            reward,
-            out=args.out,
-            batch_size=args.batch_size,
-            on_input_error=input_error,
-            on_record=on_record,
-            progress=bar.update,
-        )
+        if reward is not None:
+            summary = score_file(
+                args.input,
+                reward,
+                out=args.out,
+                batch_size=args.batch_size,
+                on_input_error=input_error,
+                on_record=on_record,
+                progress=bar.update,
+            )
+        else:
+            from care_sdk import ray_scoring
+
+            summary = ray_scoring.score_file(
+                args.input,
+                args.out,
+                reward=ray_scoring.CliReward(args),
+                address=None if args.ray == "local" else args.ray,
+                workers=args.ray_workers,
+                batch_size=args.batch_size,
+                on_input_error=input_error,
+                on_record=on_record,
+                progress=bar.update,
+            )
     finally:
         bar.close()
     print(summary.table())
@@ -153,6 +169,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_context_fit_options(score)
     score.add_argument("--batch-size", type=int, default=8, help="turns per backend batch (default: %(default)s)")
     score.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
+    score.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="score on a Ray cluster with Ray Data (needs care-sdk[ray]): 'auto' (the cluster this machine "
+        "belongs to), 'local' (start one here) or the cluster's address",
+    )
+    score.add_argument(
+        "--ray-workers",
+        type=int,
+        default=2,
+        help="with --ray: actors, one CPU and one model each (default: %(default)s)",
+    )
     score.add_argument(
         "--show",
         action=argparse.BooleanOptionalAction,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
-from care_sdk._calls import completion_text, report_to_trainer, trl_items
+from care_sdk._calls import METRIC_PREFIX, completion_text, report_to_trainer, trl_items
 from care_sdk.backends import Backend, is_default_spec, resolve_backend
 from care_sdk.context_fit import ContextFit, context_fit_for, fitted_reward
 from care_sdk.errors import CareError, ConfigError
@@ -16,6 +16,9 @@ from care_sdk.types import DIMENSIONS, Context, Dialogue, Message, RewardResult,
 from care_sdk.variants import CriteriaMode, Variant, WeightsMode, needs_generator, variant_modes, variant_of
 
 __all__ = ["AdaptiveReward", "build_reward", "completion_text"]
+
+DEFAULT_NAME = "care_reward"
+"""The ``__name__`` of a reward not given ``name=``; its metrics keep the ``care/`` prefix."""
 
 ScoreItem = tuple[Context, str]
 """One reward request: the context and the candidate reply."""
@@ -51,6 +54,14 @@ class AdaptiveReward:
             ``RewardResult.context_fit`` holds the fit, ``rubric_reward`` the rubric's part and
             ``RewardResult.parts`` names what produced the reward. ``None`` (the default, on every
             backend, the bundled ``default`` included) is the method's reward.
+        name: the reward's ``__name__`` (TRL names its ``rewards/<name>/...`` metrics after it) and
+            the prefix of the metrics it logs itself: ``care/...`` for the default ``care_reward``,
+            ``<name>/...`` otherwise, so two rewards in one trainer log apart.
+
+    The instance pickles by its configuration (backend specs, options, guards): live clients and
+    loaded models are opened again in the process that unpickles it, an in-memory rubric cache
+    starts empty there and an :class:`~care_sdk.SqliteCache` reopens its file. A reward built on a
+    live model object refuses to pickle and says which spec to pass instead.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
@@ -71,7 +82,10 @@ class AdaptiveReward:
         rubric: Rubric | None = None,
         guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
         context_fit: ContextFit | None = None,
+        name: str = DEFAULT_NAME,
     ) -> None:
+        if not name or "/" in name or name == METRIC_PREFIX:
+            raise ConfigError(f"name: {name!r} must be non-empty, without '/', and not {METRIC_PREFIX!r}")
         if evaluator is None:
             raise ConfigError("AdaptiveReward needs an evaluator")
         self.variant: Variant = variant_of(weights, criteria)
@@ -88,7 +102,24 @@ class AdaptiveReward:
         self.rubric = self.adapt(rubric) if rubric is not None else None
         self.guards = guards
         self.context_fit = context_fit
-        self.__name__ = "care_reward"  # TRL names reward functions by __name__
+        self.__name__ = name  # TRL names reward functions by __name__
+
+    @property
+    def metric_prefix(self) -> str:
+        """The prefix of the metrics this reward logs: ``care`` for the default name, else the name.
+
+        Examples:
+            >>> from care_sdk.testing import ScriptedBackend
+            >>> ev = RubricEvaluator(ScriptedBackend([]))
+            >>> AdaptiveReward(evaluator=ev, rubric=Rubric.uniform_fixed()).metric_prefix
+            'care'
+            >>> AdaptiveReward(evaluator=ev, rubric=Rubric.uniform_fixed(), name="care_fixed").metric_prefix
+            'care_fixed'
+        """
+        return METRIC_PREFIX if self.__name__ == DEFAULT_NAME else self.__name__
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "last_results"}  # per-process results stay behind
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -128,6 +159,7 @@ class AdaptiveReward:
         *,
         guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
         context_fit: ContextFit | None = None,
+        name: str = DEFAULT_NAME,
     ) -> AdaptiveReward:
         """The reward of a named variant (``care``, ``uniform_weights``, ``fixed_criteria``, ``fixed_rubric``).
 
@@ -142,14 +174,16 @@ class AdaptiveReward:
         """
         weights, criteria = variant_modes(variant)
         generator = generator if needs_generator(variant) else None
-        return cls(generator, evaluator, weights=weights, criteria=criteria, guards=guards, context_fit=context_fit)
+        return cls(
+            generator, evaluator, weights=weights, criteria=criteria, guards=guards, context_fit=context_fit, name=name
+        )
 
     @classmethod
     def from_backend(cls, backend: str | Backend | Any = "default", **options: Any) -> AdaptiveReward:
         """Build generator and evaluator on one backend (one model loaded once).
 
         ``options`` are :class:`AdaptiveReward` options (``weights``, ``criteria``, ``rubric``,
-        ``guards``, ``context_fit``). ``context_fit`` also takes ``"on"``, ``"off"`` or a backend
+        ``guards``, ``context_fit``, ``name``). ``context_fit`` also takes ``"on"``, ``"off"`` or a backend
         spec (see :func:`~care_sdk.context_fit.context_fit_for`); it is off unless asked for, so
         every backend, ``default`` included, computes the method's reward.
         To build from several backend specs or by variant name, see :func:`build_reward`.
@@ -336,14 +370,14 @@ class AdaptiveReward:
         """
         results = self.score_batch(trl_items(prompts, completions, kwargs, self.context_column))
         self.last_results = results
-        report_to_trainer(results, kwargs)
+        report_to_trainer(results, kwargs, self.metric_prefix)
         return [r.reward for r in results]
 
     async def acall(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """Async form of :meth:`__call__` (for use in your own async loop; TRL takes :meth:`as_async`)."""
         results = await self.ascore_batch(trl_items(prompts, completions, kwargs, self.context_column))
         self.last_results = results
-        report_to_trainer(results, kwargs)
+        report_to_trainer(results, kwargs, self.metric_prefix)
         return [r.reward for r in results]
 
     def as_async(self) -> Callable[..., Coroutine[Any, Any, list[float | None]]]:
@@ -387,6 +421,7 @@ def build_reward(
     resolve: Callable[[Any], Backend] = resolve_backend,
     guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
     context_fit: ContextFit | str | None = None,
+    name: str = DEFAULT_NAME,
 ) -> AdaptiveReward:
     """The reward of a variant, built from backend specs or objects: the one factory the CLI,
     the verl adapter, policy training and the benchmarks use.
@@ -401,7 +436,8 @@ def build_reward(
     :class:`AdaptiveReward`; ``None`` turns them off); ``context_fit`` is the opt-in add-on that
     scales the reward by the reply's fit to its context (see :class:`AdaptiveReward`): a
     :class:`ContextFit`, ``"on"``, a backend spec to read it on, or ``"off"`` / ``None`` (the
-    default: the method's reward, see :func:`~care_sdk.context_fit.context_fit_for`).
+    default: the method's reward, see :func:`~care_sdk.context_fit.context_fit_for`); ``name`` is
+    the reward's ``__name__`` and metric prefix (see :class:`AdaptiveReward`).
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -425,7 +461,7 @@ def build_reward(
     if needs_generator(variant):
         generator = RubricGenerator(backend_for(generator_backend), **dict(generator_options or {}))
     fit = context_fit_for(context_fit)
-    return AdaptiveReward.for_variant(variant, generator, evaluator, guards=guards, context_fit=fit)
+    return AdaptiveReward.for_variant(variant, generator, evaluator, guards=guards, context_fit=fit, name=name)
 
 
 def unwrap_outcome(outcome: tuple[RewardResult, CareError | None]) -> RewardResult:

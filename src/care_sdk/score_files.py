@@ -26,7 +26,15 @@ from care_sdk.types import DIMENSIONS, Dialogue, RewardResult, Turn
 
 logger = logging.getLogger("care_sdk")
 
-__all__ = ["ScoreSummary", "load_records", "score_file", "scored_by", "turn_record"]
+__all__ = [
+    "ScoreSummary",
+    "finish_scoring",
+    "load_records",
+    "plan_scoring",
+    "score_file",
+    "scored_by",
+    "turn_record",
+]
 
 Key = tuple[str, int]
 
@@ -147,6 +155,75 @@ def _chunks(items: list[tuple[Dialogue, Turn]], size: int) -> Iterator[list[tupl
         yield items[start : start + size]
 
 
+def plan_scoring(
+    input_path: str | Path,
+    out: str | Path | None,
+    on_input_error: Callable[[InputError], None] | None = None,
+) -> tuple[ScoreSummary, list[tuple[Dialogue, Turn]], dict[Key, dict[str, Any]], list[tuple[Dialogue, Turn]]]:
+    """Read a dialogue file and an output file to resume from: the summary so far, every turn in
+    input order, the records reused by ``(id, turn)`` and the turns still to score.
+
+    Examples:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "d.jsonl")
+        >>> _ = open(p, "w").write('{"id": "a", "messages": [{"role": "user", "content": "hi"},'
+        ...                        ' {"role": "assistant", "content": "hello"}]}\\n')
+        >>> summary, turns, done, todo = plan_scoring(p, None)
+        >>> summary.turns, len(done), [(d.id, t.index) for d, t in todo]
+        (1, 0, [('a', 1)])
+    """
+    summary = ScoreSummary()
+    turns: list[tuple[Dialogue, Turn]] = []
+    for line in read_dialogues(input_path):
+        if line.error is not None:
+            summary.input_errors.append(line.error)
+            if on_input_error:
+                on_input_error(line.error)
+            continue
+        assert line.dialogue is not None
+        summary.dialogues += 1
+        turns.extend((line.dialogue, t) for t in line.dialogue.turns())
+    summary.turns = len(turns)
+
+    previous = load_records(Path(out)) if out is not None else {}
+    done: dict[Key, dict[str, Any]] = {}
+    for dialogue, turn in turns:
+        key = (str(dialogue.id), turn.index)
+        record = previous.get(key)
+        if record is not None and record.get("reward") is not None:
+            done[key] = record
+    summary.reused = len(done)
+    todo = [(d, t) for d, t in turns if (str(d.id), t.index) not in done]
+
+    return summary, turns, done, todo
+
+
+def finish_scoring(
+    summary: ScoreSummary,
+    turns: list[tuple[Dialogue, Turn]],
+    done: dict[Key, dict[str, Any]],
+    out_path: Path | None,
+) -> ScoreSummary:
+    """Count the records of every turn into ``summary`` and rewrite ``out_path`` in input order.
+
+    Examples:
+        >>> finish_scoring(ScoreSummary(), [], {}, None).ok
+        True
+    """
+    ordered = [done[(str(d.id), t.index)] for d, t in turns]
+    for record in ordered:
+        if record["reward"] is None:
+            summary.failed += 1
+            continue
+        summary.scored += 1
+        summary.rewards.append(record["reward"])
+        for dim, weight in (record.get("rubric") or {}).get("weights", {}).items():
+            summary.weights[dim].append(weight)
+    if out_path:
+        replace_jsonl(out_path, ordered)
+    return summary
+
+
 def score_file(
     input_path: str | Path,
     reward: AdaptiveReward,
@@ -180,29 +257,8 @@ def score_file(
         >>> score_file(p, reward).mean_reward
         0.5
     """
-    summary = ScoreSummary()
-    turns: list[tuple[Dialogue, Turn]] = []
-    for line in read_dialogues(input_path):
-        if line.error is not None:
-            summary.input_errors.append(line.error)
-            if on_input_error:
-                on_input_error(line.error)
-            continue
-        assert line.dialogue is not None
-        summary.dialogues += 1
-        turns.extend((line.dialogue, t) for t in line.dialogue.turns())
-    summary.turns = len(turns)
-
+    summary, turns, done, todo = plan_scoring(input_path, out, on_input_error)
     out_path = Path(out) if out is not None else None
-    previous = load_records(out_path) if out_path else {}
-    done: dict[Key, dict[str, Any]] = {}
-    for dialogue, turn in turns:
-        key = (str(dialogue.id), turn.index)
-        record = previous.get(key)
-        if record is not None and record.get("reward") is not None:
-            done[key] = record
-    summary.reused = len(done)
-    todo = [(d, t) for d, t in turns if (str(d.id), t.index) not in done]
 
     producer = scored_by(reward)
     handle = out_path.open("a", encoding="utf-8") if out_path else None
@@ -226,15 +282,4 @@ def score_file(
         if handle:
             handle.close()
 
-    ordered = [done[(str(d.id), t.index)] for d, t in turns]
-    for record in ordered:
-        if record["reward"] is None:
-            summary.failed += 1
-            continue
-        summary.scored += 1
-        summary.rewards.append(record["reward"])
-        for dim, weight in (record.get("rubric") or {}).get("weights", {}).items():
-            summary.weights[dim].append(weight)
-    if out_path:
-        replace_jsonl(out_path, ordered)
-    return summary
+    return finish_scoring(summary, turns, done, out_path)

@@ -11,6 +11,7 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -118,5 +119,13 @@ class SqliteCache:
                 self._conn.close()
             self._conn = None
 
+    def __reduce__(self) -> tuple[Any, tuple[str, float]]:
+        # Travels as its path: the other process reopens the same file (and its rubrics).
+        return (_reopen, (str(self.path), self.timeout))
+
     def __repr__(self) -> str:
         return f"SqliteCache({str(self.path)!r})"
+
+
+def _reopen(path: str, timeout: float) -> SqliteCache:
+    return SqliteCache(path, timeout=timeout)

@@ -108,6 +108,7 @@ class ScriptedBackend(Backend):
 
     provider = "scripted"
     supports_seed = True
+    pickles_by_value = True  # a test aid: its script and the requests so far travel with it
 
     def __init__(
         self,

@@ -27,6 +27,7 @@ from care_sdk.backends.base import (
     GenerationRequest,
     GenerationResult,
     TokenLogprob,
+    remember_config,
 )
 from care_sdk.errors import ConfigError
 
@@ -108,6 +109,13 @@ def resolve_backend(spec: str | Backend | Any, *, role: str | None = None, **opt
         if backend is None:
             raise ConfigError(f"cannot use a {type(spec).__name__} as a backend; pass a spec string or a Backend")
         return backend
+    backend = _from_spec(spec, role, dict(options))
+    # Pickles as the spec and role: the process that unpickles it resolves the spec again.
+    remember_config(backend, resolve_backend, spec, role=role, **options)
+    return backend
+
+
+def _from_spec(spec: str, role: str | None, options: dict[str, Any]) -> Backend:
     kind, _, rest = spec.partition(":")
     kind = kind.strip().lower()
     if kind in ("default", "base") and not rest:

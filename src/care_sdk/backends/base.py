@@ -10,12 +10,13 @@ batch is unaffected. Backends implement :meth:`Backend.generate` or :meth:`Backe
 from __future__ import annotations
 
 import asyncio
+import pickle
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from care_sdk.errors import BackendError
+from care_sdk.errors import BackendError, ConfigError
 from care_sdk.types import Message
 
 __all__ = [
@@ -203,6 +204,41 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     return box["value"]  # type: ignore[no-any-return]
 
 
+class NotPicklableError(ConfigError, pickle.PicklingError):
+    """A backend built around a live object (a loaded model, a client) cannot travel to another
+    process: build it from a spec string instead, which the other process opens again.
+
+    Examples:
+        >>> issubclass(NotPicklableError, pickle.PicklingError)
+        True
+    """
+
+
+_LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
+
+
+class _NewLock:
+    """Stands for a lock in a pickled backend: the unpickling process makes a new one."""
+
+
+def _rebuild(factory: Callable[..., Backend], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Backend:
+    return factory(*args, **kwargs)
+
+
+def remember_config(backend: Backend, factory: Callable[..., Backend], *args: Any, **kwargs: Any) -> None:
+    """Record how ``backend`` was built, so that it pickles as this call and reopens in the other process.
+
+    Examples:
+        >>> import pickle
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> backend = ScriptedBackend(["hi"], name="a")
+        >>> remember_config(backend, ScriptedBackend, ["hello"], name="a")
+        >>> pickle.loads(pickle.dumps(backend)).generate([GenerationRequest(messages=())])[0].text
+        'hello'
+    """
+    backend.__dict__["_care_config"] = (factory, tuple(args), dict(kwargs))
+
+
 class Backend:
     """A model provider behind one small interface.
 
@@ -297,6 +333,28 @@ class Backend:
     def close(self) -> None:
         """Release resources (models, connections). Safe to call twice."""
 
+    pickles_by_value: bool = False
+    """Whether an instance without a recorded configuration pickles by its attributes (locks made
+    anew): true for test aids and wrappers, false for backends that hold a live model or client."""
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        config = self.__dict__.get("_care_config")
+        if config is not None:  # rebuilt from its spec or constructor arguments where it is unpickled
+            return (_rebuild, config)
+        if not self.pickles_by_value:
+            raise NotPicklableError(
+                f"{self!r} wraps a live object that cannot be sent to another process; build the reward "
+                "from a spec instead, e.g. AdaptiveReward.from_backend('llamacpp:PATH.gguf'), "
+                "from_backend('openai:MODEL@BASE_URL'), from_backend('vllm:MODEL') or from_backend('hf:PATH')"
+            )
+        return super().__reduce_ex__(protocol)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: _NewLock() if isinstance(v, _LOCK_TYPES) else v for k, v in self.__dict__.items()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({k: threading.Lock() if isinstance(v, _NewLock) else v for k, v in state.items()})
+
     def __enter__(self) -> Backend:
         return self
 
@@ -322,6 +380,8 @@ class ForwardingBackend(Backend):
         >>> counter.generate([GenerationRequest(messages=())])[0].text, counter.sent, counter.identity
         ('ok', 1, 'scripted:scripted')
     """
+
+    pickles_by_value = True
 
     def __init__(self, inner: Backend) -> None:
         self.inner = inner

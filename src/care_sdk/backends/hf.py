@@ -22,7 +22,14 @@ from typing import Any
 from care_sdk.backends._hf_decode import Row, decode_rows, text_pieces
 from care_sdk.backends._hf_forced import PrefixCache
 from care_sdk.backends._hf_load import load_gguf, load_pretrained, require_hf, resolve_dtype
-from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob
+from care_sdk.backends.base import (
+    Backend,
+    Completion,
+    GenerationRequest,
+    GenerationResult,
+    TokenLogprob,
+    remember_config,
+)
 from care_sdk.backends.forced import build_forced_reply, forced_completion
 from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
 from care_sdk.types import Message
@@ -108,6 +115,9 @@ class HFBackend(Backend):
                 model = model.to(device)
         else:
             path = os.fspath(model_or_path)  # type: ignore[arg-type]
+            options = {"device": device, "dtype": dtype, "batch_size": batch_size, "seed": seed}
+            options.update(chat_template=chat_template, cache_dir=cache_dir, n_threads=n_threads)
+            remember_config(self, HFBackend, path, local_files_only=local_files_only, **options)
             device = device or "cpu"
             torch_dtype = resolve_dtype(dtype, device)
             if path.endswith(".gguf"):

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from care_sdk.backends._llamacpp_states import LayerMeans
-from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob
+from care_sdk.backends.base import (
+    Backend,
+    Completion,
+    GenerationRequest,
+    GenerationResult,
+    TokenLogprob,
+    remember_config,
+)
 from care_sdk.backends.forced import build_forced_reply, common_prefix, forced_completion
 from care_sdk.errors import BackendError, ConfigError, ContextOverflowError, MissingDependencyError
 from care_sdk.types import Message
@@ -270,6 +277,10 @@ class LlamaCppBackend(Backend):
     ) -> None:
         if json_layout not in JSON_LAYOUTS:
             raise ConfigError(f"llamacpp: json_layout must be one of {JSON_LAYOUTS}, got {json_layout!r}")
+        if isinstance(model, str | os.PathLike):  # pickles as this call: the other process opens the file again
+            options = dict(llama_kwargs, n_ctx=n_ctx, n_threads=n_threads, seed=seed, logprobs=logprobs)
+            options.update(adapter=None if adapter is None else os.fspath(adapter), json_layout=json_layout)
+            remember_config(self, LlamaCppBackend, os.fspath(model), **options)
         self.json_layout = json_layout
         self.adapter: AdapterInfo | None = None
         if adapter is not None:

@@ -27,7 +27,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from care_sdk.backends._retry import RetryPolicy, call_with_retries, parse_retry_after
-from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob, run_sync
+from care_sdk.backends.base import (
+    Backend,
+    Completion,
+    GenerationRequest,
+    GenerationResult,
+    TokenLogprob,
+    remember_config,
+    run_sync,
+)
 from care_sdk.errors import BackendError, ConfigError, MissingDependencyError
 
 if TYPE_CHECKING:
@@ -201,6 +209,20 @@ class OpenAIBackend(Backend):
                     )
                 key = _PLACEHOLDER_KEY
             self._api_key = key
+            # Pickles as its settings; the other process builds its own clients (max_retries=0) on first use.
+            remember_config(
+                self,
+                OpenAIBackend,
+                model,
+                base_url=self.base_url,
+                api_key=api_key,
+                max_concurrency=max_concurrency,
+                timeout=self.timeout,
+                retry_policy=self.retry_policy,
+                structured_output=structured_output,
+                max_tokens_param=max_tokens_param,
+                extra_body=self.extra_body,
+            )
 
     # -- identity and secrets -------------------------------------------------------------
 

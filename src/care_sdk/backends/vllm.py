@@ -21,7 +21,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult, TokenLogprob
+from care_sdk.backends.base import (
+    Backend,
+    Completion,
+    GenerationRequest,
+    GenerationResult,
+    TokenLogprob,
+    remember_config,
+)
 from care_sdk.errors import BackendError, ConfigError, MissingDependencyError
 
 __all__ = ["VLLMBackend", "chat_messages", "result_from_output", "sampling_kwargs"]
@@ -172,6 +179,8 @@ class VLLMBackend(Backend):
     ) -> None:
         vllm = _import_vllm()
         if isinstance(model, str):
+            options = {"sampling_defaults": sampling_defaults, "chat_template_kwargs": chat_template_kwargs}
+            remember_config(self, VLLMBackend, model, use_tqdm=use_tqdm, **options, **engine_kwargs)
             engine_kwargs.setdefault("enable_prefix_caching", True)
             self.llm: Any = vllm.LLM(model=model, **engine_kwargs)
             self._owned = True

@@ -18,7 +18,7 @@ Examples:
 """
 
 from care_sdk.bench.metrics import Estimate, auc, bootstrap, pairwise_accuracy, preference_pairs, spearman
-from care_sdk.bench.quality import QualityReport, QualityRunner, Shard
+from care_sdk.bench.quality import QualityReport, QualityRunner
 from care_sdk.bench.tasks import TASKS, DataPaths, Settings
 from care_sdk.bench.variants import VARIANTS, VariantScorer
 
@@ -30,7 +30,6 @@ __all__ = [
     "QualityReport",
     "QualityRunner",
     "Settings",
-    "Shard",
     "VariantScorer",
     "auc",
     "bootstrap",

@@ -132,7 +132,7 @@ def add_context_fit_options(cmd: argparse.ArgumentParser) -> None:
         >>> add_context_fit_options(parser)
         >>> args = parser.parse_args([])
         >>> args.context_fit, args.context_fit_baselines == DEFAULT_BASELINES, args.context_fit_check
-        ('off', True, 'auto')
+        ('off', True, 'off')
     """
     from care_sdk.context_fit import BASELINE_NAMES, DEFAULT_BASELINES
 
@@ -154,7 +154,7 @@ def add_context_fit_options(cmd: argparse.ArgumentParser) -> None:
     )
     cmd.add_argument(
         "--context-fit-check",
-        default="auto",
+        default="off",
         metavar="auto|off|JSON",
         help="the shift check, which lowers the fit of a reply it doubts was written for its context: auto (the "
         'bundled check, on the bundled base model against "Hi."; none otherwise), off (the fit from the PMI '

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from care_sdk.bench._cli_args import (
 from care_sdk.variants import VARIANTS
 
 if TYPE_CHECKING:
-    from care_sdk.bench.quality import Shard
+    from care_sdk.bench.variants import VariantScorer
 
 __all__ = ["add_bench_commands"]
 
@@ -63,10 +64,6 @@ def _cmd_quality(args: argparse.Namespace) -> int:
         seed=args.seed,
         resamples=args.resamples,
     )
-    if args.shard is not None:  # before any backend is built: a local model sizes its threads to the cores it has
-        cores = args.shard.pin()
-        if cores is not None:
-            print(f"care bench quality: shard {args.shard.index}/{args.shard.count}: cores {cores}", file=sys.stderr)
     generator_backend, evaluator_backend = resolve_backends(args)
     generator = RubricGenerator(generator_backend, seed=args.seed, **weights_options(args))
     evaluator = RubricEvaluator(evaluator_backend, seed=args.seed)
@@ -84,7 +81,7 @@ def _cmd_quality(args: argparse.Namespace) -> int:
         variants=args.variants,
         batch_size=args.batch_size,
         context_fit=context_fit,
-        shard=args.shard,
+        score_batches=None if args.ray is None else _ray_batches(args),
     )
 
     def loaded(name: str, data: TaskData) -> None:
@@ -99,14 +96,6 @@ def _cmd_quality(args: argparse.Namespace) -> int:
 
     with ProgressBar("scoring items", "item", quiet=args.quiet) as bar:
         report = runner.run(args.tasks, paths, settings, on_load=loaded, on_start=bar.start, progress=bar.update)
-    if args.shard is not None:
-        print(
-            f"care bench quality: shard {args.shard.index}/{args.shard.count}: {report.scored} items scored, "
-            f"{report.reused} reused, into {out / args.shard.records_name}; once every shard has finished, "
-            "the same command without --shard merges the records and writes the report",
-            file=sys.stderr,
-        )
-        return 0
     print(report.markdown())
     print(
         f"\ncare bench quality: {report.scored} items scored, {report.reused} reused; reports in {out}", file=sys.stderr
@@ -121,14 +110,34 @@ def _cmd_quality(args: argparse.Namespace) -> int:
     return 0
 
 
-def _shard(text: str) -> Shard:
-    from care_sdk.bench.quality import Shard
-    from care_sdk.errors import ConfigError
+@dataclass(frozen=True)
+class _ScorerFromArgs:
+    """Builds the run's :class:`VariantScorer` from its options, in a Ray actor: one thread per model."""
 
-    try:
-        return Shard.parse(text)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc).partition(": ")[2]) from None  # argparse names the option
+    args: argparse.Namespace
+
+    def __call__(self) -> VariantScorer:
+        from care_sdk import RubricEvaluator, RubricGenerator
+        from care_sdk.bench.variants import VariantScorer
+        from care_sdk.ray_scoring import one_thread
+
+        args = self.args
+        generator = RubricGenerator(
+            one_thread(args.generator_backend or args.backend, "generator"), seed=args.seed, **weights_options(args)
+        )
+        evaluator = RubricEvaluator(one_thread(args.evaluator_backend or args.backend, "evaluator"), seed=args.seed)
+        return VariantScorer(generator, evaluator, args.variants, context_fit_of(args))
+
+
+def _ray_batches(args: argparse.Namespace) -> Any:
+    from care_sdk.ray_scoring import ray_item_batches
+
+    return ray_item_batches(
+        _ScorerFromArgs(args),
+        address=None if args.ray == "local" else args.ray,
+        workers=args.ray_workers,
+        batch_size=args.batch_size,
+    )
 
 
 def add_bench_commands(subparsers: Any) -> None:
@@ -189,13 +198,16 @@ def add_bench_commands(subparsers: Any) -> None:
         "--sage", action="append", help="a SAGE rollout file (repeatable; default: all under sage_rlver)"
     )
     quality.add_argument(
-        "--shard",
-        type=_shard,
-        metavar="K/N",
-        help="score only the K-th of N parts of the items (run N processes at once, one per part, with the same "
-        "options and --out), then run the command without --shard to merge them and write the report; on Linux "
-        "each part keeps to every N-th of the cores it may use, so the parts do not compete for them; a part "
-        "reuses the records of parts that hold some of its items, so a stopped 1/2 can go on as 1/4 and 3/4",
+        "--ray",
+        metavar="ADDRESS",
+        help="score the items on a Ray cluster with Ray Data (needs care-sdk[ray]): 'auto' (the cluster this "
+        "machine belongs to), 'local' (start one here) or the cluster's address; records are kept by this process",
+    )
+    quality.add_argument(
+        "--ray-workers",
+        type=int,
+        default=2,
+        help="with --ray: actors, one CPU and one model each (default: %(default)s)",
     )
     add_run_options(quality, out_dir="care-quality", batch_size=8, batch_unit="items per backend batch")
     quality.set_defaults(func=_cmd_quality)

@@ -11,11 +11,8 @@ A run writes into one output directory:
 - ``quality.json`` and ``quality.md``: the metrics with bootstrap intervals, the backend and
   model, data file hashes and versions.
 
-A run can be split over processes (:class:`Shard`, ``care bench quality --shard K/N``): shard K
-scores every N-th item into ``records.shard-K-of-N.jsonl`` and writes no report; a run without a
-shard then merges those files into ``records.jsonl``, scores whatever is still missing and writes
-the reports. A shard also reuses the records of shards that hold some of its items when split
-another way, so a slow shard can be stopped and its items split finer (1/2 into 1/4 and 3/4).
+A run can score its items on a Ray cluster (``care bench quality --ray auto``, see
+:func:`care_sdk.ray_scoring.ray_item_batches`): actors score the items, the driver keeps the records.
 
 Examples:
     >>> from care_sdk import RubricEvaluator, RubricGenerator
@@ -31,16 +28,13 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
-import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from care_sdk._run_dir import file_hashes, run_meta
 from care_sdk.bench.tasks import TASKS, DataPaths, Settings, TaskData, TaskResult
@@ -53,165 +47,15 @@ from care_sdk.generator import RubricGenerator
 from care_sdk.jsonl import BadLine, append_jsonl, iter_jsonl, replace_jsonl
 from care_sdk.prompts import PROMPT_VERSION
 
-__all__ = ["QualityReport", "QualityRunner", "Shard", "markdown_report"]
+__all__ = ["BatchScorer", "QualityReport", "QualityRunner", "markdown_report"]
 
 logger = logging.getLogger("care_sdk")
 
 RECORDS = "records.jsonl"
+
+BatchScorer = Callable[[Sequence[Item]], Iterator[list[tuple[int, dict[str, dict[str, Any]]]]]]
+"""Scores items, handing over each batch's ``(index in items, {variant: record})`` as it is scored."""
 RUN = "run.json"
-SHARD_RECORDS = "records.shard-*-of-*.jsonl"
-_SHARD_FORM = "expected K/N with 1 <= K <= N, e.g. 1/2"
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One of ``count`` parts of a quality run, for scoring on several processes at once.
-
-    Shard ``index`` (1-based) holds the items whose position in their task's seeded order is
-    ``index - 1`` modulo ``count``, so the shards of one run split every task evenly and a shard
-    stopped part-way leaves a near-prefix of its items done. It appends its records to
-    :attr:`records_name` in the run's directory; the same run without a shard merges them.
-
-    Examples:
-        >>> shard = Shard.parse("2/3")
-        >>> shard, shard.records_name
-        (Shard(index=2, count=3), 'records.shard-2-of-3.jsonl')
-        >>> [p for p in range(7) if shard.holds(p)]
-        [1, 4]
-        >>> Shard.parse("4/3")
-        Traceback (most recent call last):
-        ...
-        care_sdk.errors.ConfigError: --shard '4/3': expected K/N with 1 <= K <= N, e.g. 1/2
-    """
-
-    index: int
-    """Which part, from 1."""
-    count: int
-    """How many parts the run is split into."""
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.index <= self.count:
-            raise ConfigError(f"--shard '{self.index}/{self.count}': {_SHARD_FORM}")
-
-    @classmethod
-    def parse(cls, text: str) -> Shard:
-        """A shard from ``K/N`` text (the ``--shard`` option)."""
-        match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
-        if match is None:
-            raise ConfigError(f"--shard '{text}': {_SHARD_FORM}")
-        return cls(int(match[1]), int(match[2]))
-
-    @classmethod
-    def of_records(cls, name: str) -> Shard | None:
-        """The shard whose records file is called ``name``, or ``None`` for another file.
-
-        Examples:
-            >>> Shard.of_records("records.shard-3-of-4.jsonl"), Shard.of_records("records.jsonl")
-            (Shard(index=3, count=4), None)
-        """
-        match = re.fullmatch(r"records\.shard-(\d+)-of-(\d+)\.jsonl", name)
-        if match is None or not 1 <= int(match[1]) <= int(match[2]):
-            return None
-        return cls(int(match[1]), int(match[2]))
-
-    def holds(self, position: int) -> bool:
-        """Whether the item at ``position`` of its task's seeded order belongs to this shard."""
-        return position % self.count == self.index - 1
-
-    def overlaps(self, other: Shard) -> bool:
-        """Whether some item belongs to both shards, as with a shard split finer (1/2 holds 1/4 and 3/4).
-
-        Examples:
-            >>> half = Shard.parse("1/2")
-            >>> [half.overlaps(Shard.parse(other)) for other in ("3/4", "2/4", "2/3")]
-            [True, False, True]
-        """
-        return (self.index - other.index) % math.gcd(self.count, other.count) == 0
-
-    @property
-    def records_name(self) -> str:
-        """The file, in the run's directory, this shard appends its records to."""
-        return f"records.shard-{self.index}-of-{self.count}.jsonl"
-
-    def cores(self, usable: Sequence[int]) -> list[int]:
-        """This shard's share of the ``usable`` cores: every ``count``-th from the ``index``-th, or
-        where there are fewer cores than shards, one core, the shards taking the cores in equal runs
-        (of four shards on two cores, 1/4 and 2/4 take the first, 3/4 and 4/4 the second), so on
-        two cores or more the two halves of a shard split finer (K/N as K/2N and (K+N)/2N) never
-        share one.
-
-        Examples:
-            >>> Shard.parse("2/2").cores([0, 1, 2, 3])
-            [1, 3]
-            >>> [Shard.parse(f"{k}/4").cores([0, 1]) for k in (1, 2, 3, 4)]
-            [[0], [0], [1], [1]]
-        """
-        ordered = sorted(usable)
-        if self.count <= len(ordered):
-            return ordered[self.index - 1 :: self.count]
-        return [ordered[(self.index - 1) * len(ordered) // self.count]]
-
-    def pin(self) -> list[int] | None:
-        """Keep this process to its share of the cores it may run on (:meth:`cores`), so that the
-        ``count`` shards of a run started at once do not compete for the same cores; a llama.cpp
-        backend built afterwards sizes its threads to that share (one core: one thread, for
-        decoding and prompts alike). A process already pinned to fewer cores (``taskset``) keeps
-        its share of those.
-
-        Returns:
-            The cores this process now runs on, or ``None`` where the platform cannot pin processes.
-
-        Examples:
-            >>> Shard.parse("1/2").pin()  # doctest: +SKIP
-            [0]
-        """
-        if not hasattr(os, "sched_setaffinity"):
-            return None
-        usable = sorted(os.sched_getaffinity(0))
-        share = self.cores(usable)
-        if share != usable:
-            os.sched_setaffinity(0, share)
-        return share
-
-
-@contextmanager
-def _claimed(path: Path) -> Iterator[IO[str]]:
-    """``path`` opened for appending, locked against a second writer for as long as it is open.
-
-    Where the platform has no ``fcntl`` (Windows) the file is opened without a lock.
-    """
-    with path.open("a", encoding="utf-8") as handle:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows
-            yield handle
-            return
-        _lock(handle, path, fcntl.LOCK_EX)
-        yield handle
-
-
-def _check_idle(path: Path) -> None:
-    """Raise :class:`ConfigError` while another process writes ``path`` (:func:`_claimed`). The
-    lock taken for the check is shared, so two processes checking the same file at once do not
-    stop each other."""
-    with path.open("r", encoding="utf-8") as handle:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows
-            return
-        _lock(handle, path, fcntl.LOCK_SH)
-
-
-def _lock(handle: IO[str], path: Path, kind: int) -> None:
-    import fcntl
-
-    try:
-        fcntl.flock(handle.fileno(), kind | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise ConfigError(
-            f"{path} is being written by another run (a shard or a run into the same --out) that is "
-            "still going; wait for it to finish"
-        ) from None
 
 
 @dataclass
@@ -327,9 +171,8 @@ class QualityRunner:
         context_fit: scale every model variant's reward by the reply's fit to its context
             (:mod:`care_sdk.context_fit`); ``care bench quality`` turns it on for the bundled
             ``default`` evaluator, as the reward factories do.
-        shard: score only this part of the items, into the shard's own records file, and write no
-            report (see :class:`Shard`); ``None`` (the default) scores everything that is missing,
-            after merging the records of finished shards, and writes the reports.
+        score_batches: scores the items instead of this process's own scorer, e.g. on a Ray
+            cluster (:func:`care_sdk.ray_scoring.ray_item_batches`); the records are kept here.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -350,16 +193,17 @@ class QualityRunner:
         batch_size: int = 8,
         model: str | None = None,
         context_fit: ContextFit | None = None,
-        shard: Shard | None = None,
+        score_batches: BatchScorer | None = None,
     ) -> None:
-        self.shard = shard
         self.scorer = VariantScorer(generator, evaluator, variants, context_fit)
+        self.score_batches = score_batches or self.scorer.score_batches
         self.context_fit = context_fit
         self.variants = self.scorer.variants
         self.generator = generator
         self.evaluator = evaluator
         self.out_dir = Path(out_dir)
         self.batch_size = max(1, batch_size)
+        self._step = self.batch_size if score_batches is None else 0  # elsewhere: every item at once
         self.model = model
 
     def identity(self) -> dict[str, str]:
@@ -390,7 +234,7 @@ class QualityRunner:
                     f"{self.out_dir} holds records made with another {changed}; choose another output "
                     "directory (or delete it) instead of mixing results"
                 )
-        else:  # written whole at once: shards starting together read it complete or not at all
+        else:  # written whole at once
             tmp = run_file.with_name(f"{RUN}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(mine, indent=2) + "\n", encoding="utf-8")
             os.replace(tmp, run_file)
@@ -416,11 +260,10 @@ class QualityRunner:
             progress: called with the number of items finished each time records are kept.
 
         Returns:
-            The report; a shard's run (``shard=``) has no task results and writes no report files.
+            The report.
 
         Raises:
-            ConfigError: another run is writing the same records file (a shard still going, when
-                this run is the one that merges), or the directory holds another model's records.
+            ConfigError: the directory holds another model's records.
         """
         settings = settings or Settings()
         unknown = [t for t in tasks if t not in TASKS]
@@ -434,25 +277,15 @@ class QualityRunner:
                 on_load(name, loaded[name])
         self._check_out_dir()
         records_path = self.out_dir / RECORDS
-        target = records_path if self.shard is None else self.out_dir / self.shard.records_name
-        with _claimed(target) as handle:
-            if self.shard is None:
-                shard_files = sorted(self.out_dir.glob(SHARD_RECORDS))
-                for path in shard_files:
-                    _check_idle(path)  # refuses while that shard is still running
-                store = _load_records(records_path, *shard_files)
-            else:  # and the files of shards that hold some of this one's items, split another way
-                shard_files = []
-                others = [p for p in self._overlapping(self.shard) if p != target]
-                for path in others:
-                    _check_idle(path)  # refuses while that shard is still scoring some of these items
-                store = _load_records(records_path, *others, target)
-            todo, reused = self._todo(loaded, store)
-            if on_start:
-                on_start(len(todo))
-            for start in range(0, len(todo), self.batch_size):
-                chunk = todo[start : start + self.batch_size]
-                for batch in self.scorer.score_batches([i for _, i in chunk]):  # kept as each is scored
+        store = _load_records(records_path)
+        todo, reused = self._todo(loaded, store)
+        if on_start:
+            on_start(len(todo))
+        with records_path.open("a", encoding="utf-8") as handle:
+            step = self._step or max(1, len(todo))
+            for start in range(0, len(todo), step):
+                chunk = todo[start : start + step]
+                for batch in self.score_batches([i for _, i in chunk]):  # kept as each is scored
                     for index, by_variant in batch:
                         name, item = chunk[index]
                         for variant, record in by_variant.items():
@@ -462,12 +295,7 @@ class QualityRunner:
                     handle.flush()
                     if progress:
                         progress(len(batch))
-            if self.shard is not None:  # the run without a shard merges and reports
-                meta = self._meta(loaded, settings, time.perf_counter() - started)
-                return QualityReport([], meta, [], scored=len(todo), reused=reused)
-            self._compact(records_path, loaded, store)
-            for path in shard_files:  # their records are in records.jsonl now
-                path.unlink()
+        self._compact(records_path, loaded, store)
 
         results = []
         issues: list[LoadIssue] = []
@@ -487,22 +315,15 @@ class QualityRunner:
         (self.out_dir / "quality.md").write_text(report.markdown() + "\n", encoding="utf-8")
         return report
 
-    def _overlapping(self, shard: Shard) -> list[Path]:
-        """The records files, in the run's directory, of shards holding some of ``shard``'s items."""
-        found = [(path, Shard.of_records(path.name)) for path in sorted(self.out_dir.glob(SHARD_RECORDS))]
-        return [path for path, other in found if other is not None and other.overlaps(shard)]
-
     def _todo(
         self, loaded: dict[str, TaskData], store: dict[tuple[str, str, str], dict[str, Any]]
     ) -> tuple[list[tuple[str, Item]], int]:
-        """This run's items (its shard's, if any) that lack a finished record, and how many do not."""
+        """This run's items that lack a finished record, and how many do not."""
         per_task: list[list[tuple[str, Item]]] = []
         reused = 0
         for name, data in loaded.items():
             per_task.append([])
-            for position, item in enumerate(data.items):
-                if self.shard is not None and not self.shard.holds(position):
-                    continue
+            for item in data.items:
                 needed = [v for v in self.variants if item.needs_evaluation or v != "length"]
                 if all(record_done(store.get((name, item.key, v)), item.needs_evaluation) for v in needed):
                     reused += 1

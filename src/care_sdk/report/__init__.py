@@ -135,7 +135,7 @@ def _build(
         sources={"scores": source, "dialogues": Path(dialogues).name if dialogues is not None else None},
         issues=issues,
         meta={
-            "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "generated": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "by care-sdk": __version__,
         },
     )

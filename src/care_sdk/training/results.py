@@ -188,7 +188,7 @@ def record_test_read(
             "once per shipped artifact (force=True / --force-test-read reads again, and the ledger records it)",
             location=str(path),
         )
-    when = date or dt.datetime.now(dt.timezone.utc).date().isoformat()
+    when = date or dt.datetime.now(dt.UTC).date().isoformat()
     entry: dict[str, Any] = {"artifact": artifact, "command": command, "date": when}
     if earlier:
         entry["forced"] = True

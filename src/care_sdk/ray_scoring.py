@@ -1,0 +1,332 @@
+"""Scoring logged dialogues on a Ray cluster with Ray Data: the records of ``care score``, from actors.
+
+Each actor (one CPU, one thread) builds its own reward once, in its own process, from a picklable
+factory (:class:`RewardSpec` by default) and scores batches of turns with
+:meth:`ray.data.Dataset.map_batches`; the driver reads the input, reports malformed lines (file and
+line), appends each record to the output as it arrives and finally rewrites the output in input
+order, exactly as :func:`care_sdk.score_files.score_file` does. A re-run with the same output
+reuses every scored record, so an interrupted run loses nothing. Ray is an optional extra
+(``pip install "care-sdk[ray]"``); importing this module does not import it.
+
+Examples:
+    >>> spec = RewardSpec(variant="fixed_rubric", backend="default")
+    >>> spec.variant, spec.threads
+    ('fixed_rubric', 1)
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from care_sdk.errors import InputError, MissingDependencyError
+from care_sdk.jsonl import append_jsonl
+from care_sdk.score_files import ScoreSummary, finish_scoring, plan_scoring, scored_by, turn_record
+from care_sdk.types import Message
+
+if TYPE_CHECKING:
+    import ray.data
+
+    from care_sdk.bench.quality import BatchScorer
+    from care_sdk.bench.variants import Item, VariantScorer
+    from care_sdk.reward import AdaptiveReward
+
+__all__ = ["CliReward", "RewardSpec", "connect", "one_thread", "ray_item_batches", "score_dataset", "score_file"]
+
+RewardFactory = Callable[[], "AdaptiveReward"]
+
+
+def _ray() -> Any:
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise MissingDependencyError("ray", extra="ray") from None
+    return ray
+
+
+def one_thread(spec: Any, role: str, threads: int = 1) -> Any:
+    """``spec`` itself, or for the bundled model (``default``) its backend for ``role`` on ``threads``
+    threads (decoding and prompts), as an actor holding one CPU should run it.
+
+    Examples:
+        >>> one_thread("openai:gpt-4o-mini", "evaluator")
+        'openai:gpt-4o-mini'
+    """
+    from care_sdk.backends import is_default_spec, resolve_backend
+
+    if not is_default_spec(spec):
+        return spec
+    return resolve_backend(spec, role=role, n_threads=threads, n_threads_batch=threads)
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """How each actor builds its reward: the arguments of :func:`care_sdk.build_reward`.
+
+    Picklable, so it travels to every actor, which calls it once in its own process. The bundled
+    model (``default``) is loaded on ``threads`` threads (one per actor, which holds one CPU).
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> RewardSpec(variant="uniform_weights", backend=ScriptedBackend([]))().variant
+        'uniform_weights'
+    """
+
+    variant: str = "care"
+    """A reward variant (see :data:`care_sdk.variants.VARIANTS`)."""
+    backend: Any = "default"
+    """Backend spec for generator and evaluator."""
+    generator_backend: Any = None
+    """Backend spec for the generator only."""
+    evaluator_backend: Any = None
+    """Backend spec for the evaluator only."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Further keyword arguments of :func:`care_sdk.build_reward` (``guards``, ``generator_options``, ...)."""
+    threads: int = 1
+    """Threads of a bundled model in each actor."""
+
+    def __call__(self) -> AdaptiveReward:
+        """Build the reward (in the actor's process)."""
+        from care_sdk.reward import build_reward
+
+        return build_reward(
+            self.variant,
+            backend=self.backend,
+            generator_backend=one_thread(self.generator_backend or self.backend, "generator", self.threads),
+            evaluator_backend=one_thread(self.evaluator_backend or self.backend, "evaluator", self.threads),
+            **dict(self.options),
+        )
+
+
+@dataclass(frozen=True)
+class CliReward:
+    """The reward of ``care score``'s options, built in the actor with a one-thread bundled model.
+
+    Examples:
+        >>> CliReward(argparse.Namespace(backend="x")).threads
+        1
+    """
+
+    args: argparse.Namespace
+    """The parsed ``care score`` options."""
+    threads: int = 1
+    """Threads of a bundled model in each actor."""
+
+    def __call__(self) -> AdaptiveReward:
+        """Build the reward (in the actor's process)."""
+        from care_sdk.cli import _build_reward
+
+        args = copy.copy(self.args)
+        args.generator_backend = one_thread(args.generator_backend or args.backend, "generator", self.threads)
+        args.evaluator_backend = one_thread(args.evaluator_backend or args.backend, "evaluator", self.threads)
+        reward: AdaptiveReward = _build_reward(args)
+        return reward
+
+
+class _TurnScorer:
+    """The Ray Data actor: builds its reward once, then scores batches of turns into record lines."""
+
+    def __init__(self, make_reward: RewardFactory) -> None:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        self.reward = make_reward()
+        self.producer = scored_by(self.reward)
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
+        ids = [str(i) for i in batch["id"]]
+        turns = [int(t) for t in batch["turn"]]
+        items = [
+            ([Message.model_validate(m) for m in json.loads(c)], str(r))
+            for c, r in zip(batch["context"], batch["reply"], strict=True)
+        ]
+        results = self.reward.score_batch(items)
+        records = [
+            json.dumps({**turn_record(i, t, result), "scored_by": self.producer}, ensure_ascii=False)
+            for i, t, result in zip(ids, turns, results, strict=True)
+        ]
+        return {"id": ids, "turn": turns, "record": records}
+
+
+def connect(address: str | None = "auto", **init_options: Any) -> None:
+    """Join a Ray cluster (``"auto"``: the one this machine belongs to; ``"ray://HOST:PORT"`` or
+    ``"HOST:PORT"``: that one; ``None``: a new local one), unless Ray is already initialised.
+
+    Raises:
+        MissingDependencyError: Ray is not installed.
+
+    Examples:
+        >>> connect(None, num_cpus=2, include_dashboard=False)  # doctest: +SKIP
+    """
+    ray = _ray()
+    if not ray.is_initialized():
+        ray.init(address=address, **init_options)
+
+
+def score_dataset(
+    dataset: ray.data.Dataset,
+    reward: RewardFactory | None = None,
+    *,
+    workers: int = 2,
+    batch_size: int = 8,
+) -> ray.data.Dataset:
+    """Score a Ray Dataset of turns: rows ``id``, ``turn``, ``context`` (the messages before the
+    reply, as JSON text) and ``reply``; returns rows ``id``, ``turn`` and ``record`` (the
+    ``care score`` record as one JSON line). Lazy, like every Ray Data transform.
+
+    Args:
+        dataset: the turns.
+        reward: a picklable function that builds the reward, called once in each actor
+            (default: :class:`RewardSpec`\\ ``()``, full CARE on the bundled model).
+        workers: actors, one CPU each.
+        batch_size: turns per actor call (and per backend batch).
+
+    Examples:
+        >>> import ray.data  # doctest: +SKIP
+        >>> rows = [{"id": "a", "turn": 1, "context": '[{"role": "user", "content": "hi"}]', "reply": "hello"}]
+        >>> score_dataset(ray.data.from_items(rows)).take(1)[0]["record"][:9]  # doctest: +SKIP
+        '{"id": "a'
+    """
+    ray = _ray()
+    return dataset.map_batches(
+        _TurnScorer,
+        fn_constructor_args=(reward or RewardSpec(),),
+        batch_size=max(1, batch_size),
+        batch_format="default",
+        compute=ray.data.ActorPoolStrategy(size=max(1, workers)),
+        num_cpus=1,
+        runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
+    )
+
+
+def score_file(
+    input_path: str | Path,
+    out: str | Path | None = None,
+    *,
+    reward: RewardFactory | None = None,
+    address: str | None = "auto",
+    workers: int = 2,
+    batch_size: int = 8,
+    on_input_error: Callable[[InputError], None] | None = None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ScoreSummary:
+    """Score every assistant turn of a JSONL dialogue file on a Ray cluster: the same records,
+    resume and bad-input handling as :func:`care_sdk.score_files.score_file`.
+
+    Args:
+        input_path: dialogues, one ``{"id": ..., "messages": [...]}`` per line.
+        out: output JSONL; when it exists, its scored records are reused (resume).
+        reward: a picklable function that builds the reward in each actor (default:
+            :class:`RewardSpec`\\ ``()``, full CARE on the bundled model).
+        address: the cluster (see :func:`connect`); ignored when Ray is already initialised.
+        workers: actors, one CPU each.
+        batch_size: turns per actor call.
+        on_input_error: called for each malformed line (which is skipped).
+        on_record: called with each newly scored record.
+        progress: called with the number of turns finished.
+
+    Raises:
+        MissingDependencyError: Ray is not installed.
+
+    Examples:
+        >>> summary = score_file("examples/dialogues.jsonl", "scores.jsonl", address=None)  # doctest: +SKIP
+        >>> summary.ok  # doctest: +SKIP
+        True
+    """
+    summary, turns, done, todo = plan_scoring(input_path, out, on_input_error)
+    out_path = Path(out) if out is not None else None
+    if progress and done:
+        progress(len(done))
+    if todo:
+        ray = _ray()
+        connect(address)
+        rows = [
+            {
+                "id": str(d.id),
+                "turn": t.index,
+                "context": json.dumps([m.model_dump(mode="json") for m in t.context], ensure_ascii=False),
+                "reply": t.reply,
+            }
+            for d, t in todo
+        ]
+        scored = score_dataset(ray.data.from_items(rows), reward, workers=workers, batch_size=batch_size)
+        handle = out_path.open("a", encoding="utf-8") if out_path else None
+        try:
+            for batch in scored.iter_batches(batch_size=None, batch_format="default"):
+                for dialogue_id, turn, line in zip(batch["id"], batch["turn"], batch["record"], strict=True):
+                    record = json.loads(line)
+                    done[(str(dialogue_id), int(turn))] = record
+                    if handle:
+                        append_jsonl(handle, record)
+                    if on_record:
+                        on_record(record)
+                if handle:
+                    handle.flush()
+                if progress:
+                    progress(len(batch["record"]))
+        finally:
+            if handle:
+                handle.close()
+    return finish_scoring(summary, turns, done, out_path)
+
+
+class _ItemScorer:
+    """The Ray Data actor of :func:`ray_item_batches`: builds its scorer once, then scores items by index."""
+
+    def __init__(self, make_scorer: Callable[[], VariantScorer], items: Sequence[Item]) -> None:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        self.scorer = make_scorer()
+        self.items = items
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
+        indices = [int(i) for i in batch["index"]]
+        out: dict[str, list[Any]] = {"index": [], "records": []}
+        for scored in self.scorer.score_batches([self.items[i] for i in indices]):
+            for position, by_variant in scored:
+                out["index"].append(indices[position])
+                out["records"].append(json.dumps(by_variant, ensure_ascii=False))
+        return out
+
+
+def ray_item_batches(
+    make_scorer: Callable[[], VariantScorer],
+    *,
+    address: str | None = "auto",
+    workers: int = 2,
+    batch_size: int = 8,
+) -> BatchScorer:
+    """A :data:`~care_sdk.bench.quality.BatchScorer` for :class:`~care_sdk.bench.quality.QualityRunner`
+    that scores the items on a Ray cluster: ``workers`` actors (one CPU each) each build a
+    :class:`~care_sdk.bench.variants.VariantScorer` with ``make_scorer`` (picklable) and score
+    ``batch_size`` items a call; the records come back to the caller, which keeps them.
+
+    Examples:
+        >>> score = ray_item_batches(lambda: None, address=None)
+        >>> callable(score)
+        True
+    """
+
+    def score(items: Sequence[Item]) -> Iterator[list[tuple[int, dict[str, dict[str, Any]]]]]:
+        if not items:
+            return
+        ray = _ray()
+        connect(address)
+        scored = ray.data.from_items([{"index": i} for i in range(len(items))]).map_batches(
+            _ItemScorer,
+            fn_constructor_args=(make_scorer, list(items)),
+            batch_size=max(1, batch_size),
+            batch_format="default",
+            compute=ray.data.ActorPoolStrategy(size=max(1, workers)),
+            num_cpus=1,
+            runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
+        )
+        for batch in scored.iter_batches(batch_size=None, batch_format="default"):
+            yield [(int(i), json.loads(r)) for i, r in zip(batch["index"], batch["records"], strict=True)]
+
+    return score

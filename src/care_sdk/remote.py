@@ -1,0 +1,244 @@
+"""RemoteReward: the reward of a running ``care serve``, as a TRL reward function.
+
+Switching a TRL script from the in-process reward to the service is one line::
+
+    reward = AdaptiveReward.from_backend("default")          # in process
+    reward = RemoteReward("http://127.0.0.1:8000")           # through care serve
+
+Requests go to ``/v1/score``; connection errors, 408, 429 and 5xx answers are retried in the
+package's one retry layer (:mod:`care_sdk.backends._retry`), honouring the server's
+``Retry-After``. The service keeps no state a client depends on, so a retried request gets the
+same rewards, and several replicas behind a load balancer serve one client. Needs ``httpx``
+(the ``serve`` extra).
+
+Examples:
+    >>> reward = RemoteReward("http://127.0.0.1:8000", name="empathy")
+    >>> reward.__name__
+    'empathy'
+    >>> reward(["I failed my exam."], ["That sounds hard."])  # doctest: +SKIP
+    [0.62]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
+
+from care_sdk._calls import report_to_trainer, trl_items
+from care_sdk.backends._retry import RetryPolicy, call_with_retries, parse_retry_after
+from care_sdk.errors import BackendError, MissingDependencyError, OutputError
+from care_sdk.types import Context, Message, RewardResult
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["RemoteReward"]
+
+_RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+def _httpx() -> Any:
+    try:
+        import httpx
+    except ModuleNotFoundError as exc:
+        raise MissingDependencyError("httpx", extra="serve") from exc
+    return httpx
+
+
+def _jsonable(context: Context) -> Any:
+    if isinstance(context, str):
+        return context
+    return [m.model_dump(include={"role", "content"}) if isinstance(m, Message) else dict(m) for m in context]
+
+
+class RemoteReward:
+    """A TRL reward function that scores through a ``care serve`` service.
+
+    ``reward(prompts, completions, **kwargs)`` returns one reward per completion, ``None`` where
+    the service could not compute one, exactly as :class:`~care_sdk.AdaptiveReward` does (the
+    same ``context`` dataset column, the same ``log_metric`` / ``log_extra`` reporting).
+
+    Args:
+        url: the service's base address, e.g. ``http://10.0.0.5:8000``.
+        token: the bearer token the service asks for (``care serve --token-env``), or ``None``.
+        name: the function name TRL logs the reward under.
+        timeout: seconds one HTTP request may take (a batch waits for the service's queue).
+        retry: how often and how patiently failed requests are retried.
+
+    Examples:
+        >>> import pickle
+        >>> reward = RemoteReward("http://127.0.0.1:8000/", token="s3cret")
+        >>> reward.url, "s3cret" in repr(reward)
+        ('http://127.0.0.1:8000', False)
+        >>> pickle.loads(pickle.dumps(reward)).url
+        'http://127.0.0.1:8000'
+    """
+
+    context_column: str | None = "context"
+    """Dataset column whose value is the judged context when present (else the prompt is)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        name: str = "care_reward",
+        timeout: float = 600.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy(max_retries=8, initial_delay=0.5, max_delay=10.0)
+        self.__name__ = name
+        self.last_results: Sequence[RewardResult] = ()
+        """The explained results of this instance's latest TRL call, one per completion."""
+        self._client: httpx.Client | None = None
+        self._aclient: httpx.AsyncClient | None = None
+        self._aloop: asyncio.AbstractEventLoop | None = None
+
+    # -- pickling: by configuration, never a live connection ----------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_client=None, _aclient=None, _aloop=None, last_results=())
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        token = ", token=<set>" if self.token else ""
+        return f"RemoteReward({self.url!r}{token}, name={self.__name__!r})"
+
+    # -- HTTP ----------------------------------------------------------------------------------------
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def _check(self, response: httpx.Response) -> list[RewardResult]:
+        status = response.status_code
+        if status != 200:
+            try:
+                message = str(response.json().get("error") or response.text)
+            except (ValueError, AttributeError):
+                message = response.text[:500]
+            raise BackendError(
+                message,
+                retryable=status in _RETRYABLE,
+                status_code=status,
+                provider="care-serve",
+                retry_after=parse_retry_after(dict(response.headers)),
+            )
+        try:
+            results = response.json()["results"]
+            return [RewardResult.model_validate(r) for r in results]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise OutputError(f"{self.url}/v1/score answered a body that is not a score response: {exc}") from exc
+
+    def _transport_error(self, exc: Exception) -> BackendError:
+        return BackendError(f"{type(exc).__name__}: {exc}", retryable=True, provider="care-serve")
+
+    def _payload(self, items: Sequence[tuple[Context, str]]) -> bytes:
+        body = {"items": [{"context": _jsonable(c), "reply": r} for c, r in items]}
+        return json.dumps(body).encode()
+
+    async def ascore_batch(self, items: Sequence[tuple[Context, str]]) -> list[RewardResult]:
+        """Async form of :meth:`score_batch`."""
+        httpx = _httpx()
+        loop = asyncio.get_running_loop()
+        if self._aclient is None or self._aloop is not loop:
+            self._aclient = httpx.AsyncClient(timeout=self.timeout)
+            self._aloop = loop
+        client = self._aclient
+        payload = self._payload(items)
+        headers = {**self._headers(), "Content-Type": "application/json"}
+
+        async def attempt() -> list[RewardResult]:
+            try:
+                response = await client.post(f"{self.url}/v1/score", content=payload, headers=headers)
+            except httpx.TransportError as exc:
+                raise self._transport_error(exc) from exc
+            return self._check(response)
+
+        return await call_with_retries(attempt, self.retry, what=f"POST {self.url}/v1/score")
+
+    def score_batch(self, items: Sequence[tuple[Context, str]]) -> list[RewardResult]:
+        """Score ``(context, reply)`` pairs on the service; a failed item has ``reward=None`` and ``error``.
+
+        Raises:
+            BackendError: the service could not be reached or refused the request after every retry.
+
+        Examples:
+            >>> RemoteReward("http://127.0.0.1:8000").score_batch([("I'm sad.", "Why?")])  # doctest: +SKIP
+            [RewardResult(reward=0.5, ...)]
+        """
+        httpx = _httpx()
+        if self._client is None:
+            self._client = httpx.Client(timeout=self.timeout)
+        client = self._client
+        payload = self._payload(items)
+        headers = {**self._headers(), "Content-Type": "application/json"}
+
+        async def attempt() -> list[RewardResult]:
+            try:
+                response = client.post(f"{self.url}/v1/score", content=payload, headers=headers)
+            except httpx.TransportError as exc:
+                raise self._transport_error(exc) from exc
+            return self._check(response)
+
+        return _run(call_with_retries(attempt, self.retry, what=f"POST {self.url}/v1/score"))
+
+    # -- TRL -----------------------------------------------------------------------------------------
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        """TRL reward signature: one reward per completion, ``None`` where none could be computed."""
+        results = self.score_batch(trl_items(prompts, completions, kwargs, self.context_column))
+        self.last_results = results
+        report_to_trainer(results, kwargs)
+        return [r.reward for r in results]
+
+    async def acall(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        """Async form of :meth:`__call__`."""
+        results = await self.ascore_batch(trl_items(prompts, completions, kwargs, self.context_column))
+        self.last_results = results
+        report_to_trainer(results, kwargs)
+        return [r.reward for r in results]
+
+    def as_async(self) -> Callable[..., Coroutine[Any, Any, list[float | None]]]:
+        """This reward as a plain ``async def`` function, named like this instance, for TRL's async rewards.
+
+        Examples:
+            >>> import inspect
+            >>> fn = RemoteReward("http://127.0.0.1:8000", name="care_remote").as_async()
+            >>> inspect.iscoroutinefunction(fn), fn.__name__
+            (True, 'care_remote')
+        """
+        reward = self
+
+        async def care_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+            return await reward.acall(prompts, completions, **kwargs)
+
+        care_reward.__name__ = care_reward.__qualname__ = self.__name__
+        return care_reward
+
+    def close(self) -> None:
+        """Close the HTTP connections (they are opened again when needed)."""
+        if self._client is not None:
+            self._client.close()
+        self._client = None
+        self._aclient = None
+        self._aloop = None
+
+
+def _run(coro: Coroutine[Any, Any, list[RewardResult]]) -> list[RewardResult]:
+    """Run ``coro`` to completion from sync code, also when this thread already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()

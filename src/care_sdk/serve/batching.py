@@ -1,0 +1,180 @@
+"""Cross-request batching: items from requests that arrive within a short window are scored together.
+
+One :class:`Batcher` per service collects the ``(context, reply)`` items of every request, waits
+up to ``window_s`` after the first one arrives (or until ``max_batch`` items wait), and scores
+them in one call of the reward's ``score_batch`` in a worker thread, one batch at a time. So the
+completions of one context share one rubric even when different trainer ranks send them. At
+most ``max_queue`` items are accepted and not yet answered; beyond that :meth:`Batcher.submit`
+raises :class:`QueueFull` (the service answers 429).
+
+Examples:
+    >>> import asyncio
+    >>> seen = []
+    >>> def score(items):
+    ...     seen.append(len(items))
+    ...     return [RewardResult(reward=0.5) for _ in items]
+    >>> async def main():
+    ...     batcher = Batcher(score, window_s=0.01)
+    ...     await batcher.start()
+    ...     a, b = await asyncio.gather(batcher.submit([("hi", "a")]), batcher.submit([("hi", "b")]))
+    ...     await batcher.stop()
+    ...     return [r.reward for r in a + b]
+    >>> asyncio.run(main()), seen
+    ([0.5, 0.5], [2])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from care_sdk.errors import CareError, ConfigError
+from care_sdk.types import Context, RewardResult
+
+__all__ = ["Batcher", "QueueFull"]
+
+logger = logging.getLogger("care_sdk")
+
+ScoreItem = tuple[Context, str]
+
+
+class QueueFull(CareError):
+    """More items wait than the service accepts; try again after ``retry_after`` seconds.
+
+    Examples:
+        >>> QueueFull("full").retry_after
+        1.0
+    """
+
+    def __init__(self, message: str, retry_after: float = 1.0, *, closing: bool = False) -> None:
+        self.retry_after = retry_after
+        self.closing = closing
+        """Whether the service is shutting down (answered 503) rather than busy (429)."""
+        super().__init__(message)
+
+
+@dataclass
+class _Pending:
+    item: ScoreItem
+    future: asyncio.Future[RewardResult] = field(repr=False)
+    at: float = 0.0
+
+
+class Batcher:
+    """Scores items from many requests together, in windows, one batch at a time in a worker thread.
+
+    Args:
+        score: scores a list of items (``AdaptiveReward.score_batch``); called in a worker thread.
+        window_s: how long to wait after the first item of a batch for more to arrive.
+        max_batch: the most items scored in one call.
+        max_queue: the most items accepted and not yet answered.
+        on_batch: called with each batch's size and seconds taken (for metrics), in the event loop.
+
+    Examples:
+        >>> Batcher(lambda items: [], max_queue=4).depth
+        0
+    """
+
+    def __init__(
+        self,
+        score: Callable[[list[ScoreItem]], Sequence[RewardResult]],
+        *,
+        window_s: float = 0.01,
+        max_batch: int = 64,
+        max_queue: int = 256,
+        on_batch: Callable[[int, float], None] | None = None,
+    ) -> None:
+        if window_s < 0 or max_batch < 1 or max_queue < 1:
+            raise ConfigError(
+                f"window_s must be >= 0, max_batch and max_queue >= 1; got {window_s}, {max_batch}, {max_queue}"
+            )
+        self._score = score
+        self.window_s = window_s
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self._on_batch = on_batch
+        self._waiting: deque[_Pending] = deque()
+        self._in_flight = 0
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+
+    @property
+    def depth(self) -> int:
+        """Items accepted and not yet answered (waiting or being scored)."""
+        return len(self._waiting) + self._in_flight
+
+    async def start(self) -> None:
+        """Start the scoring loop in the running event loop."""
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._task = asyncio.create_task(self._run(), name="care-batcher")
+
+    async def stop(self) -> None:
+        """Stop accepting items, finish every accepted one, then end the loop."""
+        self._closing = True
+        if self._wake is not None:
+            self._wake.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+
+    def submit(self, items: Sequence[ScoreItem]) -> asyncio.Future[list[RewardResult]]:
+        """Queue ``items``; the returned future holds their results in order.
+
+        Raises:
+            QueueFull: accepting them would put more than ``max_queue`` items in the queue, or
+                the service is shutting down.
+        """
+        if self._wake is None or self._closing:
+            raise QueueFull("the service is shutting down", closing=True)
+        if self.depth + len(items) > self.max_queue:
+            raise QueueFull(f"{self.depth} items are queued; at most {self.max_queue} are accepted")
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in items]
+        now = loop.time()
+        self._waiting.extend(_Pending(item, f, now) for item, f in zip(items, futures, strict=True))
+        self._wake.set()
+        if not futures:
+            done: asyncio.Future[list[RewardResult]] = loop.create_future()
+            done.set_result([])
+            return done
+        return asyncio.ensure_future(_gather(futures))
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            if not self._waiting:
+                if self._closing:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            loop = asyncio.get_running_loop()
+            left = self._waiting[0].at + self.window_s - loop.time()
+            if len(self._waiting) < self.max_batch and left > 0 and not self._closing:
+                await asyncio.sleep(left)  # the window opens with the oldest waiting item
+            batch = [self._waiting.popleft() for _ in range(min(self.max_batch, len(self._waiting)))]
+            self._in_flight = len(batch)
+            started = loop.time()
+            try:
+                results = list(await asyncio.to_thread(self._score, [p.item for p in batch]))
+                if len(results) != len(batch):
+                    raise CareError(f"the reward returned {len(results)} results for {len(batch)} items")
+            except Exception as exc:
+                logger.exception("scoring a batch of %d items failed", len(batch))
+                results = [RewardResult.failed(f"scoring failed: {exc}")] * len(batch)
+            finally:
+                self._in_flight = 0
+            for pending, result in zip(batch, results, strict=True):
+                if not pending.future.done():
+                    pending.future.set_result(result)
+            if self._on_batch is not None:
+                self._on_batch(len(batch), loop.time() - started)
+
+
+async def _gather(futures: list[asyncio.Future[RewardResult]]) -> list[RewardResult]:
+    return list(await asyncio.gather(*futures))
