@@ -27,6 +27,9 @@ REPO = Path(__file__).resolve().parent.parent
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--input", default=str(REPO / "examples" / "dialogues.jsonl"), help="dialogue JSONL")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="score the file this many times over, ids suffixed (default: %(default)s)"
+    )
     parser.add_argument("--backend", default="default", help="backend spec (default: %(default)s)")
     parser.add_argument("--variant", default="care", help="reward variant (default: %(default)s)")
     parser.add_argument("--workers", default="1,2", help="actor counts to compare (default: %(default)s)")
@@ -38,6 +41,15 @@ def main() -> int:
 
     from care_sdk import ray_scoring
 
+    data = Path(args.input)
+    source = data
+    if args.repeat > 1:  # more turns, so the actors' start and model load weigh less
+        lines = [json.loads(x) for x in data.read_text(encoding="utf-8").splitlines() if x.strip()]
+        source = Path(tempfile.mkdtemp()) / "repeated.jsonl"
+        source.write_text(
+            "".join(json.dumps({**d, "id": f"{d['id']}-{k}"}) + "\n" for k in range(args.repeat) for d in lines),
+            encoding="utf-8",
+        )
     load_before = os.getloadavg()
     started = time.perf_counter()
     ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
@@ -48,7 +60,7 @@ def main() -> int:
             out = Path(tempfile.mkdtemp()) / "scores.jsonl"
             began = time.perf_counter()
             summary = ray_scoring.score_file(
-                args.input,
+                source,
                 out,
                 reward=ray_scoring.RewardSpec(variant=args.variant, backend=args.backend),
                 workers=workers,
@@ -69,7 +81,6 @@ def main() -> int:
     by_workers = {r["workers"]: r["turns_per_s"] for r in rows}
     ratio = round(by_workers[2] / by_workers[1], 3) if 1 in by_workers and 2 in by_workers else None
     load_after = os.getloadavg()
-    data = Path(args.input)
     result = {
         "benchmark": "ray",
         "command": "python benchmarks/bench_ray.py " + " ".join(sys.argv[1:]),
@@ -83,6 +94,7 @@ def main() -> int:
             "file": os.path.relpath(data, REPO) if data.resolve().is_relative_to(REPO) else str(data),
             "sha256": hashlib.sha256(data.read_bytes()).hexdigest(),
             "role": "example dialogues (no labels read)",
+            "repeat": args.repeat,
         },
         "backend": args.backend,
         "variant": args.variant,
