@@ -292,11 +292,14 @@ def test_expected_weights_are_read_beside_the_decoded_criteria(shipped: RubricGe
     assert any(abs(10 * w - round(10 * w)) > 1e-3 for e, _ in pairs for w in e.weights.values())  # type: ignore[union-attr]
 
 
-def test_an_early_and_a_late_turn_get_different_weights(shipped: RubricGenerator, data_dir: Path) -> None:
+def test_the_weights_head_add_on_gives_an_early_and_a_late_turn_different_weights(
+    shipped: RubricGenerator, data_dir: Path
+) -> None:
+    headed = RubricGenerator(shipped.backend, weights_head=True)  # the opt-in add-on this test measures
     dialogues = load_esconv(data_dir / "esconv" / "test.jsonl").records[:6]
     for dialogue in dialogues:
         turns = dialogue.supporter_turns()
-        early, late = shipped.generate_batch([turns[1].context_messages(), turns[-1].context_messages()])
+        early, late = headed.generate_batch([turns[1].context_messages(), turns[-1].context_messages()])
         assert not isinstance(early, Exception) and not isinstance(late, Exception)
         moved = sum(abs(early.weights[d] - late.weights[d]) for d in early.weights)
         # the weights head is deterministic; measured on these 6 dialogues: from the second reply to the
