@@ -43,7 +43,7 @@ test: $(VENV)/.test-installed
 	$(VENV)/bin/mypy
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(VENV)/site
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) || true
-	$(PY) -m pytest --doctest-modules src/care_sdk tests -m "not slow and not gpu" --timeout 900 $(PYTEST_ARGS)
+	$(PY) -m pytest --doctest-modules src/care_sdk src/care_lab tests -m "not slow and not gpu" --timeout 900 $(PYTEST_ARGS)
 	$(PY) -m pytest tests -m "slow and not gpu" --timeout 1800 --durations=15 $(PYTEST_ARGS)
 
 # The bundled generator adapter and its weights head, rebuilt from ESConv train with the project's own
@@ -54,9 +54,9 @@ generator-adapter: $(VENV)/.test-installed
 	CARE_DATA_DIR=$(DATA) $(VENV)/bin/care train build-data --config training/configs/generator_data.yaml
 	CARE_DATA_DIR=$(DATA) $(VENV)/bin/care train sft --config training/configs/generator_sft_cpu.yaml
 	$(VENV)/bin/care train export-adapter --config training/configs/generator_sft_cpu.yaml \
-		--out src/care_sdk/adapters/generator.gguf
+		--out src/care_sdk/bundled/adapters/generator.gguf
 	CARE_DATA_DIR=$(DATA) $(VENV)/bin/care train weights-head --config training/configs/generator_weights_head.yaml
-	cp runs/weights_head/generator_head.json src/care_sdk/adapters/generator_head.json
+	cp runs/weights_head/generator_head.json src/care_sdk/bundled/adapters/generator_head.json
 
 # The bundled evaluator adapter, rebuilt from Lend-an-Ear train conversations and ESConv train with the
 # project's own recipe (about 80 minutes on one CPU core; run it again after an interruption to resume).
@@ -64,7 +64,7 @@ evaluator-adapter: $(VENV)/.test-installed
 	CARE_DATA_DIR=$(DATA) $(VENV)/bin/care train build-data --config training/configs/evaluator_data.yaml
 	OMP_NUM_THREADS=1 CARE_DATA_DIR=$(DATA) $(VENV)/bin/care train sft --config training/configs/evaluator_sft_cpu.yaml
 	$(VENV)/bin/care train export-adapter --config training/configs/evaluator_sft_cpu.yaml \
-		--out src/care_sdk/adapters/evaluator.gguf
+		--out src/care_sdk/bundled/adapters/evaluator.gguf
 
 # The shipped evaluator against its baselines on held-out Lend-an-Ear and ESConv test items.
 bench-evaluator: $(VENV)/.test-installed

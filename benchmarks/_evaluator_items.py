@@ -9,8 +9,8 @@ import re
 import statistics
 from typing import Any
 
-from care_sdk.bench.dialogue_tasks import expert_aggregate
-from care_sdk.data import (
+from care_lab.bench.dialogue_tasks import expert_aggregate
+from care_lab.data import (
     LEND_AN_EAR_HELD_OUT,
     data_dir,
     default_strategy_map,
@@ -19,9 +19,9 @@ from care_sdk.data import (
     load_judged_turns,
     load_lend_an_ear,
 )
-from care_sdk.data.splits import lend_an_ear_role
-from care_sdk.training.evaluator_targets import EVASIVE_REPLIES, PLATITUDES
-from care_sdk.training.roles import Use, require_role
+from care_lab.data.splits import lend_an_ear_role
+from care_lab.training.evaluator_targets import EVASIVE_REPLIES, PLATITUDES
+from care_lab.training.roles import Use, require_role
 
 SYSTEMS = ("gold", "baseline1_vanilla_Qwen3-4B", "baseline7_psychocounsel_Qwen3-4B", "ours3_q_dkl_h_Qwen3-4B")
 """The Lend-an-Ear systems a run scores by default: the human reply and three Qwen3-4B systems."""

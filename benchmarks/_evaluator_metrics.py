@@ -20,7 +20,7 @@ from typing import Any
 
 from _evaluator_items import ECHOES
 
-from care_sdk.bench.metrics import (
+from care_lab.bench.metrics import (
     Estimate,
     PairOutcome,
     PreferencePair,
@@ -31,9 +31,9 @@ from care_sdk.bench.metrics import (
     similar_length,
     spearman,
 )
-from care_sdk.context_fit import Gate, fitted_reward
+from care_sdk.bundled.context_fit import Gate, fitted_reward
+from care_sdk.bundled.shift_check import ShiftCheck
 from care_sdk.guards import EMPTY_REPLY, NO_WORDS, Guards, own_share, policy_reward, screen
-from care_sdk.shift_check import ShiftCheck
 from care_sdk.types import DIMENSIONS, CriterionScore, Evaluation, RewardResult, Rubric, fixed_criteria
 
 
@@ -121,7 +121,7 @@ def check_cache(out: Path, check: ShiftCheck | None = None) -> Path:
 
 def checked_shares(own: dict[str, float], cached: dict[str, Any], check: ShiftCheck | None = None) -> dict[str, float]:
     """Each item's own share (:func:`own_shares`) times its factor from the shift check (``None``:
-    the bundled :class:`~care_sdk.shift_check.ShiftCheck`), as the ``shift-check`` stage cached it
+    the bundled :class:`~care_sdk.bundled.shift_check.ShiftCheck`), as the ``shift-check`` stage cached it
     (:func:`check_cache`): what scales the gated PMI in the default reward. Items without a
     factor are left out (none when the stage did not run)."""
     identity = (check or ShiftCheck.bundled()).identity
@@ -134,7 +134,7 @@ def checked_shares(own: dict[str, float], cached: dict[str, Any], check: ShiftCh
 def with_context_fit(
     care: dict[str, float | None], pmi: dict[str, float], own: dict[str, float], gate: Gate, floor: float
 ) -> dict[str, float | None]:
-    """The rubric rewards ``care`` read with context fit (:func:`~care_sdk.context_fit.fitted_reward`
+    """The rubric rewards ``care`` read with context fit (:func:`~care_sdk.bundled.context_fit.fitted_reward`
     of the gated PMI scaled by the reply's own share); ``None`` where either part is missing."""
     return {
         k: (fitted_reward(r, gate(pmi[k]) * own[k], floor) if r is not None and k in pmi else None)

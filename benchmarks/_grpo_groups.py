@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from care_sdk.data import load_esconv
+from care_lab.data import load_esconv
 from care_sdk.types import Message
 
 DATA = Path(os.environ.get("CARE_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))

@@ -29,12 +29,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from care_lab.bench.metrics import bootstrap, spearman
+from care_lab.data.locations import data_dir as default_data_dir
 from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
-from care_sdk.bench.metrics import bootstrap, spearman
-from care_sdk.context_fit import ContextFit, fitted_reward
-from care_sdk.data.locations import data_dir as default_data_dir
+from care_sdk.bundled.context_fit import ContextFit, fitted_reward
+from care_sdk.bundled.weights_head import bundled_weights_head
 from care_sdk.types import DIMENSIONS, Dimension, RewardResult
-from care_sdk.weights_head import bundled_weights_head
 
 RULE = "benchmarks/rules/addons.md"
 SALT = "addons-v1:"
@@ -91,7 +91,7 @@ def align(weights: dict[str, float], dimension: str) -> float:
 
 
 def sage_items(data: Path) -> list[dict[str, Any]]:
-    from care_sdk.data.sage_turns import sage_rollout_files, sage_test_turns
+    from care_lab.data.sage_turns import sage_rollout_files, sage_test_turns
 
     by_model: dict[str, list[Any]] = {}
     for turn in sage_test_turns(sage_rollout_files(data)):
@@ -112,7 +112,7 @@ def sage_items(data: Path) -> list[dict[str, Any]]:
 
 
 def intent_items(data: Path, test_read: Any) -> list[dict[str, Any]]:
-    from care_sdk.data.intents import load_intent_turns
+    from care_lab.data.intents import load_intent_turns
 
     first: dict[str, Any] = {}
     for turn in load_intent_turns(data / "empatheticdialogues_intents", test_read=test_read).records:
@@ -232,9 +232,9 @@ def _done(path: Path) -> set[str]:
 
 
 def _artifact() -> str:
-    from care_sdk.adapters import bundled_adapter
+    from care_lab.training.results import artifact_identity
     from care_sdk.backends.llamacpp import default_model_path
-    from care_sdk.training.results import artifact_identity
+    from care_sdk.bundled.adapters import bundled_adapter
 
     root = Path(bundled_adapter("generator") or "").parent
     files = [default_model_path(), root / "generator.gguf", root / "evaluator.gguf", root / "generator_head.json"]
@@ -249,7 +249,7 @@ def smoke_items(data: Path, which: str) -> list[dict[str, Any]]:
     """Two items shaped like ``which``'s from selection data (SAGE turns already scored, ESConv test), to
     check the scoring path without a test read."""
     if which == "sage":
-        from care_sdk.data.sage_turns import sage_rollout_files, sage_turns
+        from care_lab.data.sage_turns import sage_rollout_files, sage_turns
 
         turns = [t for t in sage_turns(sage_rollout_files(data)) if t.role == "selection"][:2]
         return [
@@ -262,7 +262,7 @@ def smoke_items(data: Path, which: str) -> list[dict[str, Any]]:
             }
             for t in turns
         ]
-    from care_sdk.data.esconv import load_esconv
+    from care_lab.data.esconv import load_esconv
 
     turns = load_esconv(data / "esconv" / "test.jsonl").records[0].supporter_turns()[:3]
     return [
@@ -279,7 +279,7 @@ def smoke_items(data: Path, which: str) -> list[dict[str, Any]]:
 
 
 def run(which: str, data: Path, out: Path, *, force: bool, smoke: bool = False) -> None:
-    from care_sdk.training.results import record_test_read
+    from care_lab.training.results import record_test_read
 
     out.mkdir(parents=True, exist_ok=True)
     records = out / f"{which}.jsonl"
@@ -369,7 +369,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 def _prior() -> str:
     """The dimension most frequent among ESConv train supporter strategies (train data, so allowed)."""
-    from care_sdk.data.esconv import load_esconv
+    from care_lab.data.esconv import load_esconv
 
     counts: dict[str, int] = dict.fromkeys((d.value for d in DIMENSIONS), 0)
     for dialogue in load_esconv(default_data_dir() / "esconv" / "train.jsonl").records:
@@ -380,7 +380,7 @@ def _prior() -> str:
 
 
 def report(out: Path, results: Path) -> dict[str, Any]:
-    from care_sdk.training.results import write_results
+    from care_lab.training.results import write_results
 
     metrics: dict[str, Any] = {}
     baselines: dict[str, Any] = {}

@@ -43,18 +43,18 @@ from typing import Any
 import torch
 from bench_context_signal import VISIBLE, _annotated, _table, _turns, over_dialogues, pick_match
 
-from care_sdk.data import data_dir, default_strategy_map, load_esconv
-from care_sdk.training.roles import require_role
-from care_sdk.training.rubric_targets import POSITION_CAP
-from care_sdk.training.weights_head import (
+from care_lab.data import data_dir, default_strategy_map, load_esconv
+from care_lab.training.roles import require_role
+from care_lab.training.rubric_targets import POSITION_CAP
+from care_lab.training.weights_head import (
     fit_logistic,
     position_onehot,
     probabilities,
     soft_labels,
     transformers_states,
 )
+from care_sdk.bundled.weights_head import head_text
 from care_sdk.types import DIMENSIONS
-from care_sdk.weights_head import head_text
 
 SPLITS = ("train", "valid", "test")
 MIDDLE = 15

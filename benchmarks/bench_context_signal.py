@@ -37,11 +37,11 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
-from care_sdk.bench.metrics import Estimate, bootstrap
-from care_sdk.data import data_dir, default_strategy_map, load_esconv
+from care_lab.bench.metrics import Estimate, bootstrap
+from care_lab.data import data_dir, default_strategy_map, load_esconv
+from care_lab.training.roles import require_role
+from care_lab.training.rubric_targets import POSITION_CAP, turn_number
 from care_sdk.rubric_checks import top_match
-from care_sdk.training.roles import require_role
-from care_sdk.training.rubric_targets import POSITION_CAP, turn_number
 from care_sdk.types import DIMENSIONS, Dimension
 
 NONE = "none"

@@ -3,7 +3,7 @@
 Items (never trained on; the same items for every row):
 
 - **Lend-an-Ear pairs**: the judged replies of the held-out conversations (``valid`` and ``test``
-  of :func:`care_sdk.data.lend_an_ear_split`), four systems per turn (the human reply and three
+  of :func:`care_lab.data.lend_an_ear_split`), four systems per turn (the human reply and three
   Qwen3-4B systems); a pair is two replies to the same turn whose MINT judge scores (aggregated
   empathy) differ by at least 1. Metric: the share of pairs the reward orders as the judge does
   (ties count 1/2), 95 % bootstrap interval over turns; the same over the pairs of similar length
@@ -38,7 +38,7 @@ ESConv groups, since with the whole context it takes about 8 s an evaluation); r
 groups: the untrained base model as both generator and evaluator (it writes rubrics about 9x
 slower), and the shipped reward read two ways from the same calls, the greedy scores and the
 logprob-expected scores (keeping logits for every position makes llama.cpp about 3x slower).
-With stage ``context-fit``, more rows on every item (see :mod:`care_sdk.context_fit`): the
+With stage ``context-fit``, more rows on every item (see :mod:`care_sdk.bundled.context_fit`): the
 reply's PMI with its context on the bundled base model (nats), alone; and the shipped reward
 with context fit (``fitted_reward``, the default floor, against the default baseline ``"Hi."`` or
 those of ``--baselines``), through the shipped gate (``BUNDLED_GATE``, ``SUPPORT_GATE`` with
@@ -54,7 +54,7 @@ and without context fit. Context fit discounts what the reply repeats from the c
 default: the model reads the reply without it, and the fit is scaled by the reply's own share);
 stage ``context-fit-as-written`` reads the reply whole, for one more row. Stage ``shift-check``
 (after ``context-fit``, against "Hi.") reads the bundled shift check's factor of every reply
-(:class:`~care_sdk.shift_check.ShiftCheck`), for the row of the default reward: context fit times
+(:class:`~care_sdk.bundled.shift_check.ShiftCheck`), for the row of the default reward: context fit times
 that factor, as ``AdaptiveReward.from_backend("default")`` pays.
 
 Usage:
@@ -97,12 +97,13 @@ from _evaluator_metrics import (
 )
 from _written_chats import CHATS
 
-from care_sdk import ContextFit, RubricEvaluator, RubricGenerator
-from care_sdk.backends import resolve_backend
-from care_sdk.bench.metrics import (
+from care_lab.bench.metrics import (
     Estimate,
 )
-from care_sdk.context_fit import (
+from care_lab.training.roles import Use
+from care_sdk import ContextFit, RubricEvaluator, RubricGenerator
+from care_sdk.backends import resolve_backend
+from care_sdk.bundled.context_fit import (
     BASELINE_NAMES,
     DEFAULT_FLOOR,
     Gate,
@@ -110,10 +111,9 @@ from care_sdk.context_fit import (
     fitted_reward,
     named_baselines,
 )
+from care_sdk.bundled.shift_check import ShiftCheck
 from care_sdk.evaluator import expected_scores
 from care_sdk.prompts import parse_evaluation
-from care_sdk.shift_check import ShiftCheck
-from care_sdk.training.roles import Use
 from care_sdk.types import Rubric, fixed_criteria
 
 THREADS = 1
@@ -231,7 +231,7 @@ def _fit_cache(out: Path, strip_copies: bool = True) -> Path:
 
 
 BASELINES = (*BASELINE_NAMES, "chats")
-"""What ``--baselines`` names: the package's (:data:`~care_sdk.context_fit.BASELINE_NAMES`) and the
+"""What ``--baselines`` names: the package's (:data:`~care_sdk.bundled.context_fit.BASELINE_NAMES`) and the
 written chats of ``_written_chats.py``, a candidate that was not kept."""
 
 
@@ -288,7 +288,7 @@ def context_fit(
 
 
 def shift_check(items: list[dict[str, Any]], out: Path, check: ShiftCheck | None = None) -> None:
-    """The shift check's factor (:class:`~care_sdk.shift_check.ShiftCheck`; ``None``: the bundled
+    """The shift check's factor (:class:`~care_sdk.bundled.shift_check.ShiftCheck`; ``None``: the bundled
     one) of every item, from the context-fit stage's PMI against "Hi." and the reply's hidden
     states, a context's replies read together (each item's seconds are its share of its
     context's); cached with the check's identity (:func:`_evaluator_metrics.check_cache`)."""

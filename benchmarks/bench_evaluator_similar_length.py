@@ -4,7 +4,7 @@ The bundled evaluator orders the MINT judge's pairs of replies of similar length
 though a count of feeling words orders them 0.84 (``bench_surface_cues.py``): what it learned from
 the judged replies is mostly that the judge prefers the longer one. This experiment trains the
 same recipe on data where length says less: the Lend-an-Ear part keeps only the judged replies
-that have a partner of similar length (:func:`care_sdk.bench.metrics.similar_length`) in their
+that have a partner of similar length (:func:`care_lab.bench.metrics.similar_length`) in their
 turn that the judge scores at least 1 apart, and 8 of the 41 train conversations (seeded) are
 left out of it as a selection set. The ESConv part is the shipped recipe's, as many records as
 Lend-an-Ear ones.
@@ -49,11 +49,11 @@ from _evaluator_items import items as evaluator_items
 from _evaluator_metrics import metrics, row_rewards
 from bench_surface_cues import CUES
 
-from care_sdk.bench.metrics import similar_length
-from care_sdk.data import data_dir, lend_an_ear_split
-from care_sdk.data.mint import load_judged_turns
-from care_sdk.training.build_data import build_data
-from care_sdk.training.config import BuildDataConfig, load_config
+from care_lab.bench.metrics import similar_length
+from care_lab.data import data_dir, lend_an_ear_split
+from care_lab.data.mint import load_judged_turns
+from care_lab.training.build_data import build_data
+from care_lab.training.config import BuildDataConfig, load_config
 
 SELECTION_CONVERSATIONS = 8
 SELECTION_SEED = 7

@@ -33,7 +33,7 @@ PMI besides the shift (on the ESConv train pairs).
 
 Features are cached in ``--out`` (``features-<split>-L<layer>-<reads>.jsonl``) and in the run
 (``fit_probe_shift-L<layer>-<reads>.jsonl``), so a run resumes; the names carry the layer read and how
-the shifts were read (:data:`~care_sdk.shift_check.READS`), so a cache read another way is never
+the shifts were read (:data:`~care_sdk.bundled.shift_check.READS`), so a cache read another way is never
 mixed in: a run with another layer, or after the reads change, starts its own files.
 
 Usage:
@@ -54,11 +54,11 @@ from typing import Any
 import numpy as np
 from bench_evaluator import THREADS, valid_pairs
 
+from care_lab.bench.metrics import bootstrap
 from care_sdk import ContextFit
 from care_sdk.backends import resolve_backend
-from care_sdk.bench.metrics import bootstrap
-from care_sdk.context_fit import Gate
-from care_sdk.shift_check import NEUTRAL_PREFIX, READS, ShiftReader, check_prefix
+from care_sdk.bundled.context_fit import Gate
+from care_sdk.bundled.shift_check import NEUTRAL_PREFIX, READS, ShiftReader, check_prefix
 
 WINDOW = 6  # messages of context read, as ContextFit's default window
 PENALTIES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
@@ -66,7 +66,7 @@ PENALTIES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
 
 def _reader(layer: int) -> ShiftReader:
-    """The shipped check's reader (:class:`~care_sdk.shift_check.ShiftReader`) on the bundled base model."""
+    """The shipped check's reader (:class:`~care_sdk.bundled.shift_check.ShiftReader`) on the bundled base model."""
     return ShiftReader(resolve_backend("default", n_threads=THREADS), layer=layer, window=WINDOW)
 
 
@@ -179,8 +179,8 @@ def contrast_features(out: Path, seed: int, contexts: int, lae_turns: int, layer
     60 selection turns (seed 1). Cached in ``features-contrasts-...`` (:func:`cache_file`)."""
     from _evaluator_items import items as load_items
 
-    from care_sdk.bench.metrics import preference_pairs
-    from care_sdk.training.evaluator_targets import EVASIVE_REPLIES, PLATITUDES
+    from care_lab.bench.metrics import preference_pairs
+    from care_lab.training.evaluator_targets import EVASIVE_REPLIES, PLATITUDES
 
     rng = random.Random(seed)
     replies: list[tuple[str, Any, str]] = []  # (key, context, reply)
@@ -247,7 +247,7 @@ def apply(args: argparse.Namespace, train: list[dict[str, Any]]) -> None:
     from _evaluator_metrics import metrics, own_shares, row_rewards, with_context_fit
     from compare_baselines import paired, units
 
-    from care_sdk.context_fit import BUNDLED_GATE, DEFAULT_FLOOR
+    from care_sdk.bundled.context_fit import BUNDLED_GATE, DEFAULT_FLOOR
 
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     items = load_items(
@@ -300,10 +300,10 @@ def apply(args: argparse.Namespace, train: list[dict[str, Any]]) -> None:
 
 def export(args: argparse.Namespace, train: list[dict[str, Any]]) -> None:
     """Fit the probe on PMI and the shift (as ``--with-pmi``) on the train pairs and write it as a
-    :class:`~care_sdk.shift_check.ShiftCheck` with ``--saturation`` (and ``--reply-tokens``: the
+    :class:`~care_sdk.bundled.shift_check.ShiftCheck` with ``--saturation`` (and ``--reply-tokens``: the
     check then reads a reply's shift over its first N tokens; it is fitted on whole replies either
     way, most of ESConv's within 32 tokens)."""
-    from care_sdk.shift_check import ShiftCheck
+    from care_sdk.bundled.shift_check import ShiftCheck
 
     w, scale, gate = shift_probe(train, args.seed, None, ("pmi", "shift"))
     check = ShiftCheck(

@@ -50,13 +50,13 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from care_sdk.bench.metrics import Estimate, bootstrap
-from care_sdk.data import SupportTurn, data_dir, load_esconv
+from care_lab.bench.metrics import Estimate, bootstrap
+from care_lab.data import SupportTurn, data_dir, load_esconv
+from care_lab.training import r_align
+from care_lab.training.roles import require_role
+from care_lab.training.rubric_targets import POSITION_CAP, fit_top_priors, turn_number
 from care_sdk.dialogues import read_dialogues
 from care_sdk.rubric_checks import check_rubric, top_match
-from care_sdk.training import r_align
-from care_sdk.training.roles import require_role
-from care_sdk.training.rubric_targets import POSITION_CAP, fit_top_priors, turn_number
 from care_sdk.types import DIMENSIONS, Dimension, Rubric
 
 MODEL_ROWS = {"shipped": "default", "untrained base": "base"}
@@ -125,7 +125,7 @@ def default_weights(default: Any, context: Any) -> dict[Dimension, float] | Exce
     settings) reads for ``context`` besides the decoded rubric: its weights head's, or its expected
     weights; the error where the read fails."""
     from care_sdk._engine import drive
-    from care_sdk._weights import expected_weights_plan
+    from care_sdk.bundled.expected_weights import expected_weights_plan
     from care_sdk.errors import CareError
 
     if default.weights_head is not None:
@@ -209,9 +209,9 @@ def time_models(items: list[dict[str, Any]], threads: int) -> dict[str, Any]:
 def runtime_agreement(items: list[dict[str, Any]], adapter_dir: str, threads: int) -> dict[str, Any]:
     """Greedy rubrics of llama.cpp (base GGUF + the bundled adapter) and transformers (the PEFT adapter
     merged into the dequantised base) on the same turns: how often they are identical."""
+    from care_lab.training.sft import load_trained_generator
     from care_sdk import RubricGenerator
     from care_sdk.backends import resolve_backend
-    from care_sdk.training.sft import load_trained_generator
 
     shipped = RubricGenerator(resolve_backend("default", role="generator", n_threads=threads), cache=False)
     merged = load_trained_generator(adapter_dir, max_context_messages=shipped.max_context_messages, cache=False)

@@ -50,12 +50,12 @@ import torch
 from bench_context_probe import _soft_labels, features, scale_of
 from bench_context_signal import VISIBLE, _annotated, _turns
 
-from care_sdk.data import data_dir, default_strategy_map, load_esconv
+from care_lab.data import data_dir, default_strategy_map, load_esconv
+from care_lab.training.roles import require_role
+from care_lab.training.targets import count_weights
+from care_lab.training.weights_head import fit_logistic, probabilities
 from care_sdk.prompts import generator_position, parse_rubric, rubric_reply_json
 from care_sdk.rubric_checks import check_rubric
-from care_sdk.training.roles import require_role
-from care_sdk.training.targets import count_weights
-from care_sdk.training.weights_head import fit_logistic, probabilities
 from care_sdk.types import DIMENSIONS, Dimension, Rubric
 
 FEATURE = "middle mean"

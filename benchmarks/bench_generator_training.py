@@ -27,11 +27,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from care_lab.training import r_align
+from care_lab.training.build_data import build_data, count_weights
+from care_lab.training.config import BuildDataConfig, PrefGRPOConfig, SFTStageConfig
 from care_sdk.errors import CareError
 from care_sdk.prompts import fixed_criteria
-from care_sdk.training import r_align
-from care_sdk.training.build_data import build_data, count_weights
-from care_sdk.training.config import BuildDataConfig, PrefGRPOConfig, SFTStageConfig
 from care_sdk.types import DIMENSIONS, Dimension, Rubric
 
 LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -98,7 +98,7 @@ class _Progress:
 def phase_sft(out: Path, args: argparse.Namespace) -> None:
     from trl import SFTTrainer
 
-    from care_sdk.training import sft as sft_module
+    from care_lab.training import sft as sft_module
 
     progress = _Progress(out / "sft_progress.jsonl")
     original = SFTTrainer.__init__
@@ -165,8 +165,8 @@ def _score(rubrics: list[Rubric | CareError], rows: list[dict[str, Any]]) -> dic
 
 def phase_eval(out: Path, args: argparse.Namespace) -> None:
     """Score the variants named by ``--variants`` (trained, base, baselines) into ``eval_<variant>.json``."""
+    from care_lab.training.sft import load_trained_generator
     from care_sdk.generator import RubricGenerator
-    from care_sdk.training.sft import load_trained_generator
 
     rows = _sample(_read(out / "data" / "sft" / "test.jsonl"), args.eval_turns, args.seed + 1)
     contexts = [[{"role": m["role"], "content": m["content"]} for m in r["context"]][-args.context :] for r in rows]
@@ -267,7 +267,7 @@ def report(out: Path, args: argparse.Namespace) -> None:
 
 
 def phase_grpo(out: Path, args: argparse.Namespace) -> None:
-    from care_sdk.training.pref_grpo import run_pref_grpo
+    from care_lab.training.pref_grpo import run_pref_grpo
 
     progress = _Progress(out / "grpo_progress.jsonl")
     cfg = PrefGRPOConfig(

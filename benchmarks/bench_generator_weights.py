@@ -5,7 +5,7 @@ test split took it 1 h 43 min on two processes (6.1 s a rubric).
 Where the question is only which dimension a generator puts on top, this reads the weights as
 :class:`care_sdk.RubricGenerator` returns them by default (``bench_generator.default_weights``):
 the bundled generator's weights head (one read of layer 15 of the prompt's user message), or, for
-another trained adapter, expected weights (:func:`care_sdk._weights.expected_weights_plan`: 13
+another trained adapter, expected weights (:func:`care_sdk.bundled.expected_weights.expected_weights_plan`: 13
 forced reads after one prefill of the prompt), and decodes nothing. They are the weights
 ``bench_generator.py`` reads on the same context, so for a generator whose rubrics parse (the
 shipped one: 100 %) the top match is the same, up to the run-to-run wobble of llama.cpp.
@@ -65,9 +65,9 @@ from bench_generator import (
     top_name,
 )
 
-from care_sdk.bench.metrics import Estimate
-from care_sdk.data import data_dir
-from care_sdk.training.rubric_targets import fit_top_priors
+from care_lab.bench.metrics import Estimate
+from care_lab.data import data_dir
+from care_lab.training.rubric_targets import fit_top_priors
 from care_sdk.types import DIMENSIONS, Dimension
 
 PROBE_ROW = "layer-15 probe"

@@ -3,7 +3,7 @@
 Pure text, no model (a few seconds on one core). Each honest reply is screened against its own
 dialogue so far, with the default ``Guards()``; a flag whose default policy changes the reward
 (``zero`` or ``penalise``; the pre-checks always settle with 0) must flag under 1 % of every set
-(:mod:`care_sdk.bench.guard_rates` lists the sets and their roles). For the SAGE rollouts it also
+(:mod:`care_lab.bench.guard_rates` lists the sets and their roles). For the SAGE rollouts it also
 reports the simulated user's mean emotion change after turns flagged ``repeated_own_turn`` and
 after the others.
 
@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from care_sdk.bench.guard_rates import COUNTED_FLAGS, REWARD_CHANGED, honest_sets, measure
-from care_sdk.data import data_dir
+from care_lab.bench.guard_rates import COUNTED_FLAGS, REWARD_CHANGED, honest_sets, measure
+from care_lab.data import data_dir
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "guard_rates.json"
 

@@ -39,7 +39,7 @@ DEFAULT_DATA = Path(os.environ.get("CARE_DATA_DIR", REPO.parent / "shared" / "da
 
 def esconv_items(data_dir: Path, n: int) -> list[tuple[list[dict[str, str]], str]]:
     """``n`` (context, reply) pairs: supporter turns of ESConv's test split with short contexts."""
-    from care_sdk.data.esconv import load_esconv
+    from care_lab.data.esconv import load_esconv
 
     items: list[tuple[list[dict[str, str]], str]] = []
     for dialogue in load_esconv(data_dir / "esconv" / "test.jsonl"):

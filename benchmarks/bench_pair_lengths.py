@@ -15,14 +15,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from care_lab.data import data_dir, default_strategy_map, load_judged_turns
+from care_lab.training.build_data import _load
+from care_lab.training.build_report import BuildReport
+from care_lab.training.config import BuildDataConfig
+from care_lab.training.pairs import length_balance, mint_pairs
+from care_lab.training.results import write_results
+from care_lab.training.targets import BuildContext
 from care_sdk.backends import BackendPool
-from care_sdk.data import data_dir, default_strategy_map, load_judged_turns
-from care_sdk.training.build_data import _load
-from care_sdk.training.build_report import BuildReport
-from care_sdk.training.config import BuildDataConfig
-from care_sdk.training.pairs import length_balance, mint_pairs
-from care_sdk.training.results import write_results
-from care_sdk.training.targets import BuildContext
 
 JUDGED = Path("mint_lend_an_ear") / "judged_turns" / "judged_turn_responses_gold_and_qwen3-4b_systems.jsonl"
 

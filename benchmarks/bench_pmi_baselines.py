@@ -38,11 +38,11 @@ from typing import Any
 
 from bench_evaluator import valid_pairs
 
+from care_lab.bench.metrics import bootstrap
+from care_lab.data import data_dir, load_esconv
 from care_sdk import ContextFit
 from care_sdk.backends import resolve_backend
-from care_sdk.bench.metrics import bootstrap
-from care_sdk.context_fit import SUPPORT_CONVERSATIONS, Gate, _log_mean_exp, sample_baselines
-from care_sdk.data import data_dir, load_esconv
+from care_sdk.bundled.context_fit import SUPPORT_CONVERSATIONS, Gate, _log_mean_exp, sample_baselines
 from care_sdk.jsonl import replace_jsonl
 from care_sdk.types import Message
 

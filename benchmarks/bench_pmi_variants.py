@@ -43,10 +43,10 @@ from typing import Any
 from _evaluator_items import items as load_items
 from _evaluator_metrics import esconv_pairs, share_by_group
 
+from care_lab.bench.metrics import pairwise_accuracy, preference_pairs, score_pairs
 from care_sdk import ContextFit
 from care_sdk.backends import resolve_backend
-from care_sdk.bench.metrics import pairwise_accuracy, preference_pairs, score_pairs
-from care_sdk.context_fit import Gate, _log_mean_exp
+from care_sdk.bundled.context_fit import Gate, _log_mean_exp
 from care_sdk.types import Message
 
 HI = (Message(role="user", content="Hi."),)

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from bench_surface_cues import CUES
 
-from care_sdk.bench.metrics import bootstrap, spearman
+from care_lab.bench.metrics import bootstrap, spearman
 from care_sdk.guards import copied_share, repeated_share
 from care_sdk.types import RewardResult
 

@@ -1,6 +1,6 @@
 """The shift check's two ways of reading a reply's hidden states, side by side: time and agreement.
 
-The shift check (``care_sdk.shift_check``) reads each reply's mean state after its context and
+The shift check (``care_sdk.bundled.shift_check``) reads each reply's mean state after its context and
 after "Hi.". ``r2`` (today's, ``shift_check.READS``) computes the prefix once and then only each
 reply's own tokens after it (``LlamaCppBackend.hidden_state_means_after``). ``r1`` (what the
 bundled check was fitted on) computed the prefix with the reply whole and took the difference with
@@ -16,7 +16,7 @@ shift is also read with transformers in float32 on the same (dequantised) weight
 whole, and the report says how far each llama.cpp way is from it.
 
 With ``--reply-tokens N`` a third way is timed beside them: ``r2`` over each reply's first N
-tokens only (:attr:`~care_sdk.shift_check.ShiftCheck.reply_tokens`; other features, so only its
+tokens only (:attr:`~care_sdk.bundled.shift_check.ShiftCheck.reply_tokens`; other features, so only its
 time and the share of its factors below 1 are reported, beside ``r2``'s share).
 
 Usage:
@@ -38,7 +38,7 @@ from _evaluator_items import items as evaluator_items
 from care_sdk import ContextFit
 from care_sdk.backends._llamacpp_states import LayerMeans
 from care_sdk.backends.llamacpp import LlamaCppBackend, default_model_path
-from care_sdk.shift_check import ShiftCheck, ShiftReader
+from care_sdk.bundled.shift_check import ShiftCheck, ShiftReader
 
 
 class _ByDifference:

@@ -5,7 +5,7 @@ bundled evaluator's guide). This benchmark asks whether there was anything in th
 small model could have learned: it orders every pair of replies to the same turn that the judge
 scores at least 1 apart by a count of words of a few kinds, each fixed before it was run, and
 reports the share ordered as the judge orders them, over all pairs and over the pairs of similar
-length (:func:`care_sdk.bench.metrics.similar_length`).
+length (:func:`care_lab.bench.metrics.similar_length`).
 
 The cues (a reply with more of it is taken as the better one; ties 1/2):
 
@@ -39,7 +39,7 @@ from typing import Any
 
 from _evaluator_items import items as evaluator_items
 
-from care_sdk.bench.metrics import pairwise_accuracy, preference_pairs, score_pairs, similar_length
+from care_lab.bench.metrics import pairwise_accuracy, preference_pairs, score_pairs, similar_length
 
 
 def _count(pattern: str, flags: int = 0) -> Callable[[str], float]:

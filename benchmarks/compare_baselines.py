@@ -51,9 +51,9 @@ from _evaluator_metrics import (
     with_context_fit,
 )
 
-from care_sdk.bench.metrics import Estimate, PreferencePair, bootstrap, preference_pairs, score_pairs
-from care_sdk.context_fit import DEFAULT_FLOOR, bundled_gate
-from care_sdk.shift_check import ShiftCheck
+from care_lab.bench.metrics import Estimate, PreferencePair, bootstrap, preference_pairs, score_pairs
+from care_sdk.bundled.context_fit import DEFAULT_FLOOR, bundled_gate
+from care_sdk.bundled.shift_check import ShiftCheck
 
 Units = dict[str, list[float]]
 """``{turn or context: [1, 0, 0.5, ...]}``: one outcome per pair, grouped by what is resampled."""

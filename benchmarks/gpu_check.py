@@ -88,7 +88,7 @@ def contexts(n: int) -> tuple[list[list[dict[str, str]]], str]:
     """``n`` dialogue contexts ending with a seeker message, and where they came from."""
     path = DATA / "esconv" / "test.jsonl"
     if path.exists():
-        from care_sdk.data import load_esconv
+        from care_lab.data import load_esconv
 
         found = []
         for dialogue in load_esconv(path).records:

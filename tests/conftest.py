@@ -29,8 +29,8 @@ def small_build_data(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -
 
     def build(max_dialogues: int) -> Path:
         if max_dialogues not in built:
-            from care_sdk.training.build_data import build_data
-            from care_sdk.training.config import BuildDataConfig
+            from care_lab.training.build_data import build_data
+            from care_lab.training.config import BuildDataConfig
 
             out = tmp_path_factory.mktemp("data")
             config = BuildDataConfig(

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from care_sdk.bench.metrics import (
+from care_lab.bench.metrics import (
     PairOutcome,
     auc,
     bootstrap,

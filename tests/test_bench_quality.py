@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from care_lab.bench.quality import QualityRunner
+from care_lab.bench.tasks import TASKS, DataPaths, Settings, select, spread
+from care_lab.bench.variants import MODEL_VARIANTS, VARIANTS, Item, VariantScorer
 from care_sdk import AdaptiveReward, Message, Rubric, RubricEvaluator, RubricGenerator
 from care_sdk.backends import EVALUATION, GenerationRequest
-from care_sdk.bench.quality import QualityRunner
-from care_sdk.bench.tasks import TASKS, DataPaths, Settings, select, spread
-from care_sdk.bench.variants import MODEL_VARIANTS, VARIANTS, Item, VariantScorer
 from care_sdk.cli import main
 from care_sdk.errors import ConfigError
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json

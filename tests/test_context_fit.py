@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
+from care_lab.data import load_esconv
 from care_sdk import AdaptiveReward, ContextFit, Rubric, RubricEvaluator
 from care_sdk.backends import Backend
-from care_sdk.context_fit import (
+from care_sdk.bundled.context_fit import (
     BUNDLED_GATE,
     DEFAULT_BASELINES,
     ESCONV_GATE,
@@ -31,9 +32,8 @@ from care_sdk.context_fit import (
     named_baselines,
     sample_baselines,
 )
-from care_sdk.data import load_esconv
+from care_sdk.bundled.shift_check import NEUTRAL_PREFIX, ShiftCheck
 from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
-from care_sdk.shift_check import NEUTRAL_PREFIX, ShiftCheck
 from care_sdk.testing import ScriptedBackend, evaluation_json
 from care_sdk.types import Message
 
@@ -289,7 +289,7 @@ def test_trl_calls_log_the_mean_context_fit() -> None:
 
 
 def test_context_fit_is_on_only_when_asked_for() -> None:
-    from care_sdk.context_fit import context_fit_for
+    from care_sdk.bundled.context_fit import context_fit_for
     from care_sdk.reward import build_reward
 
     fit = ContextFit(OverlapModel())
@@ -303,8 +303,8 @@ def test_context_fit_is_on_only_when_asked_for() -> None:
 
 
 def test_the_quality_variants_share_one_read_of_each_reply() -> None:
+    from care_lab.bench.variants import Item, VariantScorer
     from care_sdk import RubricGenerator
-    from care_sdk.bench.variants import Item, VariantScorer
     from care_sdk.testing import rubric_json
 
     def script(req: Any) -> str:

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from care_lab.data import default_strategy_map, load_esconv
 from care_sdk import AdaptiveReward, ContextFit, Message
 from care_sdk.backends._llamacpp_states import LayerMeans
 from care_sdk.backends.llamacpp import LlamaCppBackend
-from care_sdk.data import default_strategy_map, load_esconv
 from care_sdk.errors import ConfigError, ContextOverflowError
 
 pytestmark = pytest.mark.slow
@@ -85,7 +85,7 @@ def test_a_reply_read_after_its_prefix_computes_only_the_reply(
     import numpy as np
 
     from care_sdk.backends.hf import HFBackend
-    from care_sdk.shift_check import check_prefix
+    from care_sdk.bundled.shift_check import check_prefix
 
     backend = LlamaCppBackend(model_path, n_ctx=4096, n_threads=1)
     hf = HFBackend.from_gguf(model_path)
@@ -145,7 +145,7 @@ def test_held_out_references_fit_their_contexts_better_than_other_conversations_
 def test_against_the_esconv_train_contexts_held_out_references_fit_better_too(
     model_path: Path, pairs: list[tuple[list[dict[str, Any]], str, str]]
 ) -> None:
-    from care_sdk.context_fit import ESCONV_GATE, named_baselines
+    from care_sdk.bundled.context_fit import ESCONV_GATE, named_baselines
 
     esconv = ContextFit(LlamaCppBackend(model_path, n_ctx=4096, n_threads=1), baselines=named_baselines("esconv"))
     assert esconv.gate == ESCONV_GATE  # recognised from the data directory's draw
@@ -227,7 +227,7 @@ def test_care_score_records_the_context_fit(tmp_path: Path, pairs: list[tuple[li
     assert unchecked["context_fit"] >= record["context_fit"]  # the check only takes away
     from dataclasses import replace
 
-    from care_sdk.shift_check import ShiftCheck
+    from care_sdk.bundled.shift_check import ShiftCheck
 
     mine = replace(ShiftCheck.bundled(), reply_tokens=4)  # a check of one's own, from its file
     mine.save(tmp_path / "check.json")
@@ -246,7 +246,7 @@ def test_care_score_records_the_context_fit(tmp_path: Path, pairs: list[tuple[li
 def test_the_bundled_shift_check_doubts_other_conversations_replies_and_only_takes_away(
     model_path: Path, pairs: list[tuple[list[dict[str, Any]], str, str]]
 ) -> None:
-    from care_sdk.shift_check import ShiftCheck
+    from care_sdk.bundled.shift_check import ShiftCheck
 
     backend = LlamaCppBackend(model_path, n_ctx=4096, n_threads=1)
     checked, plain = ContextFit(backend, check=ShiftCheck.bundled()), ContextFit(backend, check=None)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from care_sdk.data import (
+from care_lab.data import (
     LoadIssue,
     load_esconv,
     load_judged_turns,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from care_sdk.data import MINT_TACTICS, StrategyMap, UnknownStrategyError
+from care_lab.data import MINT_TACTICS, StrategyMap, UnknownStrategyError
 from care_sdk.errors import ConfigError
 from care_sdk.types import Dimension
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from care_lab.evals.eqbench3 import load_eqbench3, parse_sections
+from care_lab.evals.eqbench3_judge import pairwise_criteria, pairwise_prompt, rubric_prompt, task_rubric_score
+from care_lab.evals.eqbench3_run import EqBench3Runner
 from care_sdk.backends import GenerationRequest
 from care_sdk.cli import main
 from care_sdk.errors import BackendError, ConfigError, InputError
-from care_sdk.evals.eqbench3 import load_eqbench3, parse_sections
-from care_sdk.evals.eqbench3_judge import pairwise_criteria, pairwise_prompt, rubric_prompt, task_rubric_score
-from care_sdk.evals.eqbench3_run import EqBench3Runner
 from care_sdk.testing import ScriptedBackend
 
 ROLEPLAY_REPLY = (

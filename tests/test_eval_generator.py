@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from care_lab.evals.pairs import EvalPair, HeldOutPairs, lend_an_ear_held_out_pairs, read_pairs_file
+from care_lab.evals.winrate import WinRateRunner
 from care_sdk import Message, RubricEvaluator, RubricGenerator
 from care_sdk.backends import EVALUATION, GenerationRequest
 from care_sdk.cli import main
 from care_sdk.errors import ConfigError, InputError
-from care_sdk.evals.pairs import EvalPair, HeldOutPairs, lend_an_ear_held_out_pairs, read_pairs_file
-from care_sdk.evals.winrate import WinRateRunner
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
 
 
@@ -177,9 +177,9 @@ def test_cli_refuses_a_training_pairs_file(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_held_out_pairs_are_disjoint_from_build_data_training_pairs(data_dir: Path, tmp_path: Path) -> None:
+    from care_lab.training.build_data import build_data
+    from care_lab.training.config import BuildDataConfig
     from care_sdk.backends import BackendPool
-    from care_sdk.training.build_data import build_data
-    from care_sdk.training.config import BuildDataConfig
 
     annotator = ScriptedBackend(lambda req: '{"strategies": ["Question"]}')
     config = BuildDataConfig(

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from care_lab.evals.judge import DialogueJudge, parse_verdict
+from care_lab.training.policy.config import EvalPolicyConfig
+from care_lab.training.policy.evaluate import TRAINING_REWARD_LABEL, evaluate_policy
 from care_sdk.backends import BackendPool, GenerationRequest
-from care_sdk.evals.judge import DialogueJudge, parse_verdict
 from care_sdk.testing import ScriptedBackend
-from care_sdk.training.policy.config import EvalPolicyConfig
-from care_sdk.training.policy.evaluate import TRAINING_REWARD_LABEL, evaluate_policy
 from care_sdk.types import Message
 
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from care_lab.evals.judge import DialogueJudge
+from care_lab.evals.simuser import EmotionSimulator, run_sim_episodes
+from care_lab.evals.simuser_run import SimUserRunner
+from care_lab.training.policy.profiles import UserProfile
+from care_lab.training.policy.rollout import BackendPolicy
 from care_sdk.backends import GenerationRequest
 from care_sdk.cli import main
 from care_sdk.errors import ConfigError
-from care_sdk.evals.judge import DialogueJudge
-from care_sdk.evals.simuser import EmotionSimulator, run_sim_episodes
-from care_sdk.evals.simuser_run import SimUserRunner
 from care_sdk.testing import ScriptedBackend
-from care_sdk.training.policy.profiles import UserProfile
-from care_sdk.training.policy.rollout import BackendPolicy
 
 PATHS = {"rise": [50, 85], "fall": [20, 5], "flat": [40, 41, 42]}
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from care_lab.data import LEND_AN_EAR_HELD_OUT, lend_an_ear_split, load_judged_turns, load_lend_an_ear
 from care_sdk import AdaptiveReward, Rubric, RubricEvaluator, RubricGenerator
-from care_sdk.adapters import bundled_adapter
 from care_sdk.backends.llamacpp import LlamaCppBackend
-from care_sdk.data import LEND_AN_EAR_HELD_OUT, lend_an_ear_split, load_judged_turns, load_lend_an_ear
+from care_sdk.bundled.adapters import bundled_adapter
 from care_sdk.errors import ConfigError
 from care_sdk.prompts import EVALUATOR_PROMPT_VERSION
 

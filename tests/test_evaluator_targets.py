@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from care_sdk import RubricEvaluator
-from care_sdk.data import lend_an_ear_split
-from care_sdk.errors import ConfigError
-from care_sdk.prompts import evaluator_messages, parse_evaluation
-from care_sdk.testing import ScriptedBackend, evaluation_json
-from care_sdk.training.build_data import build_data
-from care_sdk.training.config import BuildDataConfig
-from care_sdk.training.evaluator_targets import (
+from care_lab.data import lend_an_ear_split
+from care_lab.training.build_data import build_data
+from care_lab.training.config import BuildDataConfig
+from care_lab.training.evaluator_targets import (
     EVASIVE_REPLIES,
     PLATITUDES,
     judged_scores,
 )
-from care_sdk.training.sft import sft_rows
+from care_lab.training.sft import sft_rows
+from care_sdk import RubricEvaluator
+from care_sdk.errors import ConfigError
+from care_sdk.prompts import evaluator_messages, parse_evaluation
+from care_sdk.testing import ScriptedBackend, evaluation_json
 from care_sdk.types import Dimension, Message, Rubric
 
 

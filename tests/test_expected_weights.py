@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from care_sdk import RubricGenerator
-from care_sdk.adapters import AdapterInfo
 from care_sdk.backends.base import GenerationRequest, GenerationResult
+from care_sdk.bundled.adapters import AdapterInfo
 from care_sdk.errors import BackendError, ConfigError, OutputError
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION
 from care_sdk.testing import ScriptedBackend, rubric_json

@@ -320,8 +320,8 @@ def test_llamacpp_greedy_forced_scores_equal_decoded_up_to_digit_ties(llama: Bac
 
 @pytest.mark.slow
 def test_llamacpp_forced_scoring_runs_through_a_lora_adapter(model_path: Path) -> None:
-    from care_sdk.adapters import bundled_adapter
     from care_sdk.backends.llamacpp import LlamaCppBackend
+    from care_sdk.bundled.adapters import bundled_adapter
 
     adapter = bundled_adapter("generator")
     if adapter is None:
@@ -361,8 +361,8 @@ def tiny_hf() -> Iterator[Backend]:
     pytest.importorskip("trl", reason="the tiny model helper needs the train extra")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from care_lab.training.tiny import tiny_model_dir
     from care_sdk.backends.hf import HFBackend
-    from care_sdk.training.tiny import tiny_model_dir
 
     path = tiny_model_dir()
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)

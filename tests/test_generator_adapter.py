@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from care_lab.data import load_esconv
 from care_sdk import Message, RubricEvaluator, RubricGenerator
-from care_sdk.adapters import bundled_adapter, read_adapter
 from care_sdk.backends.llamacpp import LlamaCppBackend, open_llama
-from care_sdk.data import load_esconv
+from care_sdk.bundled.adapters import bundled_adapter, read_adapter
 from care_sdk.errors import ConfigError
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION
 from care_sdk.rubric_checks import check_rubric
@@ -45,7 +45,7 @@ def random_adapter(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     from peft import LoraConfig
     from transformers import AutoTokenizer
 
-    from care_sdk.training.models import bundled_model_dir
+    from care_lab.training.models import bundled_model_dir
 
     out = tmp_path_factory.mktemp("adapter")
     base = bundled_model_dir()
@@ -63,8 +63,8 @@ def _export(adapter: Path, out: Path, prompt_version: str = GENERATOR_PROMPT_VER
 
 
 def _export_many(adapters: list[Path], out: Path, prompt_version: str = GENERATOR_PROMPT_VERSION) -> Path:
+    from care_lab.training.export_adapter import export_lora_gguf
     from care_sdk.backends.llamacpp import default_model_path
-    from care_sdk.training.export_adapter import export_lora_gguf
 
     return export_lora_gguf(
         adapters if len(adapters) > 1 else adapters[0],
@@ -83,7 +83,7 @@ TEXT = "<|im_start|>user\nI lost my job today and I feel awful.<|im_end|>\n<|im_
 def _ids() -> Any:
     from transformers import AutoTokenizer
 
-    from care_sdk.training.models import bundled_model_dir
+    from care_lab.training.models import bundled_model_dir
 
     return AutoTokenizer.from_pretrained(bundled_model_dir())(TEXT, return_tensors="pt").input_ids
 
@@ -124,7 +124,7 @@ def same_change(hf: Any, hf_base: Any, ll: Any, ll_base: Any) -> None:
 def test_llamacpp_with_the_exported_adapter_matches_the_merged_transformers_model(
     random_adapter: tuple[Path, Path], tmp_path: Path, model_path: Path
 ) -> None:
-    from care_sdk.training.models import bundled_model_dir
+    from care_lab.training.models import bundled_model_dir
 
     adapter_dir, merged_dir = random_adapter
     gguf = _export(adapter_dir, tmp_path / "a.gguf")
@@ -151,7 +151,7 @@ def test_import_undoes_the_export(random_adapter: tuple[Path, Path], tmp_path: P
     import numpy as np
     from safetensors.numpy import load_file
 
-    from care_sdk.training.export_adapter import import_lora_gguf
+    from care_lab.training.export_adapter import import_lora_gguf
 
     adapter_dir, merged_dir = random_adapter
     imported = import_lora_gguf(_export(adapter_dir, tmp_path / "a.gguf"), tmp_path / "imported")
@@ -175,8 +175,8 @@ def test_adapters_trained_one_on_another_export_as_their_sum(
     from gguf import GGUFReader
     from peft import LoraConfig
 
-    from care_sdk.training.export_adapter import import_lora_gguf
-    from care_sdk.training.models import bundled_model_dir
+    from care_lab.training.export_adapter import import_lora_gguf
+    from care_lab.training.models import bundled_model_dir
 
     first, first_merged = random_adapter
     config = LoraConfig(
@@ -204,8 +204,8 @@ def test_adapters_trained_one_on_another_export_as_their_sum(
 
 
 def test_recipes_start_from_the_shipped_generator(model_path: Path) -> None:
-    from care_sdk.training._common import load_model
-    from care_sdk.training.models import bundled_model_dir, resolve_model
+    from care_lab.training._common import load_model
+    from care_lab.training.models import bundled_model_dir, resolve_model
 
     path = resolve_model("bundled:generator")
     assert (path / "adapter_config.json").is_file() and resolve_model("bundled:generator") == path  # cached
@@ -319,11 +319,11 @@ def test_pref_grpo_from_the_shipped_generator_exports_as_one_adapter(
     import gguf
     import yaml
 
+    from care_lab.training.config import PrefGRPOConfig
+    from care_lab.training.models import bundled_model_dir
+    from care_lab.training.pref_grpo import run_pref_grpo
     from care_sdk.cli import main
     from care_sdk.testing import ScriptedBackend, evaluation_json
-    from care_sdk.training.config import PrefGRPOConfig
-    from care_sdk.training.models import bundled_model_dir
-    from care_sdk.training.pref_grpo import run_pref_grpo
 
     settings = {
         "data": str(small_build_data(3) / "pairs" / "train.jsonl"),

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from care_sdk.bench.guard_rates import COUNTED_FLAGS, REWARD_CHANGED, honest_sets, measure
+from care_lab.bench.guard_rates import COUNTED_FLAGS, REWARD_CHANGED, honest_sets, measure
 from care_sdk.guards import Guards
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -51,7 +51,7 @@ def tiny() -> Iterator[HFBackend]:
     pytest.importorskip("trl", reason="the tiny model helper needs the train extra")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from care_sdk.training.models import tiny_model_dir
+    from care_lab.training.models import tiny_model_dir
 
     path = tiny_model_dir()
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)

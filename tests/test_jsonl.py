@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from care_lab.training._common import read_records as read_build_records
+from care_lab.training.roles import write_roles
 from care_sdk.dialogues import read_dialogues
 from care_sdk.errors import InputError
 from care_sdk.jsonl import BadLine, iter_jsonl, read_jsonl, replace_jsonl, write_jsonl
-from care_sdk.plots.records import read_records
-from care_sdk.training._common import read_records as read_build_records
-from care_sdk.training.roles import write_roles
+from care_sdk.report.records import read_records
 
 LINES = ['{"id": "a", "turn": 1}', "", "{broken", "[1]", '{"id": "b", "turn": "x"}', '{"id": "c", "turn": 3}']
 

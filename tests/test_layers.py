@@ -19,10 +19,10 @@ FORBIDDEN = {
     "prompts/__init__.py": ("care_sdk.backends", "care_sdk.reward", "care_sdk.generator", "care_sdk.evaluator"),
     "backends/base.py": ("care_sdk.prompts", "care_sdk.reward", "care_sdk.generator", "care_sdk.evaluator"),
     "_engine.py": ("care_sdk.prompts", "care_sdk.reward", "care_sdk.integrations"),
-    "generator.py": ("care_sdk.reward", "care_sdk.integrations", "care_sdk.training", "care_sdk.bench"),
-    "evaluator.py": ("care_sdk.reward", "care_sdk.integrations", "care_sdk.training", "care_sdk.bench"),
+    "generator.py": ("care_sdk.reward", "care_sdk.integrations", "care_lab.training", "care_lab.bench"),
+    "evaluator.py": ("care_sdk.reward", "care_sdk.integrations", "care_lab.training", "care_lab.bench"),
     "context_fit.py": ("care_sdk.reward", "care_sdk.evaluator", "care_sdk.generator", "care_sdk.prompts"),
-    "reward.py": ("care_sdk.integrations", "care_sdk.training", "care_sdk.bench", "care_sdk.plots"),
+    "reward.py": ("care_sdk.integrations", "care_lab.training", "care_lab.bench", "care_lab.plots"),
 }
 
 

@@ -83,8 +83,8 @@ def _tiny_hf() -> Any:
     pytest.importorskip("trl", reason="the tiny model helper needs the train extra")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from care_lab.training.models import tiny_model_dir
     from care_sdk.backends.hf import HFBackend
-    from care_sdk.training.models import tiny_model_dir
 
     path = tiny_model_dir()
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)

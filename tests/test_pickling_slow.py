@@ -75,7 +75,7 @@ def test_two_named_rewards_log_apart_in_one_grpo_run(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from care_sdk.training.models import tiny_model_dir
+    from care_lab.training.models import tiny_model_dir
 
     def reward(**options: Any) -> AdaptiveReward:
         backend = ScriptedBackend(judge)

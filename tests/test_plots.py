@@ -12,7 +12,7 @@ from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
 from care_sdk.backends import EVALUATION
 from care_sdk.cli import main
 from care_sdk.errors import InputError
-from care_sdk.plots.records import (
+from care_sdk.report.records import (
     dominant_by_emotion,
     heatmap_data,
     read_meta,

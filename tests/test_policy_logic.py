@@ -8,14 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from care_sdk import RubricEvaluator, RubricGenerator
-from care_sdk.backends import BackendPool, GenerationRequest
-from care_sdk.dialogues import read_dialogues
-from care_sdk.errors import BackendError, InputError, OutputError
-from care_sdk.plots.records import read_records
-from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
-from care_sdk.training.config import load_config
-from care_sdk.training.policy import (
+from care_lab.training.config import load_config
+from care_lab.training.policy import (
     BackendPolicy,
     EpisodeRecorder,
     EvalPolicyConfig,
@@ -29,10 +23,16 @@ from care_sdk.training.policy import (
     sage_profiles,
     split_profiles,
 )
-from care_sdk.training.policy.components import prompt_rows
-from care_sdk.training.policy.config import PromptSettings
-from care_sdk.training.policy.simulator import parse_user_turn
-from care_sdk.training.roles import write_roles
+from care_lab.training.policy.components import prompt_rows
+from care_lab.training.policy.config import PromptSettings
+from care_lab.training.policy.simulator import parse_user_turn
+from care_lab.training.roles import write_roles
+from care_sdk import RubricEvaluator, RubricGenerator
+from care_sdk.backends import BackendPool, GenerationRequest
+from care_sdk.dialogues import read_dialogues
+from care_sdk.errors import BackendError, InputError, OutputError
+from care_sdk.report.records import read_records
+from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
 from care_sdk.types import Message
 
 REPO = Path(__file__).resolve().parent.parent
@@ -247,8 +247,8 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
 
 
 def test_cli_adds_policy_stages_to_the_train_group() -> None:
-    from care_sdk.training.cli import add_train_commands
-    from care_sdk.training.policy.cli import add_policy_commands
+    from care_lab.training.cli import add_train_commands
+    from care_lab.training.policy.cli import add_policy_commands
 
     parser = argparse.ArgumentParser(prog="care")
     sub = parser.add_subparsers(dest="command")
@@ -268,8 +268,8 @@ def test_episode_tokens_equal_the_chat_template_rendering() -> None:
     pytest.importorskip("transformers")
     from transformers import AutoTokenizer
 
-    from care_sdk.training.models import tiny_model_dir
-    from care_sdk.training.policy.tokens import user_turn_ids
+    from care_lab.training.models import tiny_model_dir
+    from care_lab.training.policy.tokens import user_turn_ids
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model_dir()), local_files_only=True)
     conversation = [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "I failed again."}]

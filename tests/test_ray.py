@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from care_lab.bench.variants import Item, VariantScorer
 from care_sdk import Message, Rubric, RubricEvaluator, RubricGenerator
-from care_sdk.bench.variants import Item, VariantScorer
 from care_sdk.cli import build_parser, main
 from care_sdk.errors import MissingDependencyError
 from care_sdk.reward import AdaptiveReward
@@ -126,7 +126,7 @@ def scripted_scorer() -> VariantScorer:
 
 @pytest.mark.slow
 def test_quality_items_scored_by_actors_equal_those_scored_here(cluster: None) -> None:
-    from care_sdk.ray_scoring import ray_item_batches
+    from care_lab.bench.ray_items import ray_item_batches
 
     items = [
         Item(key=f"k{i}", context=(Message(role="user", content=f"Story number {i}."),), reply="Oh." * (i + 1))

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from care_lab.bench.attacks import ATTACKS, ATTACKS_BY_NAME, FLAGGED_CATEGORIES, build_attacks
+from care_lab.bench.robustness import RobustItem, RobustnessRunner, flag_rates, load_items, markdown
 from care_sdk import AdaptiveReward, Guards, RewardResult, Rubric, RubricEvaluator, RubricGenerator
 from care_sdk.backends import Backend, GenerationRequest
-from care_sdk.bench.attacks import ATTACKS, ATTACKS_BY_NAME, FLAGGED_CATEGORIES, build_attacks
-from care_sdk.bench.robustness import RobustItem, RobustnessRunner, flag_rates, load_items, markdown
 from care_sdk.cli import build_parser
 from care_sdk.guards import (
     COPIED_USER,
@@ -61,7 +61,7 @@ def test_battery_has_at_least_eight_documented_attacks_in_several_languages() ->
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=lambda a: a.name)
 def test_every_attack_raises_its_expected_flags(attack: object) -> None:
-    from care_sdk.bench.attacks import Attack
+    from care_lab.bench.attacks import Attack
 
     assert isinstance(attack, Attack)
     context = [Message(role="user", content=CONTEXT[0]["content"])]
@@ -84,7 +84,7 @@ def test_attacks_keep_the_honest_reply_where_they_append() -> None:
 
 
 def test_feeling_word_stuffing_attacks_add_feelings_around_the_honest_reply() -> None:
-    from care_sdk.bench.attacks import FEELING_LIST, FEELING_SENTENCE, stuff_feelings
+    from care_lab.bench.attacks import FEELING_LIST, FEELING_SENTENCE, stuff_feelings
 
     feelings = ("sad", "hurt", "scared", "lonely", "overwhelmed")
     for honest in HONEST:
@@ -145,7 +145,7 @@ def test_honest_replies_are_not_flagged(reply: str) -> None:
 
 def test_false_positives_on_esconv_test_are_under_two_percent(data_dir: Path) -> None:
     items, _ = load_items(data_dir / "esconv" / "test.jsonl", None)
-    from care_sdk.data import load_esconv
+    from care_lab.data import load_esconv
 
     turns = [(t.context, t.reply) for d in load_esconv(data_dir / "esconv" / "test.jsonl") for t in d.supporter_turns()]
     rates = flag_rates(turns, Guards(), resamples=100)
@@ -175,7 +175,7 @@ def test_a_reply_that_repeats_the_dialogue_is_flagged_and_settled_without_a_call
 
 def test_copied_user_flags_almost_no_real_supporter_reply(data_dir: Path) -> None:
     """ESConv test supporter replies of 8 words or more, against their own dialogue so far."""
-    from care_sdk.data import load_esconv
+    from care_lab.data import load_esconv
 
     flagged = total = 0
     for dialogue in load_esconv(data_dir / "esconv" / "test.jsonl").records:
@@ -205,7 +205,7 @@ def test_a_reply_that_repeats_itself_is_flagged_and_settled_without_a_call() -> 
 
 def test_repeated_text_flags_no_real_test_reply(data_dir: Path) -> None:
     """ESConv test messages, supporters' and seekers': none says the same thing three times."""
-    from care_sdk.data import load_esconv
+    from care_lab.data import load_esconv
 
     dialogues = load_esconv(data_dir / "esconv" / "test.jsonl")
     texts = [m.content for d in dialogues for m in d.messages]
@@ -380,7 +380,7 @@ HONEST_KEY = "honest"
 def test_echo_attacks_say_the_users_last_message_back_and_the_report_flags_them_with_the_context(
     tmp_path: Path,
 ) -> None:
-    from care_sdk.bench.attacks import turned
+    from care_lab.bench.attacks import turned
 
     assert turned("I'm sure my boss hates me, I’ve tried.") == "you're sure your boss hates you, you've tried."
     said = "I lost my job today and I don't know what to do with myself anymore."
@@ -432,8 +432,8 @@ class _LogprobScripted(ScriptedBackend):
 
 
 def test_benchmark_scores_the_reward_a_user_gets_with_an_adapter_and_context_fit(tmp_path: Path) -> None:
-    from care_sdk.adapters import AdapterInfo
-    from care_sdk.context_fit import ContextFit, Gate
+    from care_sdk.bundled.adapters import AdapterInfo
+    from care_sdk.bundled.context_fit import ContextFit, Gate
 
     backend = ScriptedBackend(_script)
     backend.adapter = AdapterInfo(  # type: ignore[attr-defined]

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from care_sdk.data import intent_map, lend_an_ear_role, load_intent_annotations, load_intent_turns
-from care_sdk.data.sage_turns import sage_rollout_files, sage_scored_keys, sage_test_turns, sage_turns
+from care_lab.data import intent_map, lend_an_ear_role, load_intent_annotations, load_intent_turns
+from care_lab.data.sage_turns import sage_rollout_files, sage_scored_keys, sage_test_turns, sage_turns
+from care_lab.training._common import read_records
+from care_lab.training.policy.components import load_profiles, prompt_rows
+from care_lab.training.policy.config import PromptSettings, UserSettings
+from care_lab.training.results import record_test_read, test_reads, write_results
+from care_lab.training.roles import data_role, require_role, write_roles
+from care_lab.training.weights_head import head_turns
 from care_sdk.errors import InputError
-from care_sdk.training._common import read_records
-from care_sdk.training.policy.components import load_profiles, prompt_rows
-from care_sdk.training.policy.config import PromptSettings, UserSettings
-from care_sdk.training.results import record_test_read, test_reads, write_results
-from care_sdk.training.roles import data_role, require_role, write_roles
-from care_sdk.training.weights_head import head_turns
 
 # -- the readers, each pointed at a file of a given role ----------------------------------------------
 
@@ -150,8 +150,8 @@ def test_known_files_cannot_be_relabelled(tmp_path: Path, data_dir: Path) -> Non
 
 
 def test_lend_an_ear_held_out_conversations_are_selection_and_the_expert_task_reads_only_them(data_dir: Path) -> None:
-    from care_sdk.bench._task_base import DataPaths, Settings
-    from care_sdk.bench.dialogue_tasks import ExpertTask
+    from care_lab.bench._task_base import DataPaths, Settings
+    from care_lab.bench.dialogue_tasks import ExpertTask
 
     data = ExpertTask().load(DataPaths(data_dir), Settings())
     conversations = set(data.extra["experts"])
@@ -160,8 +160,8 @@ def test_lend_an_ear_held_out_conversations_are_selection_and_the_expert_task_re
 
 
 def test_sage_turns_outside_the_400_scored_are_test(data_dir: Path) -> None:
-    from care_sdk.bench._task_base import DataPaths, Settings
-    from care_sdk.bench.dialogue_tasks import SimulatedTask
+    from care_lab.bench._task_base import DataPaths, Settings
+    from care_lab.bench.dialogue_tasks import SimulatedTask
 
     files = sage_rollout_files(data_dir)
     turns = sage_turns(files)

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from care_lab.training import r_align
+from care_lab.training.build_data import SPLITS, build_data, input_key
+from care_lab.training.config import BuildDataConfig, load_config, model_identity, validate_config
+from care_lab.training.pairs import HUMAN_SYSTEMS
+from care_lab.training.roles import OUTPUT_ROLES, data_role
 from care_sdk.backends import BackendPool, GenerationRequest
 from care_sdk.errors import ConfigError
 from care_sdk.prompts import parse_rubric
 from care_sdk.testing import ScriptedBackend, rubric_json
-from care_sdk.training import r_align
-from care_sdk.training.build_data import SPLITS, build_data, input_key
-from care_sdk.training.config import BuildDataConfig, load_config, model_identity, validate_config
-from care_sdk.training.pairs import HUMAN_SYSTEMS
-from care_sdk.training.roles import OUTPUT_ROLES, data_role
 from care_sdk.types import Message
 
 COUNTS = re.compile(r"Strategy count per dimension: cognitive (\d+), affective (\d+), proactive (\d+)")

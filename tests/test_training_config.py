@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from care_lab.training.config import BuildDataConfig, PrefGRPOConfig, SFTStageConfig, WeightsHeadConfig, load_config
+from care_lab.training.policy.config import EvalPolicyConfig, PolicyGRPOConfig
 from care_sdk.errors import ConfigError
-from care_sdk.training.config import BuildDataConfig, PrefGRPOConfig, SFTStageConfig, WeightsHeadConfig, load_config
-from care_sdk.training.policy.config import EvalPolicyConfig, PolicyGRPOConfig
 
 pytest.importorskip("yaml")
 
@@ -91,14 +91,14 @@ def test_configs_are_frozen() -> None:
 
 def test_trl_section_unknown_key_is_named() -> None:
     trl = pytest.importorskip("trl")
-    from care_sdk.training._common import build_trl_config
+    from care_lab.training._common import build_trl_config
 
     with pytest.raises(ConfigError, match=r"sft.yaml: trl.max_stepz: unknown key for SFTConfig"):
         build_trl_config(trl.SFTConfig, {"output_dir": "o"}, {"max_stepz": 3}, "sft.yaml")
 
 
 def test_cli_registers_the_three_stages() -> None:
-    from care_sdk.training.cli import add_train_commands
+    from care_lab.training.cli import add_train_commands
 
     parser = argparse.ArgumentParser(prog="care")
     add_train_commands(parser.add_subparsers(dest="command"))
@@ -128,7 +128,7 @@ def test_one_evaluator_definition_serves_pref_grpo_and_policy_grpo() -> None:
 
 
 def _trl_plan(config: PrefGRPOConfig | SFTStageConfig | PolicyGRPOConfig, kind: str, rows: int, processes: int) -> int:
-    from care_sdk.training.plan import plan_training
+    from care_lab.training.plan import plan_training
 
     t = config.trl
     return plan_training(
@@ -144,8 +144,8 @@ def _trl_plan(config: PrefGRPOConfig | SFTStageConfig | PolicyGRPOConfig, kind: 
 
 
 def test_paper_configs_plan_enough_steps_and_consistent_lora_rates(data_dir: Path) -> None:
-    from care_sdk.training.plan import DEFAULT_MIN_STEPS
-    from care_sdk.training.policy.components import load_profiles
+    from care_lab.training.plan import DEFAULT_MIN_STEPS
+    from care_lab.training.policy.components import load_profiles
 
     policy = load_config(PolicyGRPOConfig, CONFIGS / "policy_grpo_paper.yaml")
     users = len(load_profiles(policy.users, "train", str(data_dir)))
@@ -185,7 +185,7 @@ def test_care_train_prints_the_plan_and_refuses_a_short_run(
 
 def test_export_refuses_a_run_without_an_adapter_or_from_a_full_model(tmp_path: Path) -> None:
     """``care train export-adapter`` writes the adapters a run's model is made of, and names what it cannot write."""
-    from care_sdk.training.models import adapter_chain
+    from care_lab.training.models import adapter_chain
 
     run = tmp_path / "run" / "adapter"
     assert adapter_chain("bundled", run) == [run]  # a run from the bundled base is its own adapter

@@ -56,7 +56,7 @@ def _launch(stage: str, tmp_path: Path, data: Path, settings: str) -> subprocess
 
 @pytest.fixture(scope="module")
 def data(small_build_data: Callable[[int], Path]) -> Path:
-    from care_sdk.training.models import tiny_model_dir
+    from care_lab.training.models import tiny_model_dir
 
     tiny_model_dir()  # built once here, so the two ranks find it cached
     return small_build_data(3)

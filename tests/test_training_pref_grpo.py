@@ -13,10 +13,10 @@ import pytest
 pytest.importorskip("trl")
 pytest.importorskip("peft")
 
+from care_lab.training.config import PrefGRPOConfig
+from care_lab.training.pref_grpo import REWARD_TERMS, grpo_rows, run_pref_grpo
 from care_sdk import RubricEvaluator
 from care_sdk.testing import ScriptedBackend, candidate_reply, evaluation_json
-from care_sdk.training.config import PrefGRPOConfig
-from care_sdk.training.pref_grpo import REWARD_TERMS, grpo_rows, run_pref_grpo
 
 pytestmark = pytest.mark.slow  # real trainer steps (a tiny model, but TRL + PEFT end to end)
 
@@ -70,12 +70,12 @@ def test_a_failing_evaluator_masks_the_whole_completion_in_a_real_grpo_step(tmp_
     pair's completions as NaN in every term (masked, advantage 0), never as a 0 term."""
     import torch
 
+    from care_lab.training._common import load_model, make_trainer, stage_setup
+    from care_lab.training.plan import plan_from_args
+    from care_lab.training.pref_grpo import GRPO_DEFAULTS
+    from care_lab.training.rewards import PrefGRPORewards
     from care_sdk.errors import BackendError
     from care_sdk.testing import rubric_json
-    from care_sdk.training._common import load_model, make_trainer, stage_setup
-    from care_sdk.training.plan import plan_from_args
-    from care_sdk.training.pref_grpo import GRPO_DEFAULTS
-    from care_sdk.training.rewards import PrefGRPORewards
 
     def evaluate(request: Any) -> str | BackendError:
         reply = candidate_reply(request)

@@ -1,16 +1,16 @@
-"""Public names of care_sdk.data and care_sdk.training; importing them stays light."""
+"""Public names of care_lab.data and care_lab.training; importing them stays light."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-import care_sdk.data
-import care_sdk.training
+import care_lab.data
+import care_lab.training
 
 
 def test_exports_are_sorted_and_resolve() -> None:
-    for module in (care_sdk.data, care_sdk.training):
+    for module in (care_lab.data, care_lab.training):
         names = module.__all__
         # isort-style, as ruff's RUF022 keeps it: CONSTANTS, then Classes, then functions
         assert names == sorted(names, key=lambda n: (0 if n.isupper() else 1 if n[0].isupper() else 2, n))
@@ -30,7 +30,7 @@ def test_documented_entry_points_are_exported() -> None:
         "Loaded",
         "SupportDialogue",
         "SupportTurn",
-    } <= set(care_sdk.data.__all__)
+    } <= set(care_lab.data.__all__)
     assert {
         "r_align",
         "r_pref",
@@ -47,12 +47,12 @@ def test_documented_entry_points_are_exported() -> None:
         "run_pref_grpo",
         "tiny_model_dir",
         "load_trained_generator",
-    } <= set(care_sdk.training.__all__)
+    } <= set(care_lab.training.__all__)
 
 
 def test_importing_data_and_training_does_not_import_heavy_modules() -> None:
     code = (
-        "import sys, care_sdk.data, care_sdk.training; "
+        "import sys, care_lab.data, care_lab.training; "
         "print(sorted(m for m in ('torch', 'transformers', 'trl', 'peft', 'datasets', 'llama_cpp', 'openai', 'vllm')"
         " if m in sys.modules))"
     )

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from care_sdk import RubricEvaluator
-from care_sdk.backends import GenerationRequest
-from care_sdk.errors import BackendError
-from care_sdk.testing import ScriptedBackend, candidate_reply, evaluation_json, rubric_json
-from care_sdk.training import (
+from care_lab.training import (
     AlignReward,
     FormatReward,
     PrefGRPORewards,
@@ -18,6 +14,10 @@ from care_sdk.training import (
     r_align,
     r_pref,
 )
+from care_sdk import RubricEvaluator
+from care_sdk.backends import GenerationRequest
+from care_sdk.errors import BackendError
+from care_sdk.testing import ScriptedBackend, candidate_reply, evaluation_json, rubric_json
 
 
 def w(c: float, a: float, p: float) -> dict[str, float]:

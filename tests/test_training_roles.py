@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from care_lab.training._common import read_records
+from care_lab.training.policy.components import load_profiles
+from care_lab.training.policy.config import UserSettings
+from care_lab.training.roles import data_role, require_held_out, require_trainable, write_roles
 from care_sdk.errors import InputError
-from care_sdk.training._common import read_records
-from care_sdk.training.policy.components import load_profiles
-from care_sdk.training.policy.config import UserSettings
-from care_sdk.training.roles import data_role, require_held_out, require_trainable, write_roles
 
 SAGE = Path("sage_rlver") / "profiles" / "simulator_profile_withfirsttalk.jsonl"
 
@@ -79,9 +79,9 @@ def test_trainer_stages_refuse_test_data_before_loading_a_model(
     small_build_data: Callable[[int], Path], tmp_path: Path
 ) -> None:
     pytest.importorskip("trl")
-    from care_sdk.training.config import PrefGRPOConfig, SFTStageConfig
-    from care_sdk.training.pref_grpo import run_pref_grpo
-    from care_sdk.training.sft import run_sft
+    from care_lab.training.config import PrefGRPOConfig, SFTStageConfig
+    from care_lab.training.pref_grpo import run_pref_grpo
+    from care_lab.training.sft import run_sft
 
     out = tmp_path / "data"
     shutil.copytree(small_build_data(2), out)

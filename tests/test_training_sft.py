@@ -12,9 +12,9 @@ import pytest
 pytest.importorskip("trl")
 pytest.importorskip("peft")
 
+from care_lab.training.config import SFTStageConfig
+from care_lab.training.sft import load_trained_generator, run_sft
 from care_sdk.errors import ConfigError, InputError
-from care_sdk.training.config import SFTStageConfig
-from care_sdk.training.sft import load_trained_generator, run_sft
 
 pytestmark = pytest.mark.slow  # real trainer steps (a tiny model, but TRL + PEFT end to end)
 

@@ -98,7 +98,7 @@ def test_bad_options_are_rejected() -> None:
 
 @pytest.mark.slow
 def test_real_model_scores_an_esconv_episode(llama_backend: Any, data_dir: Path) -> None:
-    from care_sdk.data import load_esconv
+    from care_lab.data import load_esconv
 
     messages = [m.model_dump() for m in load_esconv(data_dir / "esconv" / "valid.jsonl", strict=True)[0].messages]
     first_user = next(i for i, m in enumerate(messages) if m["role"] == "user")

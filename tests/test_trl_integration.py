@@ -149,8 +149,8 @@ def care(model_path: Path, logprob_backend: Backend) -> Iterator[tuple[AdaptiveR
     """AdaptiveReward on the bundled SmolLM2 via llama.cpp: rubrics from the shipped generator adapter, and
     logprob-expected (continuous) scores."""
     pytest.importorskip("trl")
-    from care_sdk.adapters import bundled_adapter
     from care_sdk.backends.llamacpp import LlamaCppBackend
+    from care_sdk.bundled.adapters import bundled_adapter
 
     with LlamaCppBackend(model_path, n_ctx=2048, adapter=bundled_adapter("generator")) as tuned:
         generator_backend = RecordingBackend(tuned)
@@ -168,7 +168,7 @@ def run_grpo(tmp_path: Path, reward_func: Any, rows: list[dict[str, Any]]) -> tu
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from care_sdk.training.models import tiny_model_dir
+    from care_lab.training.models import tiny_model_dir
 
     policy_dir = tiny_model_dir()
     model = AutoModelForCausalLM.from_pretrained(policy_dir)

@@ -129,8 +129,7 @@ def test_care_score_passes_its_weight_reader_to_the_generator() -> None:
 
 def test_care_score_reads_context_fit_against_the_baselines_it_names() -> None:
     pytest.importorskip("llama_cpp", reason="needs the llamacpp extra")
-    from care_sdk.cli import _build_reward, build_parser
-    from care_sdk.context_fit import (
+    from care_sdk.bundled.context_fit import (
         BUNDLED_GATE,
         DEFAULT_BASELINES,
         ESCONV_GATE,
@@ -138,6 +137,7 @@ def test_care_score_reads_context_fit_against_the_baselines_it_names() -> None:
         SUPPORT_GATE,
         named_baselines,
     )
+    from care_sdk.cli import _build_reward, build_parser
 
     def fit(*flags: str) -> tuple[object, object]:
         reward = _build_reward(build_parser().parse_args(["score", "in.jsonl", "--context-fit", "on", *flags]))
@@ -157,11 +157,11 @@ def test_care_score_reads_context_fit_against_the_baselines_it_names() -> None:
 def test_the_policy_recipe_reads_context_fit_against_the_baselines_it_names(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp", reason="needs the llamacpp extra")
     pytest.importorskip("yaml", reason="needs the train extra")
+    from care_lab.training.config import load_config
+    from care_lab.training.policy.components import build_reward as recipe_reward
+    from care_lab.training.policy.config import PolicyGRPOConfig, RewardSettings
     from care_sdk.backends import BackendPool
-    from care_sdk.context_fit import BUNDLED_GATE, ESCONV_GATE, SUPPORT_GATE
-    from care_sdk.training.config import load_config
-    from care_sdk.training.policy.components import build_reward as recipe_reward
-    from care_sdk.training.policy.config import PolicyGRPOConfig, RewardSettings
+    from care_sdk.bundled.context_fit import BUNDLED_GATE, ESCONV_GATE, SUPPORT_GATE
 
     pool = BackendPool({"default": ScriptedBackend([])})  # rubrics and scores scripted; the fit reads the bundled model
     for name, gate, count in (("neutral", BUNDLED_GATE, 1), ("support", SUPPORT_GATE, 8), ("esconv", ESCONV_GATE, 4)):
@@ -176,7 +176,7 @@ def test_the_policy_recipe_reads_context_fit_against_the_baselines_it_names(tmp_
 
 def test_verl_reads_context_fit_against_the_baselines_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("llama_cpp", reason="needs the llamacpp extra")
-    from care_sdk.context_fit import (
+    from care_sdk.bundled.context_fit import (
         BUNDLED_GATE,
         DEFAULT_BASELINES,
         ESCONV_GATE,

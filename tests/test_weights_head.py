@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from care_sdk import RubricGenerator
+from care_sdk.bundled.weights_head import WeightsHead, bundled_weights_head
 from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION
 from care_sdk.testing import ScriptedBackend, rubric_json
 from care_sdk.types import DIMENSIONS, Dimension
-from care_sdk.weights_head import WeightsHead, bundled_weights_head
 
 WIDTH, CAP = 4, 3
 
@@ -197,7 +197,7 @@ def test_the_bundled_head_fits_the_bundled_model_and_prompt() -> None:
 def test_the_cli_weight_reader_maps_to_the_generator_arguments() -> None:
     import argparse
 
-    from care_sdk.bench._cli_args import add_weight_reader_option, weights_options
+    from care_sdk.bundled.options import add_weight_reader_option, weights_options
 
     parser = argparse.ArgumentParser()
     add_weight_reader_option(parser)

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from care_lab.data import load_esconv
 from care_sdk import RubricGenerator
-from care_sdk.adapters import bundled_adapter
 from care_sdk.backends.llamacpp import LlamaCppBackend
-from care_sdk.data import load_esconv
+from care_sdk.bundled.adapters import bundled_adapter
+from care_sdk.bundled.weights_head import WeightsHead, bundled_weights_head
 from care_sdk.errors import ConfigError
 from care_sdk.rubric_checks import check_rubric
 from care_sdk.types import Rubric
-from care_sdk.weights_head import WeightsHead, bundled_weights_head
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ def test_llamacpp_reads_the_states_the_head_was_fitted_on(llama_backend: LlamaCp
     """llama.cpp (the quantised file, stopped after layer 15) against transformers (float32, dequantised)."""
     import torch
 
-    from care_sdk.training.weights_head import head_turns, transformers_states
+    from care_lab.training.weights_head import head_turns, transformers_states
 
     texts = [t.text for t in head_turns(data_dir / "esconv" / "test.jsonl", 4, use="select")[:6]]
     reference = transformers_states(texts, {"15": (15, "mean"), "14": (14, "mean")})
@@ -42,8 +42,8 @@ def test_transformers_reads_the_same_states_and_the_same_weights(
     """The head on the transformers backend (the dequantised bundled model) and on llama.cpp."""
     import torch
 
+    from care_lab.training.weights_head import head_turns, transformers_states
     from care_sdk.backends.hf import HFBackend
-    from care_sdk.training.weights_head import head_turns, transformers_states
 
     texts = [t.text for t in head_turns(data_dir / "esconv" / "test.jsonl", 4, use="select")[:4]]
     hf = HFBackend.from_gguf(llama_backend.model_path)

@@ -10,8 +10,8 @@ Examples:
 """
 
 from care_sdk.backends import Backend, GenerationRequest, GenerationResult, resolve_backend
+from care_sdk.bundled.context_fit import ContextFit
 from care_sdk.cache import CacheStats, MemoryCache, RubricCache
-from care_sdk.context_fit import ContextFit
 from care_sdk.errors import (
     BackendError,
     CareError,

@@ -7,9 +7,9 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 from typing import Any
 
 from care_sdk import __version__
@@ -18,16 +18,9 @@ from care_sdk.variants import VARIANTS
 
 __all__ = ["build_parser", "main"]
 
-# Subcommand groups contributed by optional parts of the package: module -> function(subparsers).
-_EXTENSIONS = (
-    ("care_sdk.training.cli", "add_train_commands"),
-    ("care_sdk.training.policy.cli", "add_policy_commands"),
-    ("care_sdk.bench.cli", "add_bench_commands"),
-    ("care_sdk.plots.cli", "add_plot_commands"),
-    ("care_sdk.report.cli", "add_report_commands"),
-    ("care_sdk.evals.cli", "add_eval_commands"),
-    ("care_sdk.serve.cli", "add_serve_commands"),
-)
+COMMANDS_GROUP = "care_sdk.commands"
+"""The entry-point group through which other packages add ``care`` commands: each entry is a
+function ``add(subparsers)`` (the lab's ``care train|bench|eval|plot`` come this way)."""
 
 
 def _print_record(record: dict[str, Any]) -> None:
@@ -48,7 +41,7 @@ def _print_record(record: dict[str, Any]) -> None:
 
 
 def _build_reward(args: argparse.Namespace) -> Any:
-    from care_sdk.bench._cli_args import context_fit_of, weights_options
+    from care_sdk.bundled.options import context_fit_of, weights_options
     from care_sdk.guards import Guards
     from care_sdk.reward import build_reward
     from care_sdk.variants import variant_of
@@ -135,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         >>> build_parser().parse_args(["score", "in.jsonl"]).backend
         'default'
     """
-    from care_sdk.bench._cli_args import add_context_fit_options, add_weight_reader_option
+    from care_sdk.bundled.options import add_context_fit_options, add_weight_reader_option
 
     parser = argparse.ArgumentParser(
         prog="care", description="CARE: turn-adaptive rubric rewards for empathetic dialogue."
@@ -191,14 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--report", metavar="HTML", help="also write a self-contained HTML report (see care report)")
     score.set_defaults(func=_cmd_score)
 
-    for module_name, function in _EXTENSIONS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                continue  # that part of the package is not present
-            raise
-        getattr(module, function)(sub)
+    from care_sdk.report.cli import add_report_commands
+    from care_sdk.serve.cli import add_serve_commands
+
+    add_report_commands(sub)
+    add_serve_commands(sub)
+    for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        entry.load()(sub)
     return parser
 
 

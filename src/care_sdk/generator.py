@@ -7,9 +7,10 @@ from functools import partial
 from typing import Any
 
 from care_sdk._engine import Plan, adrive, drive, fewer_messages, offload, parse_plan, unwrap
-from care_sdk._weights import expected_weights_plan
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
+from care_sdk.bundled.expected_weights import expected_weights_plan
+from care_sdk.bundled.weights_head import WeightsHead, bundled_weights_head
 from care_sdk.cache import MemoryCache, RubricCache, context_key
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.prompts import (
@@ -21,7 +22,6 @@ from care_sdk.prompts import (
     shown_messages,
 )
 from care_sdk.types import Message, Rubric, as_messages
-from care_sdk.weights_head import WeightsHead, bundled_weights_head
 
 __all__ = ["RubricGenerator"]
 
@@ -54,7 +54,7 @@ class RubricGenerator:
             :attr:`~care_sdk.backends.Backend.supports_forced_replies`). ``False`` (the default,
             on every backend) keeps the weights the model wrote.
         weights_head: an opt-in add-on outside the method: read the weights with a
-            :class:`~care_sdk.weights_head.WeightsHead` on the model's own hidden states of the
+            :class:`~care_sdk.bundled.weights_head.WeightsHead` on the model's own hidden states of the
             prompt (the criteria stay the decoded reply's). ``True`` is the head shipped with the
             bundled generator; ``False`` (the default, on every backend) keeps the weights the
             model wrote.

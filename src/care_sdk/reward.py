@@ -7,7 +7,7 @@ from typing import Any
 
 from care_sdk._calls import METRIC_PREFIX, completion_text, report_to_trainer, trl_items
 from care_sdk.backends import Backend, is_default_spec, resolve_backend
-from care_sdk.context_fit import ContextFit, context_fit_for, fitted_reward
+from care_sdk.bundled.context_fit import ContextFit, context_fit_for, fitted_reward
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -50,7 +50,7 @@ class AdaptiveReward:
             call; ``Guards(on_flag="report")`` only reports flags, ``None`` turns every guard off.
         context_fit: an opt-in add-on outside the method: when given, the reward of every
             evaluated reply is ``fit * (floor + (1 - floor) * rubric reward)``, where ``fit`` is how
-            likely the reply was written for its context (see :mod:`care_sdk.context_fit`);
+            likely the reply was written for its context (see :mod:`care_sdk.bundled.context_fit`);
             ``RewardResult.context_fit`` holds the fit, ``rubric_reward`` the rubric's part and
             ``RewardResult.parts`` names what produced the reward. ``None`` (the default, on every
             backend, the bundled ``default`` included) is the method's reward.
@@ -184,7 +184,7 @@ class AdaptiveReward:
 
         ``options`` are :class:`AdaptiveReward` options (``weights``, ``criteria``, ``rubric``,
         ``guards``, ``context_fit``, ``name``). ``context_fit`` also takes ``"on"``, ``"off"`` or a backend
-        spec (see :func:`~care_sdk.context_fit.context_fit_for`); it is off unless asked for, so
+        spec (see :func:`~care_sdk.bundled.context_fit.context_fit_for`); it is off unless asked for, so
         every backend, ``default`` included, computes the method's reward.
         To build from several backend specs or by variant name, see :func:`build_reward`.
 
@@ -436,7 +436,7 @@ def build_reward(
     :class:`AdaptiveReward`; ``None`` turns them off); ``context_fit`` is the opt-in add-on that
     scales the reward by the reply's fit to its context (see :class:`AdaptiveReward`): a
     :class:`ContextFit`, ``"on"``, a backend spec to read it on, or ``"off"`` / ``None`` (the
-    default: the method's reward, see :func:`~care_sdk.context_fit.context_fit_for`); ``name`` is
+    default: the method's reward, see :func:`~care_sdk.bundled.context_fit.context_fit_for`); ``name`` is
     the reward's ``__name__`` and metric prefix (see :class:`AdaptiveReward`).
 
     Examples:

@@ -119,8 +119,8 @@ def _from_spec(spec: str, role: str | None, options: dict[str, Any]) -> Backend:
     kind, _, rest = spec.partition(":")
     kind = kind.strip().lower()
     if kind in ("default", "base") and not rest:
-        from care_sdk.adapters import bundled_adapter
         from care_sdk.backends.llamacpp import LlamaCppBackend, default_model_path
+        from care_sdk.bundled.adapters import bundled_adapter
 
         adapter = bundled_adapter(role) if kind == "default" and role is not None else None
         if adapter is not None:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from llama_cpp import Llama
     from llama_cpp.llama_grammar import LlamaGrammar
 
-    from care_sdk.adapters import AdapterInfo
+    from care_sdk.bundled.adapters import AdapterInfo
 
 __all__ = [
     "DEFAULT_MODEL_FILE",
@@ -284,7 +284,7 @@ class LlamaCppBackend(Backend):
         self.json_layout = json_layout
         self.adapter: AdapterInfo | None = None
         if adapter is not None:
-            from care_sdk.adapters import read_adapter
+            from care_sdk.bundled.adapters import read_adapter
 
             self.adapter = read_adapter(adapter)
             llama_kwargs["lora_path"] = str(self.adapter.path)

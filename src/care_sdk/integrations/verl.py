@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from care_sdk.backends import Backend
-from care_sdk.context_fit import DEFAULT_BASELINES, baselines_name, context_fit_for, named_baselines
+from care_sdk.bundled.context_fit import DEFAULT_BASELINES, baselines_name, context_fit_for, named_baselines
 from care_sdk.errors import CareError, InputError
 from care_sdk.reward import AdaptiveReward, build_reward
 from care_sdk.types import DIMENSIONS, Message, RewardResult, as_messages
@@ -110,10 +110,10 @@ def get_reward(
     ``backend`` defaults to ``$CARE_BACKEND`` or ``"default"``; ``cache`` (an SQLite file shared by
     all workers) defaults to ``$CARE_RUBRIC_CACHE`` or an in-memory cache; ``context_fit`` (the opt-in
     add-on: ``"on"``, ``"off"`` or a backend spec for :class:`~care_sdk.ContextFit`, see
-    :func:`~care_sdk.context_fit.context_fit_for`) defaults to ``$CARE_CONTEXT_FIT`` or ``"off"``
+    :func:`~care_sdk.bundled.context_fit.context_fit_for`) defaults to ``$CARE_CONTEXT_FIT`` or ``"off"``
     (the method's reward on every backend); ``context_fit_baselines`` (a name in
-    :data:`~care_sdk.context_fit.BASELINE_NAMES`) defaults to ``$CARE_CONTEXT_FIT_BASELINES`` or
-    :data:`~care_sdk.context_fit.DEFAULT_BASELINES`.
+    :data:`~care_sdk.bundled.context_fit.BASELINE_NAMES`) defaults to ``$CARE_CONTEXT_FIT_BASELINES`` or
+    :data:`~care_sdk.bundled.context_fit.DEFAULT_BASELINES`.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -240,12 +240,12 @@ def compute_score_batch(
         cache: SQLite file for rubrics shared across workers and runs (default ``$CARE_RUBRIC_CACHE``).
         context_fit: the opt-in add-on that scales each reward by the reply's fit to its context:
             ``"on"``, ``"off"``, or a backend spec to read it on (see
-            :func:`~care_sdk.context_fit.context_fit_for`; default ``$CARE_CONTEXT_FIT``, or
+            :func:`~care_sdk.bundled.context_fit.context_fit_for`; default ``$CARE_CONTEXT_FIT``, or
             ``"off"``); the fit is the ``care_context_fit`` entry (NaN without).
         context_fit_baselines: what context fit compares a reply against, a name in
-            :data:`~care_sdk.context_fit.BASELINE_NAMES` (see
-            :func:`~care_sdk.context_fit.named_baselines`); default ``$CARE_CONTEXT_FIT_BASELINES``,
-            or :data:`~care_sdk.context_fit.DEFAULT_BASELINES`.
+            :data:`~care_sdk.bundled.context_fit.BASELINE_NAMES` (see
+            :func:`~care_sdk.bundled.context_fit.named_baselines`); default ``$CARE_CONTEXT_FIT_BASELINES``,
+            or :data:`~care_sdk.bundled.context_fit.DEFAULT_BASELINES`.
         context_key: the ``extra_info`` key holding the context.
         on_error: ``"raise"`` (default: stop with the reason) or a score to give a reply that could
             not be scored; such rows carry ``care_failed=1.0`` and are logged as warnings.

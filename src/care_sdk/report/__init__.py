@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from care_sdk.errors import InputError
-from care_sdk.plots.records import read_records
 from care_sdk.report.data import DialogueTexts, report_data, reward_histogram, turn_flags
 from care_sdk.report.html import embed_json, render_html
+from care_sdk.report.records import read_records
 
 __all__ = [
     "DialogueTexts",

@@ -15,7 +15,7 @@ from typing import Any
 
 from care_sdk.dialogues import read_dialogues
 from care_sdk.errors import InputError
-from care_sdk.plots.records import DIMS, weights_by_turn
+from care_sdk.report.records import DIMS, weights_by_turn
 
 __all__ = ["DialogueTexts", "report_data", "reward_histogram", "turn_flags"]
 

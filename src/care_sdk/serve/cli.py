@@ -56,7 +56,7 @@ def add_serve_commands(sub: Any) -> None:
         >>> build_parser().parse_args(["serve", "--port", "9000"]).port
         9000
     """
-    from care_sdk.bench._cli_args import add_context_fit_options, add_weight_reader_option
+    from care_sdk.bundled.options import add_context_fit_options, add_weight_reader_option
 
     p = sub.add_parser("serve", help="run the reward service (OpenRLHF /get_reward, /v1/score, /metrics)")
     p.add_argument(

@@ -1,0 +1,190 @@
+"""Building the pieces a policy recipe needs from its config: prompts, profiles, simulator, CARE reward.
+
+Backends named by the same spec string (and options) are built once and shared, so with
+``default`` everywhere the bundled model is loaded once for simulator, generator and evaluator.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from care_lab.training.policy.config import PromptSettings, RewardSettings, SimulatorSettings, UserSettings
+from care_lab.training.policy.profiles import Split, UserProfile, esconv_profiles, sage_profiles
+from care_lab.training.policy.rewards import build_adaptive_reward
+from care_lab.training.policy.simulator import SimulatedUser
+from care_lab.training.roles import require_held_out, require_trainable
+from care_sdk.backends import BackendPool
+from care_sdk.bundled.context_fit import context_fit_for, named_baselines
+from care_sdk.errors import InputError
+from care_sdk.evaluator import RubricEvaluator
+from care_sdk.generator import RubricGenerator
+from care_sdk.reward import AdaptiveReward
+from care_sdk.types import Dialogue, Message
+
+__all__ = ["build_reward", "build_simulator", "load_profiles", "prompt_rows"]
+
+
+def _data_root(data_dir: str | None, given: str | None = None) -> Path:
+    """The data directory; not looked up when the file itself is ``given``."""
+    from care_lab.data import data_dir as default_data_dir
+
+    if data_dir is None and given:
+        return Path()  # not used: the settings name the file
+    return Path(data_dir) if data_dir is not None else default_data_dir()
+
+
+def build_reward(settings: RewardSettings, pool: BackendPool, data_dir: str | None = None) -> AdaptiveReward:
+    """The CARE reward of a config's ``reward`` section (no generator for ``fixed_rubric``);
+    ``data_dir`` is where ``esconv`` context-fit baselines are read (else ``$CARE_DATA_DIR``)."""
+    evaluator = RubricEvaluator(
+        pool.get(settings.evaluator, settings.evaluator_options, role="evaluator"),
+        seed=settings.seed,
+        max_tokens=settings.evaluator_max_tokens,
+        max_attempts=settings.max_attempts,
+        use_logprobs=settings.use_logprobs,
+    )
+    generator = None
+    if settings.variant != "fixed_rubric":
+        generator = RubricGenerator(
+            pool.get(settings.generator, settings.generator_options, role="generator"),
+            criteria_per_dimension=settings.criteria_per_dimension,
+            seed=settings.seed,
+            max_tokens=settings.generator_max_tokens,
+            max_attempts=settings.max_attempts,
+        )
+    context_fit = context_fit_for(
+        settings.context_fit,
+        baselines=named_baselines(settings.context_fit_baselines, "reward.context_fit_baselines", data_dir),
+    )
+    return build_adaptive_reward(settings.variant, generator, evaluator, context_fit=context_fit)
+
+
+def build_simulator(settings: SimulatorSettings, pool: BackendPool, *, seed: int = 0) -> SimulatedUser:
+    """The simulated user of a config's ``simulator`` section."""
+    return SimulatedUser(
+        pool.get(settings.backend, settings.options),
+        max_tokens=settings.max_tokens,
+        temperature=settings.temperature,
+        seed=seed,
+        max_attempts=settings.max_attempts,
+        max_reply_chars=settings.max_reply_chars,
+        max_profile_chars=settings.max_profile_chars,
+    )
+
+
+_SAGE_PROFILES = ("sage_rlver", "profiles", "simulator_profile_withfirsttalk.jsonl")
+
+
+def _profiles_file(settings: UserSettings, split: Literal["train", "held_out"], root: Path) -> Path:
+    if split == "train":
+        if settings.path:
+            return Path(settings.path)
+        return root.joinpath(*_SAGE_PROFILES) if settings.source == "sage" else root / "esconv" / "train.jsonl"
+    if settings.held_out_path:
+        return Path(settings.held_out_path)
+    return (
+        root.joinpath(*_SAGE_PROFILES)
+        if settings.source == "sage"
+        else root / "esconv" / f"{settings.held_out_split}.jsonl"
+    )
+
+
+def load_profiles(settings: UserSettings, split: Split, data_dir: str | None = None) -> list[UserProfile]:
+    """The simulated-user profiles of ``split``: ``train`` (``users.path``), ``held_out``
+    (``users.held_out_path``) or ``all`` (both).
+
+    Training users must come from a file declared trainable and held-out users from one declared
+    held-out (:mod:`care_lab.training.roles`): the SAGE profiles are eval-only, so training on
+    them is refused.
+
+    Raises:
+        InputError: a file is missing, has the wrong data role (named), or yields no profile.
+    """
+    parts: list[Literal["train", "held_out"]] = ["train", "held_out"] if split == "all" else [split]
+    given = {"train": settings.path, "held_out": settings.held_out_path}
+    root = _data_root(data_dir, "given" if all(given[p] for p in parts) else None)
+    chosen: list[UserProfile] = []
+    for part in parts:
+        path = _profiles_file(settings, part, root)
+        if part == "train":
+            require_trainable(path, what="training users")
+        else:
+            require_held_out(path)
+        chosen += esconv_profiles(path) if settings.source == "esconv" else sage_profiles(path)
+    if settings.max_profiles is not None:
+        chosen = chosen[: settings.max_profiles]
+    if not chosen:
+        raise InputError(f"no {split} profile", location=f"users ({settings.source})")
+    return chosen
+
+
+def _dialogues(settings: PromptSettings, root: Path) -> list[Dialogue]:
+    if settings.source == "jsonl":
+        if not settings.path:
+            raise InputError("prompts.source jsonl needs prompts.path", location="prompts.path")
+        from care_sdk.dialogues import read_dialogues
+
+        require_trainable(settings.path, what="training prompts")
+        out = []
+        for line in read_dialogues(settings.path):
+            if line.error is not None:
+                raise line.error
+            assert line.dialogue is not None
+            out.append(line.dialogue)
+        return out
+    if settings.source == "esconv":
+        from care_lab.data import load_esconv
+
+        path = Path(settings.path) if settings.path else root / "esconv" / "train.jsonl"
+        require_trainable(path, what="training prompts")
+        loaded = load_esconv(path)
+    else:
+        from care_lab.data import load_mint_conversations
+
+        default = root / "mint_lend_an_ear" / "training" / "conversations_322.json"
+        path = Path(settings.path) if settings.path else default
+        require_trainable(path, what="training prompts")
+        loaded = load_mint_conversations(path)
+    return [d.to_dialogue() for d in loaded.records]
+
+
+def prompt_rows(
+    settings: PromptSettings, system_prompt: str | None, data_dir: str | None = None
+) -> list[dict[str, Any]]:
+    """Single-turn GRPO rows: ``prompt`` (system prompt + context), ``context`` (what CARE judges), ``id``.
+
+    The source file must be declared trainable (:mod:`care_lab.training.roles`).
+
+    Raises:
+        InputError: the source is missing, malformed or not trainable (named), or yields no context.
+
+    Examples:
+        >>> import tempfile, os
+        >>> from care_lab.training.roles import write_roles
+        >>> d = tempfile.mkdtemp(); p = os.path.join(d, "d.jsonl"); _ = write_roles(d, {"d.jsonl": "train"})
+        >>> _ = open(p, "w").write('{"id": "a", "messages": [{"role": "user", "content": "I failed."},'
+        ...                        ' {"role": "assistant", "content": "Oh no."}]}\\n')
+        >>> row = prompt_rows(PromptSettings(source="jsonl", path=p), "Be kind.")[0]
+        >>> [m["role"] for m in row["prompt"]], row["id"]
+        (['system', 'user'], 'a:1')
+    """
+    root = _data_root(data_dir, settings.path)
+    dialogues = _dialogues(settings, root)
+    if settings.max_dialogues is not None:
+        dialogues = dialogues[: settings.max_dialogues]
+    head = [Message(role="system", content=system_prompt).model_dump()] if system_prompt else []
+    rows = []
+    for dialogue in dialogues:
+        for k, turn in enumerate(dialogue.turns()):
+            if k >= settings.turns_per_dialogue:
+                break
+            context = [m.model_dump() for m in turn.context if m.role != "system"]
+            if settings.max_context_messages is not None:
+                context = context[-settings.max_context_messages :]
+            if not context or context[-1]["role"] != "user":
+                continue
+            rows.append({"prompt": head + context, "context": context, "id": f"{dialogue.id}:{turn.index}"})
+    if not rows:
+        raise InputError("no dialogue context ending with a user message", location=f"prompts.{settings.source}")
+    return rows
