@@ -7,16 +7,19 @@ each), three ways in one run:
 - ``in_process``: one ``score_batch`` call over every item (what a TRL reward call does);
 - ``service c=K``: through ``care serve``'s app under uvicorn on 127.0.0.1 (same process, its own
   thread), every item sent as its own ``/v1/score`` request by ``RemoteReward``, K requests in flight;
-- ``service all at once``: every item's request sent at the same time, as ranks of a trainer
-  would, to measure rubric sharing: backend calls per reward against the in-process batch.
+- with the rubric cache off, ``in_process`` again and ``service all at once``: every item's request
+  sent at the same time, as ranks of a trainer would, to measure rubric sharing across requests:
+  backend calls per reward against the in-process batch.
 
 Reports rewards per second and backend calls (rubrics, evaluations) per reward, and writes
-``benchmarks/results/serve.json``. ``--quick`` runs a tiny setting (2 contexts x 2 replies,
-concurrency 1 and 2) to check that the script works.
+``benchmarks/results/serve.json`` (one entry per backend). ``--quick`` runs a tiny setting
+(2 contexts x 2 replies, concurrency 1 and 2) to check that the script works. The backend
+``llama-server`` starts llama.cpp's OpenAI-compatible server on 127.0.0.1 with the base model
+and scores through ``openai:``.
 
 Usage:
-    python benchmarks/bench_serve.py                       # bundled model, 4 contexts x 4 replies, c = 1, 8
-    python benchmarks/bench_serve.py --quick --out /tmp/serve.json
+    python benchmarks/bench_serve.py                       # bundled model and llama-server, 8 x 8, c = 1, 8, 32
+    python benchmarks/bench_serve.py --quick --backend default --out /tmp/serve.json
     python benchmarks/bench_serve.py --backend openai:smollm2@http://127.0.0.1:8080/v1
 """
 
@@ -68,7 +71,7 @@ def free_port() -> int:
 
 
 def build(spec: str) -> tuple[Any, Any, Any]:
-    """The reward with its two recording backends (rubric cache off, so every rubric is a request)."""
+    """The reward with its two recording backends."""
     from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator, resolve_backend
     from care_sdk.backends import is_default_spec
     from care_sdk.testing import RecordingBackend
@@ -78,7 +81,7 @@ def build(spec: str) -> tuple[Any, Any, Any]:
     else:
         gen_backend = ev_backend = resolve_backend(spec)
     gen, ev = RecordingBackend(gen_backend), RecordingBackend(ev_backend)
-    reward = AdaptiveReward(RubricGenerator(gen, seed=0, cache=False), RubricEvaluator(ev, seed=0))
+    reward = AdaptiveReward(RubricGenerator(gen, seed=0), RubricEvaluator(ev, seed=0))
     return reward, gen, ev
 
 
@@ -104,6 +107,22 @@ def service(reward: Any, window_ms: float) -> Iterator[str]:
         thread.join(60)
 
 
+@contextlib.contextmanager
+def backend_spec(name: str) -> Iterator[str]:
+    """The spec to score with: ``llama-server`` starts llama.cpp's server for the run."""
+    if name != "llama-server":
+        yield name
+        return
+    sys.path.insert(0, str(REPO / "tests"))
+    from servers import start_llama_server
+
+    server = start_llama_server()
+    try:
+        yield server.spec
+    finally:
+        server.stop()
+
+
 def measure(label: str, run: Any, gen: Any, ev: Any, n: int) -> dict[str, Any]:
     rubrics, evaluations = gen.count(), ev.count()
     started = time.perf_counter()
@@ -118,32 +137,33 @@ def measure(label: str, run: Any, gen: Any, ev: Any, n: int) -> dict[str, Any]:
         "evaluation_requests": ev.count() - evaluations,
         "backend_calls_per_reward": round((gen.count() - rubrics + ev.count() - evaluations) / n, 3),
         "failed": sum(r is None for r in rewards),
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }
     print(json.dumps(row), flush=True)
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="default")
-    parser.add_argument("--contexts", type=int, default=4)
-    parser.add_argument("--g", type=int, default=4, help="replies per context")
-    parser.add_argument("--concurrency", default="1,8", help="comma-separated request concurrencies")
-    parser.add_argument("--window-ms", type=float, default=10.0, help="the service's batch window")
-    parser.add_argument("--quick", action="store_true", help="2 contexts x 2 replies, concurrency 1 and 2")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.contexts, args.g, args.concurrency = 2, 2, "1,2"
-    if not (1 <= args.contexts <= len(CONTEXTS) and 1 <= args.g <= len(REPLIES)):
-        parser.error(f"--contexts and --g go up to {len(CONTEXTS)} and {len(REPLIES)}")
-    from care_sdk import RemoteReward
+def run_backend(spec: str, items: list[tuple[str, str]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every row for one backend; throughput ratios against the in-process batch.
 
-    items = [(c, r) for c in CONTEXTS[: args.contexts] for r in REPLIES[: args.g]]
+    Throughput rows run with the rubric cache on (as a user runs), emptied before each row, so every
+    row pays one rubric per context; the two sharing rows run with it off, so every rubric written
+    is a backend request and rubric sharing shows in the counts.
+    """
+    from care_sdk import MemoryCache, RemoteReward
+
     n = len(items)
-    reward, gen, ev = build(args.backend)
+    reward, gen, ev = build(spec)
     reward.score_batch(items[:1])  # load the model(s) before timing
-    rows = [measure("in_process", lambda: [r.reward for r in reward.score_batch(items)], gen, ev, n)]
+
+    def in_process() -> list[float | None]:
+        return [r.reward for r in reward.score_batch(items)]
+
+    def cache(on: bool) -> None:
+        reward.generator.cache = MemoryCache() if on else None
+
+    cache(True)
+    rows = [measure("in_process", in_process, gen, ev, n)]
     with service(reward, args.window_ms) as url:
         remote = RemoteReward(url)
         remote.score_batch(items[:1])  # open the connection
@@ -152,20 +172,46 @@ def main(argv: list[str] | None = None) -> int:
             return remote.score_batch([item])[0].reward
 
         for k in (int(x) for x in args.concurrency.split(",")):
+            cache(True)
             with ThreadPoolExecutor(max_workers=k) as pool:
                 rows.append(measure(f"service c={k}", lambda p=pool: list(p.map(one, items)), gen, ev, n))
+        cache(False)
+        rows.append(measure("in_process, no rubric cache", in_process, gen, ev, n))
         with ThreadPoolExecutor(max_workers=n) as pool:
-            rows.append(measure("service all at once", lambda: list(pool.map(one, items)), gen, ev, n))
+            rows.append(measure("service all at once, no rubric cache", lambda: list(pool.map(one, items)), gen, ev, n))
+    for backend in {id(gen): gen, id(ev): ev}.values():
+        backend.close()
     base = rows[0]["rewards_per_s"]
     for row in rows:
         row["throughput_vs_in_process"] = round(row["rewards_per_s"] / base, 3)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="default,llama-server", help="comma-separated specs, or llama-server")
+    parser.add_argument("--contexts", type=int, default=8)
+    parser.add_argument("--g", type=int, default=8, help="replies per context")
+    parser.add_argument("--concurrency", default="1,8,32", help="comma-separated request concurrencies")
+    parser.add_argument("--window-ms", type=float, default=10.0, help="the service's batch window")
+    parser.add_argument("--quick", action="store_true", help="2 contexts x 2 replies, concurrency 1 and 2")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.contexts, args.g, args.concurrency = 2, 2, "1,2"
+    if not (1 <= args.contexts <= len(CONTEXTS) and 1 <= args.g <= len(REPLIES)):
+        parser.error(f"--contexts and --g go up to {len(CONTEXTS)} and {len(REPLIES)}")
+    items = [(c, r) for c in CONTEXTS[: args.contexts] for r in REPLIES[: args.g]]
+    runs = []
+    for name in args.backend.split(","):
+        with backend_spec(name) as spec:
+            runs.append({"backend": name, "spec": spec, "rows": run_backend(spec, items, args)})
     result = {
         "command": " ".join(["python", "benchmarks/bench_serve.py", *(argv if argv is not None else sys.argv[1:])]),
-        "backend": args.backend,
         "contexts": args.contexts,
         "g": args.g,
         "window_ms": args.window_ms,
-        "rows": rows,
+        "runs": runs,
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
