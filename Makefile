@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # The package never guesses where data lies; this checkout's tests and benchmarks use ../shared/data.
 export CARE_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: demo test constraints lint typecheck docs docs-serve clean generator-adapter bench-generator evaluator-adapter bench-evaluator
+.PHONY: demo test constraints lint typecheck docs docs-serve clean generator-adapter evaluator-adapter
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -65,14 +65,6 @@ evaluator-adapter: $(VENV)/.test-installed
 	OMP_NUM_THREADS=1 CARE_DATA_DIR=$(DATA) $(VENV)/bin/care train sft --config training/configs/evaluator_sft_cpu.yaml
 	$(VENV)/bin/care train export-adapter --config training/configs/evaluator_sft_cpu.yaml \
 		--out src/care_sdk/bundled/adapters/evaluator.gguf
-
-# The shipped evaluator against its baselines on held-out Lend-an-Ear and ESConv test items.
-bench-evaluator: $(VENV)/.test-installed
-	CARE_DATA_DIR=$(DATA) $(PY) benchmarks/bench_evaluator.py --out runs/bench_evaluator
-
-# The shipped generator against its baselines on 500 held-out ESConv test turns (about 40 minutes).
-bench-generator: $(VENV)/.test-installed
-	CARE_DATA_DIR=$(DATA) $(PY) benchmarks/bench_generator.py --turns 500 --out runs/bench_generator
 
 lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -1,9 +1,9 @@
 """The add-ons of the bundled models against the method's reward, on test sets no choice has seen.
 
 Applies ``benchmarks/rules/addons.md`` (written before any read): the bundled ``default`` computing
-the method's reward, beside four add-ons outside the method (the weights head, expected weights,
-context fit, context fit with the shift check) and the baselines of the same run (length, feeling
-words, uniform weights, the untrained base, the prior). Each item is scored once: the add-ons'
+the method's reward, beside the add-ons outside the method (the weights head, expected weights,
+context fit) and the baselines of the same run (length, feeling words, uniform weights, the
+untrained base, the prior). Each item is scored once: the add-ons'
 rewards are read from the same rubric and evaluation (only the weights or the fit differ).
 
     CARE_DATA_DIR=../shared/data python benchmarks/bench_addons.py --set sage --out runs/addons
@@ -32,6 +32,7 @@ from typing import Any
 from care_lab.bench.metrics import bootstrap, spearman
 from care_lab.data.locations import data_dir as default_data_dir
 from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
+from care_sdk.bundled.addons import ExpectedWeightsReader
 from care_sdk.bundled.context_fit import ContextFit, fitted_reward
 from care_sdk.bundled.weights_head import bundled_weights_head
 from care_sdk.types import DIMENSIONS, Dimension, RewardResult
@@ -43,7 +44,8 @@ INTENT_TURNS = 150
 RESAMPLES = 2000
 FEELING = re.compile(r"\b(feel\w*|understand\w*|sounds|hard|tough)\b", re.IGNORECASE)
 """The five feeling words whose count orders the Lend-an-Ear judge's pairs (the bundled evaluator's page)."""
-ADDONS = ("weights_head", "expected_weights", "context_fit", "context_fit+shift_check")
+ADDONS = ("weights_head", "expected_weights", "context_fit")
+"""The add-ons the rule kept (the shift check, read in the committed results file, was removed)."""
 WEIGHT_READERS = ("written", "weights_head", "expected_weights", "uniform", "base")
 
 
@@ -158,11 +160,11 @@ class Scorer:
         assert self.reward.parts == ("care",)
         generator = self.reward.generator
         assert generator is not None
-        self.expected = RubricGenerator(generator.backend, expected_weights=True)
+        self.expected = RubricGenerator(generator.backend, weight_reader=ExpectedWeightsReader())
         head = bundled_weights_head()
         assert head is not None
         self.head = head
-        self.fit = ContextFit()  # PMI against "Hi." with the bundled gate, and the bundled shift check
+        self.fit = ContextFit()  # PMI against "Hi." with the bundled gate
         self.base = AdaptiveReward(RubricGenerator("base"), RubricEvaluator("base"))
 
     def weights(self, context: list[dict[str, Any]], written: dict[str, float]) -> dict[str, dict[str, float]]:
@@ -181,10 +183,8 @@ class Scorer:
         items = [(context, reply)]
         pmi = self.fit.pmi_batch(items)[0]
         if not isinstance(pmi, float):
-            return {"pmi": None, "fit": None, "factor": None}
-        factor = self.fit.check_factors(items, [pmi])[0]
-        fit = self.fit.gate(pmi) * self.fit.own_share(context, reply)
-        return {"pmi": pmi, "fit": fit, "factor": factor if isinstance(factor, float) else None}
+            return {"pmi": None, "fit": None}
+        return {"pmi": pmi, "fit": self.fit.gate(pmi) * self.fit.own_share(context, reply)}
 
     def score(self, context: list[dict[str, Any]], replies: Sequence[str]) -> dict[str, Any]:
         results = self.reward.score_batch([(context, r) for r in replies])
@@ -200,10 +200,8 @@ class Scorer:
             rewards = _rewards(result, readers) if readers else {}
             fits = self.fits(context, reply)
             plain = rewards.get("written")
-            for name, fit in (("context_fit", fits["fit"]), ("context_fit+shift_check", None)):
-                if name == "context_fit+shift_check" and fits["fit"] is not None and fits["factor"] is not None:
-                    fit = fits["fit"] * fits["factor"]
-                rewards[name] = None if plain is None or fit is None else fitted_reward(plain, fit)
+            fit = fits["fit"]
+            rewards["context_fit"] = None if plain is None or fit is None else fitted_reward(plain, fit)
             rewards["base"] = base_result.reward
             per_reply.append(
                 {
@@ -232,13 +230,12 @@ def _done(path: Path) -> set[str]:
 
 
 def _artifact() -> str:
-    from care_lab.training.results import artifact_identity
+    from care_lab.data.results import artifact_identity
     from care_sdk.backends.llamacpp import default_model_path
     from care_sdk.bundled.adapters import bundled_adapter
 
     root = Path(bundled_adapter("generator") or "").parent
     files = [default_model_path(), root / "generator.gguf", root / "evaluator.gguf", root / "generator_head.json"]
-    files.append(root / "shift_check.json")
     return artifact_identity("bundled-default+addons", *files)
 
 
@@ -279,7 +276,7 @@ def smoke_items(data: Path, which: str) -> list[dict[str, Any]]:
 
 
 def run(which: str, data: Path, out: Path, *, force: bool, smoke: bool = False) -> None:
-    from care_lab.training.results import record_test_read
+    from care_lab.data.results import record_test_read
 
     out.mkdir(parents=True, exist_ok=True)
     records = out / f"{which}.jsonl"
@@ -380,7 +377,7 @@ def _prior() -> str:
 
 
 def report(out: Path, results: Path) -> dict[str, Any]:
-    from care_lab.training.results import write_results
+    from care_lab.data.results import write_results
 
     metrics: dict[str, Any] = {}
     baselines: dict[str, Any] = {}

@@ -14,7 +14,8 @@ so both pay the shared prefill once; the two modes alternate which goes first. R
   (amortised over its G rewards, as both modes pay it), then for each candidate its own tokens
   prefilled after the cached prefix and six single-token steps.
 
-    python benchmarks/bench_forced_scoring.py --contexts 8 --group 8 --out runs/bench_forced_scoring
+    python benchmarks/bench_forced_scoring.py --contexts 8 --group 8   # writes benchmarks/results/forced_scoring.json
+    python benchmarks/bench_forced_scoring.py --report benchmarks/results/forced_scoring.json   # its table again
 """
 
 from __future__ import annotations
@@ -222,13 +223,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--group", type=int, default=8, help="G: candidate replies per context")
     parser.add_argument("--backends", default="llamacpp,hf", help="comma-separated: llamacpp, hf")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads for both backends")
-    parser.add_argument("--out", type=Path, default=Path("runs/bench_forced_scoring"))
-    parser.add_argument("--report", type=Path, default=None, help="only rewrite the markdown of this results.json")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/forced_scoring.json"))
+    parser.add_argument("--report", type=Path, default=None, help="only print the table of this results file")
     args = parser.parse_args(argv)
     if args.report is not None:
-        report = markdown(json.loads(args.report.read_text()))
-        args.report.with_suffix(".md").write_text(report)
-        print(report)
+        print(markdown(json.loads(args.report.read_text())))
         return
 
     groups = esconv_groups(args.contexts, args.group)
@@ -259,11 +258,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
             backend = HFBackend.from_gguf(default_model_path(), n_threads=args.threads, batch_size=args.group)
         record["backends"][name] = run_backend(name, backend, groups, rubrics)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(record, indent=2) + "\n")
-    report = markdown(record)
-    (args.out / "results.md").write_text(report)
-    print("\n" + report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    print("\n" + markdown(record))
 
 
 def resolve_generator(threads: int) -> Backend:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = REPO / "benchmarks" / "results" / "bench_openai_async.json"
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "openai_async.json"
 DEFAULT_DATA = Path(os.environ.get("CARE_DATA_DIR", REPO.parent / "shared" / "data"))
 
 

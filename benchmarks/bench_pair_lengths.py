@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 from care_lab.data import data_dir, default_strategy_map, load_judged_turns
+from care_lab.data.results import write_results
 from care_lab.training.build_data import _load
 from care_lab.training.build_report import BuildReport
 from care_lab.training.config import BuildDataConfig
 from care_lab.training.pairs import length_balance, mint_pairs
-from care_lab.training.results import write_results
 from care_lab.training.targets import BuildContext
 from care_sdk.backends import BackendPool
 

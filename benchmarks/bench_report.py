@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = REPO / "benchmarks" / "results" / "bench_report.json"
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "report.json"
 DIMS = ("cognitive", "affective", "proactive")
 SAMPLE = (
     "I hear how heavy this has been for you and it makes sense that you feel worn out after weeks of "

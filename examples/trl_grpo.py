@@ -10,8 +10,8 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from care_sdk import AdaptiveReward
-from care_sdk.data import data_dir, load_esconv
-from care_sdk.training.models import resolve_model
+from care_lab.data import data_dir, load_esconv
+from care_lab.training.models import resolve_model
 
 policy, steps = (sys.argv[1:] + ["tiny", "2"][len(sys.argv) - 1 :])[:2]
 turns = [t for d in load_esconv(data_dir() / "esconv" / "valid.jsonl").records for t in d.supporter_turns()]

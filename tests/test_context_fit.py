@@ -10,29 +10,13 @@ import asyncio
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from care_lab.data import load_esconv
-from care_sdk import AdaptiveReward, ContextFit, Rubric, RubricEvaluator
+from care_sdk import AdaptiveReward, Rubric, RubricEvaluator
 from care_sdk.backends import Backend
-from care_sdk.bundled.context_fit import (
-    BUNDLED_GATE,
-    DEFAULT_BASELINES,
-    ESCONV_GATE,
-    NEUTRAL,
-    SUPPORT_CONVERSATIONS,
-    SUPPORT_GATE,
-    Gate,
-    bundled_gate,
-    esconv_contexts,
-    named_baselines,
-    sample_baselines,
-)
-from care_sdk.bundled.shift_check import NEUTRAL_PREFIX, ShiftCheck
+from care_sdk.bundled.context_fit import BUNDLED_GATE, NEUTRAL, ContextFit, Gate
 from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
 from care_sdk.testing import ScriptedBackend, evaluation_json
 from care_sdk.types import Message
@@ -43,7 +27,6 @@ class OverlapModel(Backend):
     same word, else log p = -3. Records every read."""
 
     provider = "overlap"
-    supports_reply_logprobs = True
 
     def __init__(self, fail_on: str | None = None, max_words: int = 1000) -> None:
         self.reads: list[tuple[tuple[str, ...], str]] = []
@@ -79,12 +62,9 @@ def test_the_gate_is_a_logistic_curve_and_fit_recovers_one() -> None:
         Gate.fit([0.0, 0.0], [0.0])
 
 
-HI = ["Hi."]  # one neutral baseline, so that PMI values are easy to count
-
-
 def test_pmi_sums_the_evidence_over_the_reply_against_the_neutral_context() -> None:
     model = OverlapModel()
-    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0), baselines=HI)
+    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0))
     context = "my dog died yesterday"
     # "dog" and "died" appear in the context, not in the neutral "Hi.": (-1 - -3) nats each
     assert fit.pmi(context, "dog died") == pytest.approx(4.0)
@@ -95,54 +75,25 @@ def test_pmi_sums_the_evidence_over_the_reply_against_the_neutral_context() -> N
     assert fit.pmi(context, "") == 0.0 and fit.pmi([], "dog died") == 0.0  # nothing read, no evidence
 
 
-def test_the_baselines_are_pooled_as_a_mixture() -> None:
+def test_the_reply_is_compared_with_its_likelihood_after_hi_through_the_bundled_gate() -> None:
     model = OverlapModel()
-    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0), baselines=["my cat", "a dog barked"])
-    # after "my dog": -1 -1; after "my cat": -1 -3; after "a dog barked": -3 -1
-    mixture = math.log((math.exp(-4.0) + math.exp(-4.0)) / 2)
-    assert fit.pmi("my dog", "my dog") == pytest.approx(-2.0 - mixture)
-    # a reply that fits one of the baselines as well as its context earns less than against "Hi." alone
-    assert fit.pmi("my dog", "my dog") < ContextFit(OverlapModel(), baselines=HI).pmi("my dog", "my dog")
-    default = ContextFit(model)
-    assert default.baselines == ContextFit(model, baselines=named_baselines(DEFAULT_BASELINES)).baselines
-    neutral = ContextFit(model, baselines=NEUTRAL)
-    assert neutral.gate == BUNDLED_GATE
-    # "Hi." alone keeps the identity context fit had before baselines could be chosen
-    assert neutral.identity == ContextFit(model, baselines=HI).identity and "baselines=" not in neutral.identity
-    support = ContextFit(model, baselines=SUPPORT_CONVERSATIONS)
-    assert support.gate == SUPPORT_GATE and "baselines=8:" in support.identity  # each pool its own gate
-    assert len({fit.identity, neutral.identity, support.identity}) == 3
-    with pytest.raises(ConfigError, match="no bundled gate"):  # a gate belongs to its baselines
-        ContextFit(model, baselines=["my cat"])
-    with pytest.raises(ConfigError, match="baselines"):
-        ContextFit(model, baselines=[])
-    with pytest.raises(ConfigError, match="baselines"):
-        ContextFit(model, baselines=[[]])
-
-
-def test_the_esconv_baselines_are_read_from_the_data_directory_and_known_by_their_gate(
-    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    train = load_esconv(data_dir / "esconv" / "train.jsonl").records
-    pool = esconv_contexts(data_dir)
-    assert pool == sample_baselines([d.to_dialogue() for d in train], 4, seed=11) and len(pool) == 4
-    assert bundled_gate(pool) == ESCONV_GATE  # the gate was fitted on exactly these contexts
-    assert bundled_gate(pool[:3]) is None  # another pool is not taken for them
-    monkeypatch.setenv("CARE_DATA_DIR", str(tmp_path))  # a data directory without ESConv
-    with pytest.raises(ConfigError, match=r"^--context-fit-baselines: .*esconv.*train\.jsonl: not found"):
-        named_baselines("esconv", where="--context-fit-baselines")
+    fit = ContextFit(model)
+    assert fit.gate == BUNDLED_GATE and [(m.role, m.content) for m in fit.baseline] == [("user", NEUTRAL)]
+    assert fit.pmi("my dog", "my dog") == pytest.approx(4.0)  # -1 -1 after "my dog", -3 -3 after "Hi."
+    assert [p for p, _ in model.reads] == [("my dog",), ("Hi.",)]
+    assert "baselines=" not in fit.identity and "shift-check" not in fit.identity
 
 
 def test_words_repeated_from_the_context_are_not_read_as_evidence() -> None:
     context = "my dog died yesterday and the flat is so quiet"
     echo = "your dog died yesterday and the flat is so quiet"  # the user's words turned around
     model = OverlapModel()
-    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0), baselines=HI)
+    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0))
     assert fit.pmi(context, echo) == 0.0 and model.reads == []  # nothing left to read
     assert fit.pmi(context, f"{echo}. walks help") == pytest.approx(0.0)  # only the added words count
     assert model.reads[0][1] == "walks help"
     assert fit.pmi(context, "so quiet without the dog") == pytest.approx(8.0)  # no four-word run: read whole
-    unstripped = ContextFit(OverlapModel(), gate=Gate(slope=1.0, intercept=0.0), baselines=HI, strip_copies=False)
+    unstripped = ContextFit(OverlapModel(), gate=Gate(slope=1.0, intercept=0.0), strip_copies=False)
     assert unstripped.pmi(context, echo) == pytest.approx(18.0)  # 9 of its 10 words are in the context
     assert "copies discounted" in fit.identity and "copies discounted" not in unstripped.identity
     # the fit is scaled by the reply's own share: appending the user's words halves a reply's fit
@@ -155,7 +106,7 @@ def test_words_repeated_from_the_context_are_not_read_as_evidence() -> None:
 
 def test_a_context_is_read_once_per_group_and_every_baseline_read_comes_after() -> None:
     model = OverlapModel()
-    fit = ContextFit(model, window=2, baselines=["b1", [{"role": "user", "content": "b2"}]], gate=Gate(1.0, 0.0))
+    fit = ContextFit(model, window=2, gate=Gate(1.0, 0.0))
     long_context = [
         {"role": "user", "content": "first"},
         {"role": "assistant", "content": "second"},
@@ -165,16 +116,16 @@ def test_a_context_is_read_once_per_group_and_every_baseline_read_comes_after() 
     fit.pmi_batch(items)
     prompts = [p for p, _ in model.reads]
     assert prompts[:4] == [("a b",), ("a b",), ("second", "third"), ("second", "third")]  # grouped, window of 2
-    assert prompts[4:] == [("b1",)] * 4 + [("b2",)] * 4  # one baseline at a time
+    assert prompts[4:] == [("Hi.",)] * 4  # then every reply after "Hi."
     assert [r for _, r in model.reads[:4]] == ["x", "z", "y", "w"]
     model.reads.clear()
-    fit.pmi_batch([("c d", "x"), ("e f", "x"), ("e f", "v")])  # "x" is read once after each baseline
-    assert [r for p, r in model.reads if p[0].startswith("b")] == ["x", "v", "x", "v"]
+    fit.pmi_batch([("c d", "x"), ("e f", "x"), ("e f", "v")])  # "x" is read once after "Hi."
+    assert [r for p, r in model.reads if p == ("Hi.",)] == ["x", "v"]
 
 
 def test_a_reply_met_again_in_the_same_context_is_not_read_again() -> None:
     model = OverlapModel()
-    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0), baselines=HI)
+    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0))
     first = fit.pmi_batch([("my dog died", "dog"), ("my dog died", "cat")])
     reads = len(model.reads)
     again = fit.pmi_batch([("my dog died", "cat"), ("my dog died", "dog"), ("my cat died", "dog")])
@@ -187,7 +138,7 @@ def test_a_reply_met_again_in_the_same_context_is_not_read_again() -> None:
 
 def test_a_window_that_does_not_fit_the_model_is_read_from_its_last_messages_that_do() -> None:
     model = OverlapModel(max_words=8)  # a context window of 8 words
-    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0), baselines=HI)
+    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0))
     context = [
         {"role": "user", "content": "my dog died last week"},
         {"role": "assistant", "content": "I am so sorry"},
@@ -209,7 +160,7 @@ def test_a_window_that_does_not_fit_the_model_is_read_from_its_last_messages_tha
 
 
 def test_a_failed_read_is_that_items_error_only() -> None:
-    fit = ContextFit(OverlapModel(fail_on="boom"), baselines=HI)
+    fit = ContextFit(OverlapModel(fail_on="boom"))
     values = fit.pmi_batch([("a", "a"), ("a", "boom"), ("a", "b")])
     assert values[0] == pytest.approx(2.0) and values[2] == pytest.approx(0.0)  # one token each
     assert isinstance(values[1], BackendError) and "does not fit" in str(values[1])
@@ -314,7 +265,7 @@ def test_the_quality_variants_share_one_read_of_each_reply() -> None:
 
     model = OverlapModel()
     backend = ScriptedBackend(script)
-    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0), baselines=HI)
+    fit = ContextFit(model, gate=Gate(slope=1.0, intercept=0.0))
     variants = ["care", "fixed_rubric"]
     scorer = VariantScorer(RubricGenerator(backend), RubricEvaluator(backend), variants, context_fit=fit)
     context = (Message(role="user", content="my dog died"),)
@@ -323,116 +274,3 @@ def test_the_quality_variants_share_one_read_of_each_reply() -> None:
     assert records["care"]["context_fit"] == records["fixed_rubric"]["context_fit"] == pytest.approx(gate)
     assert records["fixed_rubric"]["reward"] == pytest.approx(gate * (0.5 + 0.5 * 0.5))
     assert len(model.reads) == 2  # one conditional and one baseline read for both variants
-
-
-# -- the shift check: a second reading that can only lower the fit ----------------------------------
-
-
-class _Words:
-    """A tokeniser of whitespace-separated words, as llama.cpp's ``tokenize`` is called."""
-
-    def tokenize(self, text: bytes, add_bos: bool = False, special: bool = False) -> list[int]:
-        return [0] * len(text.decode().split())
-
-
-class StateModel(OverlapModel):
-    """:class:`OverlapModel` that also has hidden states: a token's state is ``[1 if its word came
-    earlier in the text, 1]``, so a reply's mean state after a context that holds its words differs
-    from after "Hi.". Counts the texts read; texts over ``max_words`` overflow."""
-
-    supports_hidden_states = True
-
-    def __init__(self, max_words: int = 1000) -> None:
-        super().__init__(max_words=max_words)
-        self.llama = _Words()
-        self.state_reads: list[str] = []
-
-    def hidden_state_means(self, texts: Sequence[str], layer: int) -> list[list[float]]:
-        return [self._states(text, 0) for text in texts]
-
-    def hidden_state_means_after(
-        self, start: str, texts: Sequence[str], layer: int, *, max_tokens: int | None = None
-    ) -> list[list[float]]:
-        return [self._states(text, len(start.split()), max_tokens) for text in texts]
-
-    def _states(self, text: str, after: int, most: int | None = None) -> list[float]:
-        """The mean state over the text's words from word ``after`` on (the first ``most`` of them)."""
-        self.state_reads.append(text)
-        words = [w.strip(".:").lower() for w in text.split()]
-        if len(words) > self.max_words:
-            raise ContextOverflowError(len(words), self.max_words, provider=self.provider)
-        seen = [float(w in words[:i]) for i, w in enumerate(words)][after:][:most]
-        return [sum(seen) / len(seen), 1.0]
-
-
-def _check() -> ShiftCheck:
-    # score = 2 x (the share of the reply's words the context held); gate sigmoid(score - 1)
-    return ShiftCheck(layer=1, window=6, weights=[0.0, 2.0, 0.0], scale=[1.0, 1.0, 1.0], slope=1.0, intercept=-1.0,
-                      saturation=0.5)  # fmt: skip
-
-
-def test_the_shift_check_multiplies_the_fit_by_its_factor_and_reads_context_by_context() -> None:
-    model = StateModel()
-    gate = Gate(slope=1.0, intercept=0.0)
-    fit = ContextFit(model, gate=gate, baselines=HI, check=_check())
-    context = "my dog died"
-    pmis = fit.pmi_batch([(context, "dog died"), (context, "nice weather")])
-    scores = fit.score_batch([(context, "dog died"), (context, "nice weather")])
-    held = 1.0 / (1.0 + math.exp(-1.0))  # the context holds every word: score 2, gate 0.73, kept whole
-    assert scores == pytest.approx([gate(pmis[0]) * min(1.0, held / 0.5), gate(pmis[1]) * (1 - held) / 0.5])  # type: ignore[arg-type]
-    p = "User: my dog died\nSupporter:"  # each reply after its context, then each after "Hi."
-    hi = NEUTRAL_PREFIX
-    assert model.state_reads == [f"{p} dog died", f"{p} nice weather", f"{hi} dog died", f"{hi} nice weather"]
-    reads = len(model.state_reads)
-    assert fit.score(context, "dog died") == pytest.approx(scores[0])  # type: ignore[arg-type]
-    assert len(model.state_reads) == reads  # remembered, not read again
-    assert fit.check_factors([(context, "")], [0.0]) == [1.0]  # no reply: nothing to doubt
-    assert "shift-check=" in fit.identity and "shift-check=" not in ContextFit(model, baselines=HI).identity
-
-
-def test_a_shift_check_can_read_the_reply_s_first_tokens_only() -> None:
-    context, reply = "my dog died", "dog and nice weather"  # the context holds the first word only
-    whole = ContextFit(StateModel(), gate=Gate(1.0, 0.0), baselines=HI, check=_check())
-    first = ContextFit(StateModel(), gate=Gate(1.0, 0.0), baselines=HI, check=replace(_check(), reply_tokens=1))
-    (doubted,) = whole.check_factors([(context, reply)], [0.0])
-    assert doubted == pytest.approx(min(1.0, 1.0 / (1.0 + math.exp(0.5)) / 0.5))  # a quarter held: score 0.5
-    assert first.check_factors([(context, reply)], [0.0]) == [1.0]  # "dog" alone: held, kept whole
-    assert first.identity != whole.identity
-    assert _check().identity == replace(_check(), reply_tokens=None).identity  # unset: the fingerprint it had
-    assert ShiftCheck.bundled().identity == "shift-check=f6ef699e1b23-r2"  # records read with it stay readable
-    with pytest.raises(ConfigError, match="reply_tokens"):
-        replace(_check(), reply_tokens=0)
-
-
-def test_the_shift_check_reads_a_long_context_from_its_last_messages_that_fit() -> None:
-    model = StateModel(max_words=10)
-    fit = ContextFit(model, gate=Gate(1.0, 0.0), baselines=HI, check=_check())
-    context = [{"role": "user", "content": "one two three four five six"}, {"role": "user", "content": "my dog died"}]
-    (factor,) = fit.check_factors([(context, "dog")], [1.0])
-    assert factor == 1.0  # "dog" read after the last message, which holds it
-    assert any(text.startswith("User: my dog died") for text in model.state_reads)
-
-
-def test_the_shift_check_is_refused_where_it_cannot_hold() -> None:
-    with pytest.raises(ConfigError, match="hidden states"):
-        ContextFit(OverlapModel(), baselines=HI, gate=Gate(1.0, 0.0), check=_check())
-    with pytest.raises(ConfigError, match="NEUTRAL"):
-        ContextFit(StateModel(), baselines=["I lost my job."], gate=Gate(1.0, 0.0), check=_check())
-    with pytest.raises(ConfigError, match="check must be"):
-        ContextFit(StateModel(), baselines=HI, check="bundled")
-    assert ContextFit(StateModel(), baselines=HI).check is None  # "auto": only the bundled model gets the bundled check
-
-
-def test_a_shift_check_file_round_trips_and_a_bad_one_is_named(tmp_path: Path) -> None:
-    check = _check()
-    check.save(tmp_path / "check.json")
-    assert ShiftCheck.load(tmp_path / "check.json") == check
-    (tmp_path / "bad.json").write_text('{"layer": 1}')
-    with pytest.raises(ConfigError, match=r"bad\.json"):
-        ShiftCheck.load(tmp_path / "bad.json")
-    with pytest.raises(ConfigError, match="saturation"):
-        ShiftCheck(layer=1, window=6, weights=[1.0, 1.0], scale=[1.0, 1.0], slope=1.0, intercept=0.0, saturation=0.0)
-    bundled = ShiftCheck.bundled()
-    assert (
-        bundled.layer == 15 and len(bundled.weights) == len(bundled.scale) == 577 and "ESConv train" in bundled.training
-    )

@@ -1,9 +1,7 @@
 """Context fit on the real bundled model: the reads of llama.cpp and transformers agree, the KV
-cache reuse changes nothing, a reply's hidden states are read after its prefix computed once,
-held-out ESConv reference replies fit their contexts better than replies from other
-conversations (against "Hi." and against four ESConv train contexts), and the bundled models'
-default reward prefers them to those replies and to echoes of the user (greedy and
-deterministic, so the counts are stable)."""
+cache reuse changes nothing, held-out ESConv reference replies fit their contexts better than
+replies from other conversations, and the bundled models' reward with the add-on prefers them to
+those replies and to echoes of the user (greedy and deterministic, so the counts are stable)."""
 
 from __future__ import annotations
 
@@ -14,10 +12,10 @@ from typing import Any
 import pytest
 
 from care_lab.data import default_strategy_map, load_esconv
-from care_sdk import AdaptiveReward, ContextFit, Message
-from care_sdk.backends._llamacpp_states import LayerMeans
+from care_sdk import AdaptiveReward, Message
+from care_sdk.addons import add_ons
 from care_sdk.backends.llamacpp import LlamaCppBackend
-from care_sdk.errors import ConfigError, ContextOverflowError
+from care_sdk.bundled.context_fit import ContextFit
 
 pytestmark = pytest.mark.slow
 
@@ -77,62 +75,6 @@ def test_reusing_the_cached_prompt_gives_the_cold_read(
     backend.close()
 
 
-def test_a_reply_read_after_its_prefix_computes_only_the_reply(
-    model_path: Path, pairs: list[tuple[list[dict[str, Any]], str, str]]
-) -> None:
-    """The shift check's reads: the prefix once, then each reply's own tokens after it; the means
-    are those transformers reads in float32 on the same weights (whole texts, by difference)."""
-    import numpy as np
-
-    from care_sdk.backends.hf import HFBackend
-    from care_sdk.bundled.shift_check import check_prefix
-
-    backend = LlamaCppBackend(model_path, n_ctx=4096, n_threads=1)
-    hf = HFBackend.from_gguf(model_path)
-    context, reference, other = pairs[0]
-    prefix = check_prefix(context, 6)
-    texts = [f"{prefix} {reference}", f"{prefix} {other}"]
-    n = [len(backend.llama.tokenize(t.encode(), add_bos=False, special=False)) for t in [prefix, *texts]]
-    means = backend._means()
-    read = np.array(backend.hidden_state_means_after(prefix, texts, 15))
-    assert means.computed == n[1] + n[2] - n[0]  # the prefix once, then each reply's own tokens
-    again = np.array(backend.hidden_state_means_after(prefix, texts[1:], 15))
-    assert means.computed == n[1] + 2 * n[2] - 2 * n[0] and np.array_equal(again[0], read[1])  # the prefix kept
-    k = 5  # the shift over a reply's first k tokens: only those are computed, and they read as the reply cut there
-    cut = backend.llama.tokenize(texts[0].encode(), add_bos=False, special=False)[: n[0] + k]
-    short = backend.llama.detokenize(cut).decode()
-    assert backend.llama.tokenize(short.encode(), add_bos=False, special=False) == cut  # a clean cut
-    before = means.computed
-    (first,) = backend.hidden_state_means_after(prefix, texts[:1], 15, max_tokens=k)
-    assert means.computed - before == k
-    assert np.array_equal(first, backend.hidden_state_means_after(prefix, [short], 15)[0])
-    assert np.array_equal(backend.hidden_state_means_after(prefix, texts[:1], 15, max_tokens=n[1])[0], read[0])
-    small = LayerMeans(backend.llama, n_ctx=n[0] + k, n_threads=1)  # only the tokens read need to fit
-    with pytest.raises(ContextOverflowError):
-        small.read_after(prefix, texts[:1], 15)
-    assert np.allclose(small.read_after(prefix, texts[:1], 15, max_tokens=k)[0], first, atol=1e-3)
-    small.close()
-    backend.hidden_state_means(["User: Hi."], 15)  # another text in between: the prefix is computed again, alike
-    assert np.array_equal(np.array(backend.hidden_state_means_after(prefix, texts[1:], 15))[0], read[1])
-    whole = np.array(hf.hidden_state_means([prefix, *texts], 15))
-    truth = (whole[1:] * np.array(n[1:])[:, None] - whole[0] * n[0]) / (np.array(n[1:])[:, None] - n[0])
-    cosine = (read * truth).sum(1) / np.linalg.norm(read, axis=1) / np.linalg.norm(truth, axis=1)
-    assert cosine.min() > 0.9999, cosine  # measured 0.99996 and 0.99998
-    with pytest.raises(ConfigError, match="begin with"):
-        backend.hidden_state_means_after(prefix, ["User: Hi.\nSupporter: Oh no."], 15)
-    with pytest.raises(ConfigError, match="max_tokens must be at least 1"):
-        backend.hidden_state_means_after(prefix, texts, 15, max_tokens=0)
-    start, merged = "User: I am sad", "User: I am sadness today"  # "sadness" is one token, not "sad" and more
-    tokens = [backend.llama.tokenize(t.encode(), add_bos=False, special=False) for t in (start, merged)]
-    assert tokens[1][: len(tokens[0])] != tokens[0]
-    (seam,) = backend.hidden_state_means_after(start, [merged], 15)
-    a, b = (np.array(backend.hidden_state_means([t], 15)[0]) for t in (start, merged))  # each whole
-    m, n = len(tokens[0]), len(tokens[1])
-    assert np.allclose(seam, (b * n - a * m) / (n - m))  # merged at the seam: by difference of whole reads
-    hf.close()
-    backend.close()
-
-
 def test_held_out_references_fit_their_contexts_better_than_other_conversations_replies(
     fit: ContextFit, pairs: list[tuple[list[dict[str, Any]], str, str]]
 ) -> None:
@@ -140,20 +82,6 @@ def test_held_out_references_fit_their_contexts_better_than_other_conversations_
     assert all(isinstance(s, float) and 0.0 < s < 1.0 for s in scores)
     wins = sum(scores[2 * i] > scores[2 * i + 1] for i in range(PAIRS))  # type: ignore[operator]
     assert wins >= 8, f"the reference fitted better in only {wins} of {PAIRS} pairs"  # 9 when written
-
-
-def test_against_the_esconv_train_contexts_held_out_references_fit_better_too(
-    model_path: Path, pairs: list[tuple[list[dict[str, Any]], str, str]]
-) -> None:
-    from care_sdk.bundled.context_fit import ESCONV_GATE, named_baselines
-
-    esconv = ContextFit(LlamaCppBackend(model_path, n_ctx=4096, n_threads=1), baselines=named_baselines("esconv"))
-    assert esconv.gate == ESCONV_GATE  # recognised from the data directory's draw
-    scores = esconv.score_batch([(c, reply) for c, reference, other in pairs for reply in (reference, other)])
-    assert all(isinstance(s, float) and 0.0 < s < 1.0 for s in scores)
-    wins = sum(scores[2 * i] > scores[2 * i + 1] for i in range(PAIRS))  # type: ignore[operator]
-    assert wins >= 8, f"the reference fitted better in only {wins} of {PAIRS} pairs"
-    esconv.close()
 
 
 def _echo(context: list[dict[str, Any]]) -> str:
@@ -166,12 +94,9 @@ def test_the_context_fit_add_on_prefers_the_reference_to_other_replies_and_echoe
 ) -> None:
     """The bundled models' reward with the context-fit add-on asked for, the same evaluations read
     two ways: the rubric reward alone and with the fit; and against two echoes of the user."""
-    on = AdaptiveReward.from_backend("default", context_fit="on")
-    assert on.context_fit is not None and on.context_fit.check is None  # PMI alone unless the check is asked for
-    assert on.parts == ("care", "context_fit")
-    reward = AdaptiveReward.from_backend("default", context_fit=ContextFit(check="auto"))
+    reward = AdaptiveReward.from_backend("default", context_fit=add_ons("context-fit").context_fit)
     assert reward.context_fit is not None and reward.context_fit.identity.endswith("copies discounted")
-    assert reward.parts == ("care", "context_fit", "shift_check")
+    assert reward.parts == ("care", "context_fit")
     assert AdaptiveReward.from_backend("default").context_fit is None  # off unless asked for
     kinds = ("reference", "other", "echo", "reference + echo")
     items = [
@@ -209,54 +134,11 @@ def test_care_score_records_the_context_fit(tmp_path: Path, pairs: list[tuple[li
         json.dumps({"id": "d1", "messages": [*context, {"role": "assistant", "content": reference}]}) + "\n"
     )
     out = tmp_path / "scores.jsonl"
-    on = ["--context-fit", "on", "--context-fit-check", "auto"]
-    assert main(["score", str(source), *on, "--out", str(out), "--quiet"]) == 0
+    assert main(["score", str(source), "--add-on", "context-fit", "--out", str(out), "--quiet"]) == 0
     record = json.loads(out.read_text().splitlines()[-1])
     assert 0.0 < record["context_fit"] < 1.0 and record["reward"] is not None
     assert record["scored_by"]["context_fit"].startswith("llamacpp:SmolLM2-135M-Instruct.Q4_1.gguf|window=6|")
-    assert "|shift-check=" in record["scored_by"]["context_fit"]
-    plain = tmp_path / "plain.jsonl"
-    assert (
-        main(
-            ["score", str(source), "--context-fit", "on", "--context-fit-check", "off", "--out", str(plain), "--quiet"]
-        )
-        == 0
-    )
-    unchecked = json.loads(plain.read_text().splitlines()[-1])
-    assert "shift-check" not in unchecked["scored_by"]["context_fit"]
-    assert unchecked["context_fit"] >= record["context_fit"]  # the check only takes away
-    from dataclasses import replace
-
-    from care_sdk.bundled.shift_check import ShiftCheck
-
-    mine = replace(ShiftCheck.bundled(), reply_tokens=4)  # a check of one's own, from its file
-    mine.save(tmp_path / "check.json")
-    own = tmp_path / "own.jsonl"
-    check = str(tmp_path / "check.json")
-    assert main(["score", str(source), "--context-fit", "on", "--context-fit-check", check, "--out", str(own)]) == 0
-    assert f"|{mine.identity}|" in json.loads(own.read_text().splitlines()[-1])["scored_by"]["context_fit"]
-    missing = str(tmp_path / "none.json")
-    assert main(["score", str(source), "--context-fit", "on", "--context-fit-check", missing, "--quiet"]) == 2
     off = tmp_path / "off.jsonl"
     assert main(["score", str(source), "--out", str(off), "--quiet"]) == 0  # off unless asked for
     assert json.loads(off.read_text().splitlines()[-1])["context_fit"] is None
-    assert main(["score", str(source), "--context-fit", "openai:gpt@http://127.0.0.1:9/v1", "--quiet"]) == 2
-
-
-def test_the_bundled_shift_check_doubts_other_conversations_replies_and_only_takes_away(
-    model_path: Path, pairs: list[tuple[list[dict[str, Any]], str, str]]
-) -> None:
-    from care_sdk.bundled.shift_check import ShiftCheck
-
-    backend = LlamaCppBackend(model_path, n_ctx=4096, n_threads=1)
-    checked, plain = ContextFit(backend, check=ShiftCheck.bundled()), ContextFit(backend, check=None)
-    items = [(c, reply) for c, reference, other in pairs for reply in (reference, other)]
-    pmis = plain.pmi_batch(items)
-    factors = checked.check_factors(items, pmis)
-    assert all(isinstance(f, float) and 0.0 < f <= 1.0 for f in factors), factors
-    reference, other = factors[0::2], factors[1::2]
-    doubted = sum(r > o for r, o in zip(reference, other, strict=True))  # type: ignore[operator]
-    assert doubted >= 5 and sum(o < 1.0 for o in other) > sum(r < 1.0 for r in reference), factors  # type: ignore[operator]
-    with_check, without = checked.score_batch(items), plain.score_batch(items)
-    assert all(a <= b for a, b in zip(with_check, without, strict=True))  # type: ignore[operator]
-    backend.close()
+    assert main(["score", str(source), "--add-on", "context-fit=openai:gpt@http://127.0.0.1:9/v1", "--quiet"]) == 2

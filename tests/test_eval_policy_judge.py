@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from care_lab.evals.judge import DialogueJudge, parse_verdict
+from care_lab.simulation.judge import DialogueJudge, parse_verdict
 from care_lab.training.policy.config import EvalPolicyConfig
 from care_lab.training.policy.evaluate import TRAINING_REWARD_LABEL, evaluate_policy
 from care_sdk.backends import BackendPool, GenerationRequest

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from care_lab.evals.judge import DialogueJudge
 from care_lab.evals.simuser import EmotionSimulator, run_sim_episodes
 from care_lab.evals.simuser_run import SimUserRunner
-from care_lab.training.policy.profiles import UserProfile
-from care_lab.training.policy.rollout import BackendPolicy
+from care_lab.simulation.episodes import BackendPolicy
+from care_lab.simulation.judge import DialogueJudge
+from care_lab.simulation.profiles import UserProfile
 from care_sdk.backends import GenerationRequest
 from care_sdk.cli import main
 from care_sdk.errors import ConfigError

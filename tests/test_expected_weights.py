@@ -11,7 +11,8 @@ import pytest
 
 from care_sdk import RubricGenerator
 from care_sdk.backends.base import GenerationRequest, GenerationResult
-from care_sdk.bundled.adapters import AdapterInfo
+from care_sdk.backends.lora import AdapterInfo
+from care_sdk.bundled.addons import ExpectedWeightsReader
 from care_sdk.errors import BackendError, ConfigError, OutputError
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION
 from care_sdk.testing import ScriptedBackend, rubric_json
@@ -60,18 +61,18 @@ class WeightModel(ScriptedBackend):
 
 def test_expected_weights_are_the_slot_expectations_and_the_criteria_stay() -> None:
     model = WeightModel()
-    rubric = RubricGenerator(model, expected_weights=True).generate(CONTEXT)
+    rubric = RubricGenerator(model, weight_reader=ExpectedWeightsReader()).generate(CONTEXT)
     # cognitive 0.6*2 + 0.4*8 = 4.4; affective 0.6*5 + 0.4*1 = 3.4; proactive 0.6*3 + 0.4*1 = 2.2
     assert [rubric.weights[d] for d in DIMENSIONS] == pytest.approx([0.44, 0.34, 0.22], abs=1e-6)
     assert model.forced_requests == 1 + 3 + 9  # the first two slots followed on their 3 likeliest values
-    decoded = RubricGenerator(WeightModel(), expected_weights=False).generate(CONTEXT)
+    decoded = RubricGenerator(WeightModel()).generate(CONTEXT)
     assert [decoded.weights[d] for d in DIMENSIONS] == pytest.approx([0.2, 0.5, 0.3])
     assert rubric.criteria == decoded.criteria
     assert rubric.top_dimension != decoded.top_dimension  # greedy follows the likelier first digit only
 
 
 def test_a_failed_read_fails_its_item_only() -> None:
-    results = RubricGenerator(WeightModel(), expected_weights=True).generate_batch(
+    results = RubricGenerator(WeightModel(), weight_reader=ExpectedWeightsReader()).generate_batch(
         [CONTEXT, [{"role": "user", "content": "boom"}]]
     )
     assert isinstance(results[0], Rubric)
@@ -87,25 +88,25 @@ def test_a_reply_without_a_distribution_is_an_output_error() -> None:
                 for q, r in zip(requests, out, strict=True)
             ]
 
-    result = RubricGenerator(NoDistribution(), expected_weights=True).generate_batch([CONTEXT])[0]
+    result = RubricGenerator(NoDistribution(), weight_reader=ExpectedWeightsReader()).generate_batch([CONTEXT])[0]
     assert isinstance(result, OutputError) and "no distribution" in str(result)
 
 
 def test_expected_weights_are_read_only_when_asked_for(tmp_path: Path) -> None:
     plain = RubricGenerator(WeightModel())
-    assert not plain.expected_weights and "weights=" not in plain.identity
+    assert plain.weight_reader is None and "weights=" not in plain.identity
     trained = WeightModel()
     trained.adapter = AdapterInfo(  # type: ignore[attr-defined]
         path=tmp_path / "g.gguf", role="generator", prompt_version=GENERATOR_PROMPT_VERSION, max_context_messages=4
     )
-    assert not RubricGenerator(trained).expected_weights  # a trained adapter keeps the weights it wrote
-    generator = RubricGenerator(trained, expected_weights=True)
-    assert generator.expected_weights and generator.identity.endswith("|weights=expected")
+    assert RubricGenerator(trained).weight_reader is None  # a trained adapter keeps the weights it wrote
+    generator = RubricGenerator(trained, weight_reader=ExpectedWeightsReader())
+    assert generator.identity.endswith("|weights=expected")
     assert [generator.generate(CONTEXT).weights[d] for d in DIMENSIONS] == pytest.approx([0.44, 0.34, 0.22])
 
 
 def test_expected_weights_need_forced_replies() -> None:
     scripted = ScriptedBackend([rubric_json({"cognitive": 1, "affective": 1, "proactive": 1})])
     with pytest.raises(ConfigError, match="supports forced replies"):
-        RubricGenerator(scripted, expected_weights=True)
-    assert not RubricGenerator(scripted).expected_weights  # the default: decoded where it cannot force
+        RubricGenerator(scripted, weight_reader=ExpectedWeightsReader())
+    assert RubricGenerator(scripted).weight_reader is None  # the default: decoded where it cannot force

@@ -13,6 +13,7 @@ from care_lab.data import load_esconv
 from care_sdk import Message, RubricEvaluator, RubricGenerator
 from care_sdk.backends.llamacpp import LlamaCppBackend, open_llama
 from care_sdk.bundled.adapters import bundled_adapter, read_adapter
+from care_sdk.bundled.addons import ExpectedWeightsReader, WeightsHeadReader
 from care_sdk.errors import ConfigError
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION
 from care_sdk.rubric_checks import check_rubric
@@ -277,9 +278,9 @@ def test_shipped_rubrics_on_held_out_dialogues_are_valid_and_sane(shipped: Rubri
 
 
 def test_expected_weights_are_read_beside_the_decoded_criteria(shipped: RubricGenerator, data_dir: Path) -> None:
-    expected = RubricGenerator(shipped.backend, expected_weights=True)  # the weights head off
-    assert expected.weights_head is None and expected.identity.endswith("|weights=expected")
-    decoded = RubricGenerator(shipped.backend, expected_weights=False, weights_head=False)
+    expected = RubricGenerator(shipped.backend, weight_reader=ExpectedWeightsReader())
+    assert expected.identity.endswith("|weights=expected")
+    decoded = RubricGenerator(shipped.backend)
     dialogue = load_esconv(data_dir / "esconv" / "test.jsonl").records[5]
     contexts = [t.context_messages() for t in dialogue.supporter_turns()[:4]]
     pairs = list(zip(expected.generate_batch(contexts), decoded.generate_batch(contexts), strict=True))
@@ -295,7 +296,7 @@ def test_expected_weights_are_read_beside_the_decoded_criteria(shipped: RubricGe
 def test_the_weights_head_add_on_gives_an_early_and_a_late_turn_different_weights(
     shipped: RubricGenerator, data_dir: Path
 ) -> None:
-    headed = RubricGenerator(shipped.backend, weights_head=True)  # the opt-in add-on this test measures
+    headed = RubricGenerator(shipped.backend, weight_reader=WeightsHeadReader())  # the opt-in add-on measured here
     dialogues = load_esconv(data_dir / "esconv" / "test.jsonl").records[:6]
     for dialogue in dialogues:
         turns = dialogue.supporter_turns()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from care_lab.data.roles import write_roles
 from care_lab.training._common import read_records as read_build_records
-from care_lab.training.roles import write_roles
 from care_sdk.dialogues import read_dialogues
 from care_sdk.errors import InputError
 from care_sdk.jsonl import BadLine, iter_jsonl, read_jsonl, replace_jsonl, write_jsonl

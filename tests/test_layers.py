@@ -21,7 +21,7 @@ FORBIDDEN = {
     "_engine.py": ("care_sdk.prompts", "care_sdk.reward", "care_sdk.integrations"),
     "generator.py": ("care_sdk.reward", "care_sdk.integrations", "care_lab.training", "care_lab.bench"),
     "evaluator.py": ("care_sdk.reward", "care_sdk.integrations", "care_lab.training", "care_lab.bench"),
-    "context_fit.py": ("care_sdk.reward", "care_sdk.evaluator", "care_sdk.generator", "care_sdk.prompts"),
+    "bundled/context_fit.py": ("care_sdk.reward", "care_sdk.evaluator", "care_sdk.generator", "care_sdk.prompts"),
     "reward.py": ("care_sdk.integrations", "care_lab.training", "care_lab.bench", "care_lab.plots"),
 }
 
@@ -40,3 +40,75 @@ def imported(path: Path) -> set[str]:
 def test_module_imports_only_lower_layers(module: str) -> None:
     bad = sorted(n for n in imported(SRC / module) if n.startswith(FORBIDDEN[module]))
     assert not bad, f"{module} imports {', '.join(bad)}"
+
+
+# -- the bundled area: the only code where the spec ``default`` means anything ------------------
+
+BUNDLED = "care_sdk.bundled"
+ALLOWED_BUNDLED_IMPORTS = {  # the command lines read the --add-on option from the bundled area
+    "cli.py": ("care_sdk.bundled.options",),
+    "serve/cli.py": ("care_sdk.bundled.options",),
+}
+
+
+def bundled_imports(path: Path, root: Path = SRC) -> list[str]:
+    """Every import of the bundled area in ``path``: absolute, ``from care_sdk import bundled``, or
+    relative (``from .bundled import ...``, ``from ..bundled ...``), under ``TYPE_CHECKING`` or not."""
+    package = ["care_sdk", *path.relative_to(root).parent.parts]
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package[: len(package) - node.level + 1]
+                base = ".".join([*parent, *([base] if base else [])])
+            names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        found += [f"{name} (line {node.lineno})" for name in names if name == BUNDLED or name.startswith(f"{BUNDLED}.")]
+    return found
+
+
+def test_no_core_module_or_transport_imports_the_bundled_area() -> None:
+    bad: list[str] = []
+    for path in sorted(SRC.rglob("*.py")):
+        module = path.relative_to(SRC).as_posix()
+        if module.startswith("bundled/"):
+            continue
+        allowed = ALLOWED_BUNDLED_IMPORTS.get(module, ())
+        bad += [f"{module}: {name}" for name in bundled_imports(path) if not (allowed and name.startswith(allowed))]
+    assert not bad, "the core imports the bundled area: " + "; ".join(bad)
+
+
+@pytest.mark.parametrize(
+    ("source", "module", "found"),
+    [
+        ("from care_sdk.bundled.weights_head import WeightsHead\n", "generator.py", True),
+        ("import care_sdk.bundled\n", "reward.py", True),
+        ("from care_sdk import bundled\n", "reward.py", True),
+        ("from ..bundled.adapters import AdapterInfo\n", "backends/llamacpp.py", True),
+        ("if TYPE_CHECKING:\n    from care_sdk.bundled import adapters\n", "backends/hf.py", True),
+        ("from care_sdk.backends import resolve_backend\n", "reward.py", False),
+        ('ADD_ONS = {"x": "care_sdk.bundled.addons:x"}\n', "addons.py", False),  # a name, loaded on use
+    ],
+)
+def test_the_bundled_import_check_sees_every_form(tmp_path: Path, source: str, module: str, found: bool) -> None:
+    fake = tmp_path / "care_sdk" / module  # only its place in the package matters
+    fake.parent.mkdir(parents=True, exist_ok=True)
+    fake.write_text(source, encoding="utf-8")
+    seen = bundled_imports(fake, root=tmp_path / "care_sdk")
+    assert bool(seen) is found, seen
+
+
+def test_importing_the_core_loads_nothing_of_the_bundled_area() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import care_sdk, care_sdk.generator, care_sdk.reward, care_sdk.backends, care_sdk.addons, "
+        "care_sdk.integrations.verl, care_sdk.cli, care_sdk.serve.cli, care_sdk.backends.llamacpp; "
+        "print(sorted(m for m in sys.modules if m.startswith('care_sdk.bundled')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -60,12 +60,13 @@ def test_no_factory_turns_an_add_on_on_by_itself() -> None:
     reward = build_reward("care", backend=ScriptedBackend([]))
     assert reward.context_fit is None and reward.parts == ("care",)
     assert reward.generator is not None
-    assert reward.generator.weights_head is None and not reward.generator.expected_weights
+    assert reward.generator.weight_reader is None
 
 
-def test_auto_context_fit_is_refused_with_the_way_to_ask_for_it() -> None:
-    with pytest.raises(ConfigError, match="'on'"):
-        AdaptiveReward.from_backend(ScriptedBackend([]), context_fit="auto")
+@pytest.mark.parametrize("option", ["auto", "on", "off"])
+def test_a_context_fit_string_is_refused_with_the_way_to_ask_for_it(option: str) -> None:
+    with pytest.raises(ConfigError, match=r"not a ContextFitReader.*add_ons\('context-fit'\)"):
+        AdaptiveReward.from_backend(ScriptedBackend([]), context_fit=option)
 
 
 def test_a_variant_names_itself_in_the_parts() -> None:

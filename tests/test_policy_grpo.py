@@ -14,8 +14,8 @@ import pytest
 pytest.importorskip("trl")
 pytest.importorskip("peft")
 
+from care_lab.simulation import load_profiles
 from care_lab.training.policy import EvalPolicyConfig, PolicyGRPOConfig, evaluate_policy, run_policy_grpo
-from care_lab.training.policy.components import load_profiles
 from care_sdk.backends import BackendPool, GenerationRequest
 from care_sdk.dialogues import read_dialogues
 from care_sdk.prompts import fixed_criteria

@@ -8,25 +8,27 @@ from pathlib import Path
 
 import pytest
 
-from care_lab.training.config import load_config
-from care_lab.training.policy import (
+from care_lab.data.roles import write_roles
+from care_lab.simulation import (
     BackendPolicy,
-    EpisodeRecorder,
-    EvalPolicyConfig,
-    PolicyGRPOConfig,
-    PolicyReward,
     SimulatedUser,
     UserProfile,
-    build_adaptive_reward,
     esconv_profiles,
     run_episodes,
     sage_profiles,
     split_profiles,
 )
+from care_lab.simulation.simulated_user import parse_user_turn
+from care_lab.training.config import load_config
+from care_lab.training.policy import (
+    EpisodeRecorder,
+    EvalPolicyConfig,
+    PolicyGRPOConfig,
+    PolicyReward,
+    build_adaptive_reward,
+)
 from care_lab.training.policy.components import prompt_rows
 from care_lab.training.policy.config import PromptSettings
-from care_lab.training.policy.simulator import parse_user_turn
-from care_lab.training.roles import write_roles
 from care_sdk import RubricEvaluator, RubricGenerator
 from care_sdk.backends import BackendPool, GenerationRequest
 from care_sdk.dialogues import read_dialogues

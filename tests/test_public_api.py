@@ -14,7 +14,6 @@ EXPECTED = {
     "CareError",
     "ConfigError",
     "ContextOverflowError",
-    "ContextFit",
     "Criterion",
     "CriterionScore",
     "Dialogue",

@@ -416,15 +416,13 @@ def test_benchmark_refuses_another_model_in_the_same_directory(tmp_path: Path) -
 def test_bench_robustness_is_registered() -> None:
     args = build_parser().parse_args(["bench", "robustness", "--limit", "3", "--on-flag", "penalise"])
     assert args.limit == 3 and args.on_flag == "penalise" and args.bench_command == "robustness"
-    assert args.context_fit == "off"
-    off = build_parser().parse_args(["bench", "robustness", "--context-fit", "off"])
-    assert off.context_fit == "off"
+    assert args.add_on == []  # the method's reward unless an add-on is asked for
+    fit = build_parser().parse_args(["bench", "robustness", "--add-on", "context-fit=llamacpp:m.gguf"])
+    assert fit.add_on == [("context-fit", "llamacpp:m.gguf")]
 
 
 class _LogprobScripted(ScriptedBackend):
     """A scripted backend that also reads reply log-probabilities: -1 for a word the prompt holds, else -3."""
-
-    supports_reply_logprobs = True
 
     def reply_logprobs(self, messages: object, reply: str) -> list[float]:
         seen = {w for m in messages for w in m.content.lower().split()}  # type: ignore[attr-defined]
@@ -432,14 +430,14 @@ class _LogprobScripted(ScriptedBackend):
 
 
 def test_benchmark_scores_the_reward_a_user_gets_with_an_adapter_and_context_fit(tmp_path: Path) -> None:
-    from care_sdk.bundled.adapters import AdapterInfo
+    from care_sdk.backends.lora import AdapterInfo
     from care_sdk.bundled.context_fit import ContextFit, Gate
 
     backend = ScriptedBackend(_script)
     backend.adapter = AdapterInfo(  # type: ignore[attr-defined]
         path=Path("evaluator.gguf"), role="evaluator", prompt_version="v2", max_context_messages=2
     )
-    fit = ContextFit(_LogprobScripted(_script), gate=Gate(slope=1.0, intercept=0.0), baselines=("Hi.",))
+    fit = ContextFit(_LogprobScripted(_script), gate=Gate(slope=1.0, intercept=0.0))
     context = tuple(Message(role=r, content=f"{r} message {i}") for i, r in enumerate(["user", "assistant"] * 2))
     items = [RobustItem("d:4", context[:3], HONEST[0])]
     generator = RubricGenerator(ScriptedBackend(_script))

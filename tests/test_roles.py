@@ -4,7 +4,6 @@ behind the guard, known files that cannot be relabelled, the test-read ledger an
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,12 +11,13 @@ from typing import Any
 import pytest
 
 from care_lab.data import intent_map, lend_an_ear_role, load_intent_annotations, load_intent_turns
+from care_lab.data.results import record_test_read, test_reads, write_results
+from care_lab.data.roles import data_role, require_role, write_roles
 from care_lab.data.sage_turns import sage_rollout_files, sage_scored_keys, sage_test_turns, sage_turns
+from care_lab.simulation import UserSettings, load_profiles
 from care_lab.training._common import read_records
-from care_lab.training.policy.components import load_profiles, prompt_rows
-from care_lab.training.policy.config import PromptSettings, UserSettings
-from care_lab.training.results import record_test_read, test_reads, write_results
-from care_lab.training.roles import data_role, require_role, write_roles
+from care_lab.training.policy.components import prompt_rows
+from care_lab.training.policy.config import PromptSettings
 from care_lab.training.weights_head import head_turns
 from care_sdk.errors import InputError
 
@@ -90,23 +90,6 @@ def test_a_selecting_reader_refuses_test_and_eval_only_data(
         read(_declared(tmp_path, data_dir, role, lines), data_dir)
     assert read(_declared(tmp_path, data_dir, "selection", lines), data_dir)
     assert read(_declared(tmp_path, data_dir, "valid", lines), data_dir)  # the old name of selection
-
-
-def test_benchmark_fitting_readers_refuse_selection_data(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The context-fit gate pairs and the shift check's Lend-an-Ear contrasts fit on train data only."""
-    monkeypatch.setenv("CARE_DATA_DIR", str(data_dir))
-    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))
-    from _evaluator_items import items
-    from bench_evaluator import valid_pairs
-
-    assert len(valid_pairs(2, 0)) == 2  # ESConv train pairs: what a gate is fitted on
-    with pytest.raises(InputError, match=r"esconv/valid\.jsonl: refusing to fit on selection data"):
-        valid_pairs(2, 0, "valid")
-    with pytest.raises(InputError, match=r"judged_turn_responses.*: record 1 \(\d+\): refusing to fit on a selection"):
-        items(0, 1, tasks=("lend-an-ear",), lend_an_ear="held-out", use="fit")
-    assert items(0, 1, tasks=("lend-an-ear",), lend_an_ear="train", lend_an_ear_turns=2, use="fit")
-    for name in ("_evaluator_items", "bench_evaluator", "_evaluator_metrics", "_written_chats"):
-        sys.modules.pop(name, None)
 
 
 # -- roles of the shared data ------------------------------------------------------------------------
@@ -230,7 +213,7 @@ def test_a_test_set_is_read_once_per_artifact_and_every_read_is_recorded(tmp_pat
     with pytest.raises(InputError, match="not a test file"):
         record_test_read("x", artifact="a", command="c", files=[data_dir / "esconv" / "test.jsonl"], ledger=ledger)
     # an evaluation read of a test file needs its ledger entry
-    with pytest.raises(InputError, match=r"read it through care_sdk\.training\.results\.record_test_read"):
+    with pytest.raises(InputError, match=r"read it through care_lab\.data\.results\.record_test_read"):
         require_role(files[0], "evaluate")
     assert require_role(files[0], "evaluate", test_read=first) == "test"
 

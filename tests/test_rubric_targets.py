@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from care_lab.data import StrategyMap, load_esconv
+from care_lab.data.priorities import POSITION_CAP, position_prior, turn_number
 from care_lab.training.build_data import build_data
 from care_lab.training.config import BuildDataConfig
-from care_lab.training.rubric_targets import POSITION_CAP, TemplateTargets, position_prior, turn_number
+from care_lab.training.rubric_targets import TemplateTargets
 from care_sdk.errors import ConfigError
 from care_sdk.prompts import generator_messages, parse_rubric
 from care_sdk.rubric_checks import check_rubric, content_words, top_match

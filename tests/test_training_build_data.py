@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from care_lab.data.judged_pairs import HUMAN_SYSTEMS
+from care_lab.data.roles import OUTPUT_ROLES, data_role
 from care_lab.training import r_align
 from care_lab.training.build_data import SPLITS, build_data, input_key
 from care_lab.training.config import BuildDataConfig, load_config, model_identity, validate_config
-from care_lab.training.pairs import HUMAN_SYSTEMS
-from care_lab.training.roles import OUTPUT_ROLES, data_role
 from care_sdk.backends import BackendPool, GenerationRequest
 from care_sdk.errors import ConfigError
 from care_sdk.prompts import parse_rubric

@@ -144,8 +144,8 @@ def _trl_plan(config: PrefGRPOConfig | SFTStageConfig | PolicyGRPOConfig, kind: 
 
 
 def test_paper_configs_plan_enough_steps_and_consistent_lora_rates(data_dir: Path) -> None:
+    from care_lab.simulation import load_profiles
     from care_lab.training.plan import DEFAULT_MIN_STEPS
-    from care_lab.training.policy.components import load_profiles
 
     policy = load_config(PolicyGRPOConfig, CONFIGS / "policy_grpo_paper.yaml")
     users = len(load_profiles(policy.users, "train", str(data_dir)))

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from care_lab.data.roles import data_role, require_held_out, require_trainable, write_roles
+from care_lab.simulation import UserSettings, load_profiles
 from care_lab.training._common import read_records
-from care_lab.training.policy.components import load_profiles
-from care_lab.training.policy.config import UserSettings
-from care_lab.training.roles import data_role, require_held_out, require_trainable, write_roles
 from care_sdk.errors import InputError
 
 SAGE = Path("sage_rlver") / "profiles" / "simulator_profile_withfirsttalk.jsonl"

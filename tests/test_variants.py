@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from care_sdk import AdaptiveReward, ConfigError, ContextFit, Rubric, RubricEvaluator, RubricGenerator
+from care_sdk import AdaptiveReward, ConfigError, Rubric, RubricEvaluator, RubricGenerator
 from care_sdk.reward import build_reward
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
 from care_sdk.types import fixed_criteria
@@ -112,91 +110,30 @@ def test_care_score_builds_its_reward_with_the_factory(flags: list[str], variant
     assert reward.variant == variant and (reward.generator is None) == (variant == "fixed_rubric")
 
 
-def test_care_score_passes_its_weight_reader_to_the_generator() -> None:
+def test_care_score_passes_its_add_ons_to_the_generator() -> None:
     pytest.importorskip("openai", reason="needs the openai extra")
     from care_sdk.cli import _build_reward, build_parser
 
     spec = "openai:m@http://127.0.0.1:9/v1"  # built lazily: nothing is sent
     args = ["score", "in.jsonl", "--backend", spec]
-    reward = _build_reward(build_parser().parse_args([*args, "--weight-reader", "decoded"]))
-    assert reward.generator is not None and reward.generator.expected_weights is False
-    assert reward.generator.weights_head is None
+    reward = _build_reward(build_parser().parse_args(args))
+    assert reward.generator is not None and reward.generator.weight_reader is None
+    assert reward.context_fit is None and reward.parts == ("care",)
     with pytest.raises(ConfigError, match="supports forced replies"):  # a hosted API cannot force replies
-        _build_reward(build_parser().parse_args([*args, "--weight-reader", "expected"]))
+        _build_reward(build_parser().parse_args([*args, "--add-on", "expected-weights"]))
     with pytest.raises(ConfigError, match="reads hidden states"):  # nor read hidden states
-        _build_reward(build_parser().parse_args([*args, "--weight-reader", "head"]))
+        _build_reward(build_parser().parse_args([*args, "--add-on", "weights-head"]))
 
 
-def test_care_score_reads_context_fit_against_the_baselines_it_names() -> None:
-    pytest.importorskip("llama_cpp", reason="needs the llamacpp extra")
-    from care_sdk.bundled.context_fit import (
-        BUNDLED_GATE,
-        DEFAULT_BASELINES,
-        ESCONV_GATE,
-        NEUTRAL,
-        SUPPORT_GATE,
-        named_baselines,
-    )
-    from care_sdk.cli import _build_reward, build_parser
-
-    def fit(*flags: str) -> tuple[object, object]:
-        reward = _build_reward(build_parser().parse_args(["score", "in.jsonl", "--context-fit", "on", *flags]))
-        assert reward.context_fit is not None
-        return reward.context_fit.baselines, reward.context_fit.gate
-
-    default = ContextFit("default", baselines=named_baselines(DEFAULT_BASELINES))
-    assert fit() == (default.baselines, default.gate)
-    baselines, gate = fit("--context-fit-baselines", "esconv")  # read from $CARE_DATA_DIR
-    assert gate == ESCONV_GATE and len(baselines) == 4
-    baselines, gate = fit("--context-fit-baselines", "neutral")
-    assert gate == BUNDLED_GATE and [[m.content for m in b] for b in baselines] == [list(NEUTRAL)]
-    baselines, gate = fit("--context-fit-baselines", "support")
-    assert gate == SUPPORT_GATE and len(baselines) == 8
-
-
-def test_the_policy_recipe_reads_context_fit_against_the_baselines_it_names(tmp_path: Path) -> None:
+def test_the_policy_recipe_reads_context_fit_against_hi_when_asked_for() -> None:
     pytest.importorskip("llama_cpp", reason="needs the llamacpp extra")
     pytest.importorskip("yaml", reason="needs the train extra")
-    from care_lab.training.config import load_config
     from care_lab.training.policy.components import build_reward as recipe_reward
-    from care_lab.training.policy.config import PolicyGRPOConfig, RewardSettings
+    from care_lab.training.policy.config import RewardSettings
     from care_sdk.backends import BackendPool
-    from care_sdk.bundled.context_fit import BUNDLED_GATE, ESCONV_GATE, SUPPORT_GATE
+    from care_sdk.bundled.context_fit import BUNDLED_GATE
 
     pool = BackendPool({"default": ScriptedBackend([])})  # rubrics and scores scripted; the fit reads the bundled model
-    for name, gate, count in (("neutral", BUNDLED_GATE, 1), ("support", SUPPORT_GATE, 8), ("esconv", ESCONV_GATE, 4)):
-        reward = recipe_reward(RewardSettings(context_fit="on", context_fit_baselines=name), pool)
-        assert reward.context_fit is not None
-        assert reward.context_fit.gate == gate and len(reward.context_fit.baselines) == count
-    config = tmp_path / "policy.yaml"
-    config.write_text("model: tiny\noutput_dir: out\nreward: {context_fit_baselines: friends}\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"reward\.context_fit_baselines.*'friends'.*neutral, support, esconv"):
-        load_config(PolicyGRPOConfig, config)
-
-
-def test_verl_reads_context_fit_against_the_baselines_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("llama_cpp", reason="needs the llamacpp extra")
-    from care_sdk.bundled.context_fit import (
-        BUNDLED_GATE,
-        DEFAULT_BASELINES,
-        ESCONV_GATE,
-        SUPPORT_GATE,
-        bundled_gate,
-        named_baselines,
-    )
-    from care_sdk.integrations.verl import get_reward
-
-    def fit_gate(**options: str) -> object:
-        reward = get_reward("default", context_fit="on", **options)
-        assert reward.context_fit is not None
-        return reward.context_fit.gate
-
-    assert fit_gate() == bundled_gate(named_baselines(DEFAULT_BASELINES))
-    assert fit_gate(context_fit_baselines="neutral") == BUNDLED_GATE
-    assert fit_gate(context_fit_baselines="esconv") == ESCONV_GATE
-    assert fit_gate(context_fit_baselines="support") == SUPPORT_GATE
-    monkeypatch.setenv("CARE_CONTEXT_FIT_BASELINES", "support")
-    assert fit_gate() == SUPPORT_GATE
-    assert get_reward("default") is get_reward("default", context_fit_baselines="support")  # one reward per setting
-    with pytest.raises(ConfigError, match=r"context_fit_baselines: unknown baselines 'friends'"):
-        get_reward("default", context_fit_baselines="friends")
+    reward = recipe_reward(RewardSettings(context_fit="on"), pool)
+    assert reward.context_fit is not None and reward.context_fit.gate == BUNDLED_GATE
+    assert recipe_reward(RewardSettings(), pool).context_fit is None

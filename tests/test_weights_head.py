@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from care_sdk import RubricGenerator
+from care_sdk.bundled.addons import WeightsHeadReader
 from care_sdk.bundled.weights_head import WeightsHead, bundled_weights_head
 from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION
@@ -43,7 +44,6 @@ class StatesBackend(ScriptedBackend):
     """Scripted replies, and a hidden state per text: feature 0 counts the text's "?", feature 1 its "!"."""
 
     provider = "states"
-    supports_hidden_states = True
     model_path = "/models/tiny.gguf"
 
     def __init__(self, replies: Sequence[str], fail: bool = False, window: int = 10_000) -> None:
@@ -124,21 +124,21 @@ def test_a_state_of_the_wrong_width_is_refused() -> None:
 
 def test_the_generator_takes_its_weights_from_the_head_and_its_criteria_from_the_reply() -> None:
     backend = StatesBackend([rubric_json({"cognitive": 0, "affective": 0, "proactive": 10})] * 2)
-    generator = RubricGenerator(backend, weights_head=head(), cache=False)
-    assert not generator.expected_weights
+    generator = RubricGenerator(backend, weight_reader=WeightsHeadReader(head()), cache=False)
+    assert generator.weight_reader is not None and generator.weight_reader.name == "weights_head"
     assert generator.identity.endswith(f"|weights=head-{head().digest}")
     asked = [{"role": "user", "content": "Why me? Why now?"}]
     rubric = generator.generate(asked)
     expected = head().weights_from_state([5.0, 1.0, 1.0, 1.0], position=1)
     assert rubric.weights == pytest.approx(expected) and rubric.top_dimension is Dimension.COGNITIVE
-    decoded = RubricGenerator(backend, weights_head=False, cache=False).generate(asked)
+    decoded = RubricGenerator(backend, cache=False).generate(asked)
     assert decoded.criteria == rubric.criteria and decoded.top_dimension is Dimension.PROACTIVE
     assert backend.read == [(head().text_of(asked), 2)]  # one read a context, on the head's layer
 
 
 def test_async_generation_reads_the_states_off_the_event_loop() -> None:
     backend = StatesBackend([rubric_json({"cognitive": 0, "affective": 0, "proactive": 10})] * 2)
-    generator = RubricGenerator(backend, weights_head=head(), cache=False)
+    generator = RubricGenerator(backend, weight_reader=WeightsHeadReader(head()), cache=False)
 
     async def generate() -> tuple[object, int]:
         return await generator.agenerate([{"role": "user", "content": "Why me?"}]), threading.get_ident()
@@ -162,25 +162,23 @@ def test_a_text_over_the_window_is_read_with_fewer_messages() -> None:
 
 def test_a_failed_state_read_fails_that_rubric_only_and_says_why() -> None:
     backend = StatesBackend([rubric_json({"cognitive": 1, "affective": 1, "proactive": 1})], fail=True)
-    result = RubricGenerator(backend, weights_head=head()).generate_batch(["I failed my exam."])[0]
+    result = RubricGenerator(backend, weight_reader=WeightsHeadReader(head())).generate_batch(["I failed my exam."])[0]
     assert isinstance(result, BackendError) and "states failed" in str(result)
 
 
 def test_a_head_needs_a_backend_that_reads_states_and_its_own_model_and_prompt() -> None:
     with pytest.raises(ConfigError, match="needs a backend that reads hidden states"):
-        RubricGenerator(ScriptedBackend([]), weights_head=head())
+        RubricGenerator(ScriptedBackend([]), weight_reader=WeightsHeadReader(head()))
     with pytest.raises(ConfigError, match=r"fitted on other\.gguf's hidden states cannot read tiny\.gguf's"):
-        RubricGenerator(StatesBackend([]), weights_head=head(base_model="other.gguf"))
+        RubricGenerator(StatesBackend([]), weight_reader=WeightsHeadReader(head(base_model="other.gguf")))
     newer = f"generator prompt v0, but this version of care-sdk uses {GENERATOR_PROMPT_VERSION}"
     with pytest.raises(ConfigError, match=newer):
-        RubricGenerator(StatesBackend([]), weights_head=head(prompt_version="v0"))
-    with pytest.raises(ConfigError, match="choose one way to read the weights"):
-        RubricGenerator(StatesBackend([]), weights_head=head(), expected_weights=True)
+        RubricGenerator(StatesBackend([]), weight_reader=WeightsHeadReader(head(prompt_version="v0")))
 
 
 def test_the_head_is_off_by_default_for_any_backend_but_the_bundled_generator() -> None:
-    assert RubricGenerator(StatesBackend([])).weights_head is None
-    assert RubricGenerator(ScriptedBackend([])).weights_head is None
+    assert RubricGenerator(StatesBackend([])).weight_reader is None
+    assert RubricGenerator(ScriptedBackend([])).weight_reader is None
 
 
 def test_the_bundled_head_fits_the_bundled_model_and_prompt() -> None:
@@ -194,18 +192,19 @@ def test_the_bundled_head_fits_the_bundled_model_and_prompt() -> None:
     assert json.dumps(shipped.to_json())  # plain JSON
 
 
-def test_the_cli_weight_reader_maps_to_the_generator_arguments() -> None:
+def test_the_add_on_option_maps_to_the_generator_arguments() -> None:
     import argparse
 
-    from care_sdk.bundled.options import add_weight_reader_option, weights_options
+    from care_sdk.bundled.options import add_add_on_option, add_ons_of
 
     parser = argparse.ArgumentParser()
-    add_weight_reader_option(parser)
-    options = {c: weights_options(parser.parse_args(["--weight-reader", c])) for c in ("head", "decoded")}
-    assert weights_options(parser.parse_args([])) == options["decoded"]  # the method's weights by default
+    add_add_on_option(parser)
+    head_on = add_ons_of(parser.parse_args(["--add-on", "weights-head"])).generator_options()
+    assert isinstance(head_on["weight_reader"], WeightsHeadReader)
+    assert add_ons_of(parser.parse_args([])).generator_options() == {}  # the method's weights by default
     with pytest.raises(ConfigError, match="needs a backend that reads hidden states"):
-        RubricGenerator(ScriptedBackend([]), **options["head"])
-    decoded = RubricGenerator(StatesBackend([]), **options["decoded"])
-    assert decoded.weights_head is None and not decoded.expected_weights
-    with pytest.raises(ConfigError, match="needs a backend that supports forced replies"):
-        RubricGenerator(StatesBackend([]), **weights_options(parser.parse_args(["--weight-reader", "expected"])))
+        RubricGenerator(ScriptedBackend([]), **head_on)
+    assert RubricGenerator(StatesBackend([])).weight_reader is None
+    expected = add_ons_of(parser.parse_args(["--add-on", "expected-weights"])).generator_options()
+    with pytest.raises(ConfigError, match="need a backend that supports forced replies"):
+        RubricGenerator(StatesBackend([]), **expected)

@@ -11,6 +11,7 @@ from care_lab.data import load_esconv
 from care_sdk import RubricGenerator
 from care_sdk.backends.llamacpp import LlamaCppBackend
 from care_sdk.bundled.adapters import bundled_adapter
+from care_sdk.bundled.addons import WeightsHeadReader
 from care_sdk.bundled.weights_head import WeightsHead, bundled_weights_head
 from care_sdk.errors import ConfigError
 from care_sdk.rubric_checks import check_rubric
@@ -58,7 +59,8 @@ def test_transformers_reads_the_same_states_and_the_same_weights(
         ]
         for a, b in zip(head.weights(contexts, hf), head.weights(contexts, llama_backend), strict=True):
             assert max(abs(a[d] - b[d]) for d in a) < 0.02, (a, b)
-        assert RubricGenerator(hf, weights_head=True).weights_head == head  # a backend that names no file is trusted
+        reader = RubricGenerator(hf, weight_reader=WeightsHeadReader()).weight_reader
+        assert isinstance(reader, WeightsHeadReader) and reader.head == head  # a backend that names no file is trusted
     finally:
         hf.close()
 
@@ -86,7 +88,7 @@ def test_care_train_weights_head_fits_a_head_the_generator_uses(
 
     backend = LlamaCppBackend(model_path, adapter=bundled_adapter("generator"), n_ctx=2048)
     try:
-        generator = RubricGenerator(backend, weights_head=head)
+        generator = RubricGenerator(backend, weight_reader=WeightsHeadReader(head))
         context = load_esconv(data_dir / "esconv" / "test.jsonl").records[0].supporter_turns()[2].context_messages()
         rubric = generator.generate(context)
         assert rubric.weights == pytest.approx(head.weights([context], backend)[0])
@@ -96,17 +98,18 @@ def test_care_train_weights_head_fits_a_head_the_generator_uses(
 
 @pytest.fixture(scope="module")
 def shipped() -> RubricGenerator:
-    return RubricGenerator("default", weights_head=True)
+    return RubricGenerator("default", weight_reader=WeightsHeadReader())
 
 
 def test_the_weights_head_add_on_reads_the_weights_beside_the_decoded_criteria(
     shipped: RubricGenerator, data_dir: Path
 ) -> None:
-    assert RubricGenerator(shipped.backend).weights_head is None  # off unless asked for
+    assert RubricGenerator(shipped.backend).weight_reader is None  # off unless asked for
     head = bundled_weights_head()
-    assert head is not None and shipped.weights_head == head and not shipped.expected_weights
+    assert head is not None and isinstance(shipped.weight_reader, WeightsHeadReader)
+    assert shipped.weight_reader.head == head
     assert shipped.identity.endswith(f"|weights=head-{head.digest}")
-    decoded = RubricGenerator(shipped.backend, weights_head=False, expected_weights=False)
+    decoded = RubricGenerator(shipped.backend)
     dialogue = load_esconv(data_dir / "esconv" / "test.jsonl").records[5]
     contexts = [t.context_messages() for t in dialogue.supporter_turns()[:4]]
     pairs = list(zip(shipped.generate_batch(contexts), decoded.generate_batch(contexts), strict=True))

@@ -9,8 +9,10 @@ Examples:
     0.625
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from care_sdk.backends import Backend, GenerationRequest, GenerationResult, resolve_backend
-from care_sdk.bundled.context_fit import ContextFit
 from care_sdk.cache import CacheStats, MemoryCache, RubricCache
 from care_sdk.errors import (
     BackendError,
@@ -25,10 +27,7 @@ from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
 from care_sdk.guards import Guards
 from care_sdk.prompts import EVALUATOR_PROMPT_VERSION, PROMPT_VERSION
-from care_sdk.remote import RemoteReward
 from care_sdk.reward import AdaptiveReward
-from care_sdk.sqlite_cache import SqliteCache
-from care_sdk.trajectory import TrajectoryResult, TrajectoryReward
 from care_sdk.types import (
     DIMENSIONS,
     Criterion,
@@ -44,6 +43,29 @@ from care_sdk.types import (
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:
+    from care_sdk.remote import RemoteReward
+    from care_sdk.sqlite_cache import SqliteCache
+    from care_sdk.trajectory import TrajectoryResult, TrajectoryReward
+
+# Names loaded on first use, so `import care_sdk` stays small: name -> module.
+_LAZY = {
+    "RemoteReward": "care_sdk.remote",
+    "SqliteCache": "care_sdk.sqlite_cache",
+    "TrajectoryResult": "care_sdk.trajectory",
+    "TrajectoryReward": "care_sdk.trajectory",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'care_sdk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
     "DIMENSIONS",
     "EVALUATOR_PROMPT_VERSION",
@@ -54,7 +76,6 @@ __all__ = [
     "CacheStats",
     "CareError",
     "ConfigError",
-    "ContextFit",
     "ContextOverflowError",
     "Criterion",
     "CriterionScore",

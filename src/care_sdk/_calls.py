@@ -86,7 +86,7 @@ def report_to_trainer(results: Sequence[RewardResult], kwargs: Mapping[str, Any]
     at the evaluator; see :mod:`care_sdk.guards`), and over the replies the evaluator scored,
     ``care/score/<dimension>`` (mean normalised score per dimension, before weighting),
     ``care/weight/<dimension>`` (mean rubric weight) and ``care/context_fit`` (the mean
-    context-fit factor, when the reward reads it; see :mod:`care_sdk.bundled.context_fit`).
+    context-fit factor, when the reward reads it; see :mod:`care_sdk.addons`).
     Completions-table columns, one value per reply: ``care/weights``, ``care/scores`` (compact
     per-dimension text), ``care/flags`` (comma-separated) and ``care/error``.
 

@@ -41,20 +41,21 @@ def _print_record(record: dict[str, Any]) -> None:
 
 
 def _build_reward(args: argparse.Namespace) -> Any:
-    from care_sdk.bundled.options import context_fit_of, weights_options
+    from care_sdk.bundled.options import add_ons_of
     from care_sdk.guards import Guards
     from care_sdk.reward import build_reward
     from care_sdk.variants import variant_of
 
+    extra = add_ons_of(args)
     return build_reward(
         args.variant or variant_of(args.weights, args.criteria),
         backend=args.backend,
         generator_backend=args.generator_backend,
         evaluator_backend=args.evaluator_backend,
-        generator_options={"seed": args.seed, **weights_options(args)},
+        generator_options={"seed": args.seed, **extra.generator_options()},
         evaluator_options={"seed": args.seed},
         guards=None if args.guards == "off" else Guards(on_flag=args.guards),
-        context_fit=context_fit_of(args),
+        context_fit=extra.context_fit,
     )
 
 
@@ -128,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         >>> build_parser().parse_args(["score", "in.jsonl"]).backend
         'default'
     """
-    from care_sdk.bundled.options import add_context_fit_options, add_weight_reader_option
+    from care_sdk.bundled.options import add_add_on_option
 
     parser = argparse.ArgumentParser(
         prog="care", description="CARE: turn-adaptive rubric rewards for empathetic dialogue."
@@ -143,7 +144,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     score.add_argument("--generator-backend", help="backend spec for the rubric generator only")
     score.add_argument("--evaluator-backend", help="backend spec for the evaluator only")
-    add_weight_reader_option(score)
     score.add_argument("--out", help="output JSONL, one record per assistant turn; an existing file is resumed")
     score.add_argument("--weights", choices=["generated", "uniform"], default="generated", help="rubric weights")
     score.add_argument("--criteria", choices=["generated", "fixed"], default="generated", help="rubric criteria")
@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="flagged replies (empty, forged turns, text aimed at the evaluator): reward 0, a penalty, "
         "flags only, or no guards at all (default: %(default)s)",
     )
-    add_context_fit_options(score)
+    add_add_on_option(score)
     score.add_argument("--batch-size", type=int, default=8, help="turns per backend batch (default: %(default)s)")
     score.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     score.add_argument(

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
-from care_sdk._engine import Plan, adrive, drive, fewer_messages, offload, parse_plan, unwrap
+from care_sdk._engine import Plan, adrive, drive, fewer_messages, parse_plan, unwrap
+from care_sdk.addons import WeightRead, WeightReader
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
-from care_sdk.bundled.expected_weights import expected_weights_plan
-from care_sdk.bundled.weights_head import WeightsHead, bundled_weights_head
 from care_sdk.cache import MemoryCache, RubricCache, context_key
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.prompts import (
@@ -47,17 +45,12 @@ class RubricGenerator:
             backend was trained with, else the whole context. A prompt that does not fit the
             model's context window (:class:`~care_sdk.errors.ContextOverflowError`) is sent again
             with fewer messages, the oldest dropped first, down to the last one.
-        expected_weights: an opt-in add-on outside the method: read the weights as expectations:
-            the criteria are the decoded reply's, and each weight is its expectation under the
-            model's distribution over 0-10 at its slot (forced reads of the three slots, following
-            the first two slots' 3 likeliest values; 13 short reads a rubric, on a backend that
-            :attr:`~care_sdk.backends.Backend.supports_forced_replies`). ``False`` (the default,
-            on every backend) keeps the weights the model wrote.
-        weights_head: an opt-in add-on outside the method: read the weights with a
-            :class:`~care_sdk.bundled.weights_head.WeightsHead` on the model's own hidden states of the
-            prompt (the criteria stay the decoded reply's). ``True`` is the head shipped with the
-            bundled generator; ``False`` (the default, on every backend) keeps the weights the
-            model wrote.
+        weight_reader: an opt-in add-on outside the method that reads the rubric's weights another
+            way (a :class:`~care_sdk.addons.WeightReader`; the criteria stay the decoded reply's).
+            ``None`` (the default, on every backend) keeps the weights the model wrote. The package
+            ships two for its bundled generator, in the bundled area: a weights head on the model's
+            hidden states and expected weights over 0-10 (``care score --add-on weights-head`` or
+            ``--add-on expected-weights``; :func:`care_sdk.addons.add_ons` builds them by name).
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, rubric_json
@@ -80,8 +73,7 @@ class RubricGenerator:
         max_attempts: int = 3,
         cache: RubricCache | bool | None = True,
         max_context_messages: int | None = None,
-        expected_weights: bool = False,
-        weights_head: WeightsHead | bool = False,
+        weight_reader: WeightReader | None = None,
     ) -> None:
         if criteria_per_dimension < 1:
             raise ConfigError("criteria_per_dimension must be at least 1")
@@ -89,22 +81,21 @@ class RubricGenerator:
             raise ConfigError("max_attempts must be at least 1")
         if max_context_messages is not None and max_context_messages < 1:
             raise ConfigError("max_context_messages must be at least 1")
-        if expected_weights and weights_head:
-            raise ConfigError("expected_weights=True and a weights head: choose one way to read the weights")
-        self.backend = resolve_backend(backend, role="generator")
-        forced = bool(getattr(self.backend, "supports_forced_replies", False))
-        if expected_weights and not forced:
+        if weight_reader is not None and not isinstance(weight_reader, WeightReader):
             raise ConfigError(
-                f"expected_weights=True needs a backend that supports forced replies; {self.backend!r} does not"
+                f"weight_reader: a {type(weight_reader).__name__} is not a WeightReader (see care_sdk.addons)"
             )
+        self.backend = resolve_backend(backend, role="generator")
+        if weight_reader is not None:
+            weight_reader.check(self.backend, prompt_version=GENERATOR_PROMPT_VERSION)
         adapter = getattr(self.backend, "adapter", None)
         if adapter is not None:
             adapter.require(role="generator", prompt_version=GENERATOR_PROMPT_VERSION)
             if max_context_messages is None:
                 max_context_messages = adapter.max_context_messages
         self.max_context_messages = max_context_messages
-        self.weights_head = self._head(weights_head)
-        self.expected_weights = expected_weights
+        self.weight_reader = weight_reader
+        """The add-on that reads the rubric's weights, or ``None`` for the weights the model wrote."""
         self.criteria_per_dimension = criteria_per_dimension
         self.temperature = temperature
         self.seed = seed
@@ -113,31 +104,13 @@ class RubricGenerator:
         self.cache: RubricCache | None = MemoryCache() if cache is True else (None if cache is False else cache)
         self._schema = rubric_schema(criteria_per_dimension)
 
-    def _head(self, choice: WeightsHead | bool) -> WeightsHead | None:
-        if choice is False:
-            return None
-        readable = bool(getattr(self.backend, "supports_hidden_states", False))
-        if choice is True:
-            head = bundled_weights_head()
-            if head is None:
-                raise ConfigError("weights_head=True: this build of care-sdk ships no weights head")
-        else:
-            head = choice
-        if not readable:
-            raise ConfigError(f"a weights head needs a backend that reads hidden states; {self.backend!r} does not")
-        inner = getattr(self.backend, "inner", self.backend)  # a wrapper answers with its inner model
-        model = getattr(self.backend, "model_path", None) or getattr(inner, "model_path", "")
-        head.require(prompt_version=GENERATOR_PROMPT_VERSION, model=str(model))
-        return head
-
     @property
     def identity(self) -> str:
         """Backend identity, prompt version and sampling settings: everything that shapes a rubric."""
         return (
             f"{self.backend.identity}|prompt=generator-{GENERATOR_PROMPT_VERSION}|k={self.criteria_per_dimension}"
             f"|t={self.temperature}|seed={self.seed}|max_tokens={self.max_tokens}|keep={self.max_context_messages}"
-            + ("|weights=expected" if self.expected_weights else "")
-            + (f"|weights=head-{self.weights_head.digest}" if self.weights_head is not None else "")
+            + (f"|weights={self.weight_reader.identity}" if self.weight_reader is not None else "")
         )
 
     def request(self, context: Context) -> GenerationRequest:
@@ -188,44 +161,32 @@ class RubricGenerator:
             outcomes = yield from parse_plan(
                 requests, parse, what="rubric", max_attempts=self.max_attempts, shorter=shorter
             )
-            if self.expected_weights:
-                outcomes = yield from self._expected(outcomes, sent)
-            if self.weights_head is not None:
-                # the head reads hidden states: a blocking call, off the event loop in async use
-                outcomes = yield from offload(partial(self._headed, outcomes, contexts_todo))
+            if self.weight_reader is not None:
+                outcomes = yield from self._reweighted(outcomes, contexts_todo, sent)
             for key, outcome in zip(todo, outcomes, strict=True):
                 found[key] = outcome
                 if self.cache is not None and isinstance(outcome, Rubric):
                     self.cache.put(key, outcome)
         return [found[k] for k in keys]
 
-    def _expected(self, outcomes: list[Rubric | CareError], sent: list[GenerationRequest]) -> Plan[Rubric]:
-        """The parsed rubrics with their weights read as expectations (an item whose reads fail is the error)."""
+    def _reweighted(
+        self,
+        outcomes: list[Rubric | CareError],
+        contexts: list[tuple[Message, ...]],
+        sent: list[GenerationRequest],
+    ) -> Plan[Rubric]:
+        """The parsed rubrics with the weight reader's weights (an item whose read fails is the error)."""
+        assert self.weight_reader is not None
         parsed = [i for i, outcome in enumerate(outcomes) if isinstance(outcome, Rubric)]
         if not parsed:
             return outcomes
-        read = yield from expected_weights_plan([sent[i] for i in parsed])
+        reads = [WeightRead(context=contexts[i], request=sent[i]) for i in parsed]
+        read = yield from self.weight_reader.read(reads, self.backend)
         out = list(outcomes)
         for i, weights in zip(parsed, read, strict=True):
             rubric = out[i]
             assert isinstance(rubric, Rubric)
             out[i] = weights if isinstance(weights, CareError) else rubric.with_weights(weights)
-        return out
-
-    def _headed(
-        self, outcomes: list[Rubric | CareError], contexts: list[tuple[Message, ...]]
-    ) -> list[Rubric | CareError]:
-        """The parsed rubrics with the weights head's weights (the item is the error where the read fails)."""
-        assert self.weights_head is not None
-        out = list(outcomes)
-        for i, outcome in enumerate(outcomes):
-            if isinstance(outcome, Rubric):
-                try:
-                    weights = self.weights_head.weights([contexts[i]], self.backend)[0]
-                except CareError as exc:
-                    out[i] = exc
-                else:
-                    out[i] = outcome.with_weights(weights)
         return out
 
     def generate(self, context: Context) -> Rubric:

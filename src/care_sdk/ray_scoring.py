@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from care_sdk.errors import InputError, MissingDependencyError
-from care_sdk.jsonl import append_jsonl
-from care_sdk.score_files import ScoreSummary, finish_scoring, plan_scoring, scored_by, turn_record
+from care_sdk.score_files import RecordSink, ScoreSummary, finish_scoring, plan_scoring, scored_by, turn_record
 from care_sdk.types import Message
 
 if TYPE_CHECKING:
@@ -57,9 +56,9 @@ def one_thread(spec: Any, role: str, threads: int = 1) -> Any:
         >>> one_thread("openai:gpt-4o-mini", "evaluator")
         'openai:gpt-4o-mini'
     """
-    from care_sdk.backends import is_default_spec, resolve_backend
+    from care_sdk.backends import resolve_backend, spec_per_role
 
-    if not is_default_spec(spec):
+    if not spec_per_role(spec):  # the bundled model (``default``): one backend per role
         return spec
     return resolve_backend(spec, role=role, n_threads=threads, n_threads_batch=threads)
 
@@ -239,9 +238,9 @@ def score_file(
     """
     summary, turns, done, todo = plan_scoring(input_path, out, on_input_error)
     out_path = Path(out) if out is not None else None
-    if progress and done:
-        progress(len(done))
-    if todo:
+    with RecordSink(done, out_path, on_record=on_record, progress=progress) as sink:
+        if not todo:
+            return finish_scoring(summary, turns, done, out_path)
         ray = _ray()
         connect(address)
         rows = [
@@ -254,21 +253,6 @@ def score_file(
             for d, t in todo
         ]
         scored = score_dataset(ray.data.from_items(rows), reward, workers=workers, batch_size=batch_size)
-        handle = out_path.open("a", encoding="utf-8") if out_path else None
-        try:
-            for batch in scored.iter_batches(batch_size=None, batch_format="default"):
-                for dialogue_id, turn, line in zip(batch["id"], batch["turn"], batch["record"], strict=True):
-                    record = json.loads(line)
-                    done[(str(dialogue_id), int(turn))] = record
-                    if handle:
-                        append_jsonl(handle, record)
-                    if on_record:
-                        on_record(record)
-                if handle:
-                    handle.flush()
-                if progress:
-                    progress(len(batch["record"]))
-        finally:
-            if handle:
-                handle.close()
+        for batch in scored.iter_batches(batch_size=None, batch_format="default"):
+            sink.add_batch(json.loads(line) for line in batch["record"])
     return finish_scoring(summary, turns, done, out_path)

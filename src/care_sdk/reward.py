@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from typing import Any
 
 from care_sdk._calls import METRIC_PREFIX, completion_text, report_to_trainer, trl_items
-from care_sdk.backends import Backend, is_default_spec, resolve_backend
-from care_sdk.bundled.context_fit import ContextFit, context_fit_for, fitted_reward
+from care_sdk.addons import ContextFitReader
+from care_sdk.backends import Backend, resolve_backend, spec_per_role
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
 from care_sdk.guards import Guards, merge_outcomes, screen_items
 from care_sdk.types import DIMENSIONS, Context, Dialogue, Message, RewardResult, Rubric, as_messages, fixed_criteria
 from care_sdk.variants import CriteriaMode, Variant, WeightsMode, needs_generator, variant_modes, variant_of
+
+Outcome = tuple[RewardResult, CareError | None]
+_Stage = tuple[str, list[Any]]
 
 __all__ = ["AdaptiveReward", "build_reward", "completion_text"]
 
@@ -48,12 +51,14 @@ class AdaptiveReward:
             characters is truncated, and a reply flagged for text aimed at the evaluator (forged
             turns, requests for scores, the evaluator's own answer format) gets 0 without a model
             call; ``Guards(on_flag="report")`` only reports flags, ``None`` turns every guard off.
-        context_fit: an opt-in add-on outside the method: when given, the reward of every
-            evaluated reply is ``fit * (floor + (1 - floor) * rubric reward)``, where ``fit`` is how
-            likely the reply was written for its context (see :mod:`care_sdk.bundled.context_fit`);
-            ``RewardResult.context_fit`` holds the fit, ``rubric_reward`` the rubric's part and
-            ``RewardResult.parts`` names what produced the reward. ``None`` (the default, on every
-            backend, the bundled ``default`` included) is the method's reward.
+        context_fit: an opt-in add-on outside the method (a
+            :class:`~care_sdk.addons.ContextFitReader`): when given, the reward of every evaluated
+            reply is ``context_fit.combine(rubric reward, fit)``, where ``fit`` is how likely the
+            reply was written for its context; ``RewardResult.context_fit`` holds the fit,
+            ``rubric_reward`` the rubric's part and ``RewardResult.parts`` names what produced the
+            reward. ``None`` (the default, on every backend, the bundled ``default`` included) is the
+            method's reward. The package's own, for its bundled model, is built by
+            ``care_sdk.addons.add_ons("context-fit").context_fit``.
         name: the reward's ``__name__`` (TRL names its ``rewards/<name>/...`` metrics after it) and
             the prefix of the metrics it logs itself: ``care/...`` for the default ``care_reward``,
             ``<name>/...`` otherwise, so two rewards in one trainer log apart.
@@ -81,9 +86,10 @@ class AdaptiveReward:
         criteria: CriteriaMode = "generated",
         rubric: Rubric | None = None,
         guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
-        context_fit: ContextFit | None = None,
+        context_fit: ContextFitReader | None = None,
         name: str = DEFAULT_NAME,
     ) -> None:
+        _check_context_fit(context_fit)
         if not name or "/" in name or name == METRIC_PREFIX:
             raise ConfigError(f"name: {name!r} must be non-empty, without '/', and not {METRIC_PREFIX!r}")
         if evaluator is None:
@@ -134,14 +140,10 @@ class AdaptiveReward:
         """
         parts: list[str] = [self.variant]
         generator = self.generator if self.rubric is None and self.weights != "uniform" else None
-        if generator is not None and generator.weights_head is not None:
-            parts.append("weights_head")
-        if generator is not None and generator.expected_weights:
-            parts.append("expected_weights")
+        if generator is not None and generator.weight_reader is not None:
+            parts.append(generator.weight_reader.name)
         if self.context_fit is not None:
             parts.append("context_fit")
-            if self.context_fit.check is not None:
-                parts.append("shift_check")
         return tuple(parts)
 
     def _stamped(
@@ -158,7 +160,7 @@ class AdaptiveReward:
         evaluator: RubricEvaluator,
         *,
         guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
-        context_fit: ContextFit | None = None,
+        context_fit: ContextFitReader | None = None,
         name: str = DEFAULT_NAME,
     ) -> AdaptiveReward:
         """The reward of a named variant (``care``, ``uniform_weights``, ``fixed_criteria``, ``fixed_rubric``).
@@ -183,18 +185,16 @@ class AdaptiveReward:
         """Build generator and evaluator on one backend (one model loaded once).
 
         ``options`` are :class:`AdaptiveReward` options (``weights``, ``criteria``, ``rubric``,
-        ``guards``, ``context_fit``, ``name``). ``context_fit`` also takes ``"on"``, ``"off"`` or a backend
-        spec (see :func:`~care_sdk.bundled.context_fit.context_fit_for`); it is off unless asked for, so
-        every backend, ``default`` included, computes the method's reward.
-        To build from several backend specs or by variant name, see :func:`build_reward`.
+        ``guards``, ``context_fit``, ``name``); every add-on is off unless asked for, so every backend,
+        ``default`` included, computes the method's reward. To build from several backend specs or by
+        variant name, see :func:`build_reward`.
 
         Examples:
             >>> from care_sdk.testing import ScriptedBackend
             >>> AdaptiveReward.from_backend(ScriptedBackend([]), weights="uniform").weights
             'uniform'
         """
-        options["context_fit"] = context_fit_for(options.get("context_fit"))
-        if is_default_spec(backend):  # one bundled adapter per role
+        if spec_per_role(backend):  # one backend per role (default: one bundled adapter each)
             return cls(RubricGenerator(backend), RubricEvaluator(backend), **options)
         shared = resolve_backend(backend)
         return cls(RubricGenerator(shared), RubricEvaluator(shared), **options)
@@ -221,18 +221,6 @@ class AdaptiveReward:
     def _finish(self, rubrics: list[Rubric | CareError]) -> list[Rubric | CareError]:
         return [r if isinstance(r, CareError) else self.adapt(r) for r in rubrics]
 
-    def _rubrics(self, contexts: Sequence[Context]) -> list[Rubric | CareError]:
-        if self.rubric is not None:
-            return [self.rubric] * len(contexts)
-        assert self.generator is not None
-        return self._finish(self.generator.generate_batch(contexts))
-
-    async def _arubrics(self, contexts: Sequence[Context]) -> list[Rubric | CareError]:
-        if self.rubric is not None:
-            return [self.rubric] * len(contexts)
-        assert self.generator is not None
-        return self._finish(await self.generator.agenerate_batch(contexts))
-
     # -- scoring -------------------------------------------------------------------------------
 
     @staticmethod
@@ -252,26 +240,51 @@ class AdaptiveReward:
                 outcomes.append((RewardResult.from_parts(rubric, evaluation), None))
         return outcomes
 
-    def _outcomes(self, items: Sequence[ScoreItem]) -> list[tuple[RewardResult, CareError | None]]:
+    def _plan(self, items: Sequence[ScoreItem]) -> Generator[_Stage, list[Any], list[Outcome]]:
+        """The reward's steps, written once for the sync and async drivers: guards' pre-pass, rubrics,
+        evaluations, the context-fit add-on when on, merge. Each yielded stage is a batch call the
+        driver makes (``rubrics``, ``evaluations``, ``context_fit``) and sends back the results of."""
         screens, todo = screen_items(items, self.guards)
-        rubrics = self._rubrics([c for c, _ in todo])
-        outcomes = self._combine(rubrics, self.evaluator.evaluate_batch(self._eval_items(todo, rubrics)))
+        contexts = [c for c, _ in todo]
+        if self.rubric is not None:
+            rubrics: list[Rubric | CareError] = [self.rubric] * len(contexts)
+        else:
+            rubrics = self._finish((yield ("rubrics", contexts)))
+        outcomes = self._combine(rubrics, (yield ("evaluations", self._eval_items(todo, rubrics))))
         if self.context_fit is not None:
             fitted = self._fit_items(outcomes)
-            outcomes = self._apply_fit(outcomes, fitted, self.context_fit.score_batch([todo[i] for i in fitted]))
-        merged = merge_outcomes(screens, outcomes, self.guards)
-        return self._stamped(merged)
-
-    async def _aoutcomes(self, items: Sequence[ScoreItem]) -> list[tuple[RewardResult, CareError | None]]:
-        screens, todo = screen_items(items, self.guards)
-        rubrics = await self._arubrics([c for c, _ in todo])
-        outcomes = self._combine(rubrics, await self.evaluator.aevaluate_batch(self._eval_items(todo, rubrics)))
-        if self.context_fit is not None:
-            fitted = self._fit_items(outcomes)
-            values = await self.context_fit.ascore_batch([todo[i] for i in fitted])
+            values = yield ("context_fit", [todo[i] for i in fitted])
             outcomes = self._apply_fit(outcomes, fitted, values)
         merged = merge_outcomes(screens, outcomes, self.guards)
         return self._stamped(merged)
+
+    def _stage(self, name: str) -> tuple[Callable[[list[Any]], list[Any]], Callable[[list[Any]], Any]]:
+        """The sync and async batch calls behind a stage of :meth:`_plan`."""
+        if name == "rubrics":
+            assert self.generator is not None
+            return self.generator.generate_batch, self.generator.agenerate_batch
+        if name == "evaluations":
+            return self.evaluator.evaluate_batch, self.evaluator.aevaluate_batch
+        assert self.context_fit is not None
+        return self.context_fit.score_batch, self.context_fit.ascore_batch
+
+    def _outcomes(self, items: Sequence[ScoreItem]) -> list[Outcome]:
+        plan = self._plan(items)
+        try:
+            name, batch = next(plan)
+            while True:
+                name, batch = plan.send(self._stage(name)[0](batch))
+        except StopIteration as done:
+            return list(done.value)
+
+    async def _aoutcomes(self, items: Sequence[ScoreItem]) -> list[Outcome]:
+        plan = self._plan(items)
+        try:
+            name, batch = next(plan)
+            while True:
+                name, batch = plan.send(await self._stage(name)[1](batch))
+        except StopIteration as done:
+            return list(done.value)
 
     @staticmethod
     def _fit_items(outcomes: list[tuple[RewardResult, CareError | None]]) -> list[int]:
@@ -289,7 +302,7 @@ class AdaptiveReward:
                 out[i] = (RewardResult.failed(value, rubric=result.rubric, stage="context_fit"), value)
             else:
                 assert result.reward is not None
-                reward = fitted_reward(result.reward, value, self.context_fit.floor)
+                reward = self.context_fit.combine(result.reward, value)
                 out[i] = (result.model_copy(update={"reward": reward, "context_fit": value}), None)
         return out
 
@@ -420,24 +433,22 @@ def build_reward(
     evaluator_options: Mapping[str, Any] | None = None,
     resolve: Callable[[Any], Backend] = resolve_backend,
     guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
-    context_fit: ContextFit | str | None = None,
+    context_fit: ContextFitReader | None = None,
     name: str = DEFAULT_NAME,
 ) -> AdaptiveReward:
     """The reward of a variant, built from backend specs or objects: the one factory the CLI,
     the verl adapter, policy training and the benchmarks use.
 
-    ``generator_backend`` and ``evaluator_backend`` default to ``backend``; a spec used by both is
-    resolved once and shared (one model loaded once), except ``default``, which gives each
-    component its own bundled adapter. ``generator_options`` and ``evaluator_options`` are
-    keyword arguments of :class:`RubricGenerator` and :class:`RubricEvaluator` (``seed``,
-    ``max_tokens``, ``cache``, ...). ``fixed_rubric`` builds no generator and resolves no
-    generator backend. ``resolve`` turns a spec into a backend (a pool that builds each spec
+    ``generator_backend`` and ``evaluator_backend`` default to ``backend``; a spec used by both is resolved once
+    and shared (one model loaded once), except a per-role spec such as ``default``
+    (:func:`~care_sdk.backends.spec_per_role`), which gives each component its own bundled adapter.
+    ``generator_options`` and ``evaluator_options`` are keyword arguments of :class:`RubricGenerator` and
+    :class:`RubricEvaluator` (``seed``, ``max_tokens``, ``cache``, ...). ``fixed_rubric`` builds no generator
+    and resolves no generator backend. ``resolve`` turns a spec into a backend (a pool that builds each spec
     once, for example). ``guards`` are the reward's deterministic pre-checks and flags (see
-    :class:`AdaptiveReward`; ``None`` turns them off); ``context_fit`` is the opt-in add-on that
-    scales the reward by the reply's fit to its context (see :class:`AdaptiveReward`): a
-    :class:`ContextFit`, ``"on"``, a backend spec to read it on, or ``"off"`` / ``None`` (the
-    default: the method's reward, see :func:`~care_sdk.bundled.context_fit.context_fit_for`); ``name`` is
-    the reward's ``__name__`` and metric prefix (see :class:`AdaptiveReward`).
+    :class:`AdaptiveReward`; ``None`` turns them off); ``context_fit`` is the opt-in add-on that scales the
+    reward by the reply's fit to its context (see :class:`AdaptiveReward`; ``None``, the default, is the
+    method's reward); ``name`` is the reward's ``__name__`` and metric prefix.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -449,8 +460,8 @@ def build_reward(
 
     def backend_for(spec: Any) -> Any:
         spec = backend if spec is None else spec
-        if is_default_spec(spec):
-            return spec  # each component resolves it with its role, so it gets its own adapter
+        if spec_per_role(spec):
+            return spec  # each component resolves it with its role, so it gets its own backend
         key = spec if isinstance(spec, str) else id(spec)
         if key not in built:
             built[key] = resolve(spec)
@@ -460,8 +471,24 @@ def build_reward(
     generator = None
     if needs_generator(variant):
         generator = RubricGenerator(backend_for(generator_backend), **dict(generator_options or {}))
-    fit = context_fit_for(context_fit)
-    return AdaptiveReward.for_variant(variant, generator, evaluator, guards=guards, context_fit=fit, name=name)
+    return AdaptiveReward.for_variant(variant, generator, evaluator, guards=guards, context_fit=context_fit, name=name)
+
+
+def _check_context_fit(context_fit: object) -> None:
+    """Refuse a ``context_fit`` that is not a :class:`~care_sdk.addons.ContextFitReader` (a string, say).
+
+    Examples:
+        >>> _check_context_fit("on")
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.ConfigError: context_fit: 'on' is not a ContextFitReader ...
+    """
+    if context_fit is None or isinstance(context_fit, ContextFitReader):
+        return
+    hint = ""
+    if isinstance(context_fit, str):
+        hint = "; pass the object: care_sdk.addons.add_ons('context-fit').context_fit, or ('context-fit=SPEC')"
+    raise ConfigError(f"context_fit: {context_fit!r} is not a ContextFitReader (see care_sdk.addons){hint}")
 
 
 def unwrap_outcome(outcome: tuple[RewardResult, CareError | None]) -> RewardResult:

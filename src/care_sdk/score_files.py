@@ -13,10 +13,10 @@ input order, identical to an uninterrupted run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from care_sdk.dialogues import read_dialogues
 from care_sdk.errors import InputError
@@ -27,6 +27,7 @@ from care_sdk.types import DIMENSIONS, Dialogue, RewardResult, Turn
 logger = logging.getLogger("care_sdk")
 
 __all__ = [
+    "RecordSink",
     "ScoreSummary",
     "finish_scoring",
     "load_records",
@@ -198,6 +199,60 @@ def plan_scoring(
     return summary, turns, done, todo
 
 
+class RecordSink:
+    """Where newly scored records go, a batch at a time: into ``done`` by ``(id, turn)``, appended
+    to the output file (flushed after each batch, so an interrupted run keeps them), to
+    ``on_record``; ``progress`` hears of the reused records on entry and of each batch.
+
+    Examples:
+        >>> done = {}
+        >>> with RecordSink(done, None) as sink:
+        ...     sink.add_batch([{"id": "a", "turn": 1, "reward": 0.5}])
+        >>> done
+        {('a', 1): {'id': 'a', 'turn': 1, 'reward': 0.5}}
+    """
+
+    def __init__(
+        self,
+        done: dict[Key, dict[str, Any]],
+        out_path: Path | None,
+        *,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.done = done
+        self.out_path = out_path
+        self.on_record = on_record
+        self.progress = progress
+        self._handle: TextIO | None = None
+
+    def __enter__(self) -> RecordSink:
+        if self.progress and self.done:
+            self.progress(len(self.done))
+        self._handle = self.out_path.open("a", encoding="utf-8") if self.out_path else None
+        return self
+
+    def add_batch(self, records: Iterable[dict[str, Any]]) -> None:
+        """Keep, write and report one batch of records (each with its ``id`` and ``turn``)."""
+        count = 0
+        for record in records:
+            self.done[(str(record["id"]), int(record["turn"]))] = record
+            if self._handle:
+                append_jsonl(self._handle, record)
+            if self.on_record:
+                self.on_record(record)
+            count += 1
+        if self._handle:
+            self._handle.flush()
+        if self.progress:
+            self.progress(count)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._handle:
+            self._handle.close()
+            self._handle = None
+
+
 def finish_scoring(
     summary: ScoreSummary,
     turns: list[tuple[Dialogue, Turn]],
@@ -261,25 +316,12 @@ def score_file(
     out_path = Path(out) if out is not None else None
 
     producer = scored_by(reward)
-    handle = out_path.open("a", encoding="utf-8") if out_path else None
-    try:
-        if progress and done:
-            progress(len(done))
+    with RecordSink(done, out_path, on_record=on_record, progress=progress) as sink:
         for chunk in _chunks(todo, max(1, batch_size)):
             results = reward.score_batch([(list(t.context), t.reply) for _, t in chunk])
-            for (dialogue, turn), result in zip(chunk, results, strict=True):
-                record = {**turn_record(str(dialogue.id), turn.index, result), "scored_by": producer}
-                done[(str(dialogue.id), turn.index)] = record
-                if handle:
-                    append_jsonl(handle, record)
-                if on_record:
-                    on_record(record)
-            if handle:
-                handle.flush()
-            if progress:
-                progress(len(chunk))
-    finally:
-        if handle:
-            handle.close()
+            sink.add_batch(
+                {**turn_record(str(dialogue.id), turn.index, result), "scored_by": producer}
+                for (dialogue, turn), result in zip(chunk, results, strict=True)
+            )
 
     return finish_scoring(summary, turns, done, out_path)

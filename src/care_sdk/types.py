@@ -320,7 +320,7 @@ class Evaluation(_Frozen):
 
 FailureStage = Literal["input", "rubric", "evaluation", "context_fit"]
 """Where a reward failed: reading the input, generating the rubric, evaluating the reply, or
-reading its fit to the context (see :mod:`care_sdk.bundled.context_fit`)."""
+reading its fit to the context (see :mod:`care_sdk.addons`)."""
 
 
 class Failure(_Frozen):
@@ -379,12 +379,12 @@ class RewardResult(_Frozen):
     """What a guard did to the reward, in words (e.g. an empty reply scored 0 without a model call)."""
     context_fit: float | None = None
     """How likely the reply was written for its context, in (0, 1), when the reward reads it
-    (see :mod:`care_sdk.bundled.context_fit`); the reward is then ``context_fit * (floor + (1 - floor) *
-    rubric_reward)``."""
+    (see :mod:`care_sdk.addons`); the reward is then what the context fit pays for it (the bundled one:
+    ``fit * (floor + (1 - floor) * rubric_reward)``)."""
     parts: tuple[str, ...] = ()
     """What produced the reward: the variant (``care``, ``uniform_weights``, ...), then any opt-in
-    add-on outside the method (``weights_head``, ``expected_weights``, ``context_fit``,
-    ``shift_check``), e.g. ``("care",)`` for the method's reward."""
+    add-on outside the method (``weights_head``, ``expected_weights``, ``context_fit``), e.g.
+    ``("care",)`` for the method's reward."""
 
     @property
     def rubric_reward(self) -> float | None:

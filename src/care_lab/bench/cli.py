@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from care_lab.bench._cli_args import ProgressBar, add_backend_options, add_run_options, csv_list, resolve_backends, slug
-from care_sdk.bundled.options import add_context_fit_options, add_weight_reader_option, context_fit_of, weights_options
+from care_sdk.bundled.options import add_add_on_option, add_ons_of
 from care_sdk.variants import VARIANTS
 
 if TYPE_CHECKING:
@@ -54,8 +54,9 @@ def _cmd_quality(args: argparse.Namespace) -> int:
         seed=args.seed,
         resamples=args.resamples,
     )
+    extra = add_ons_of(args)
     generator_backend, evaluator_backend = resolve_backends(args)
-    generator = RubricGenerator(generator_backend, seed=args.seed, **weights_options(args))
+    generator = RubricGenerator(generator_backend, seed=args.seed, **extra.generator_options())
     evaluator = RubricEvaluator(evaluator_backend, seed=args.seed)
     spec = (
         args.backend
@@ -63,14 +64,13 @@ def _cmd_quality(args: argparse.Namespace) -> int:
         else (f"{args.generator_backend or args.backend}+{args.evaluator_backend or args.backend}")
     )
     out = Path(args.out) if args.out else Path("care-quality") / slug(spec)
-    context_fit = context_fit_of(args)
     runner = QualityRunner(
         generator,
         evaluator,
         out_dir=out,
         variants=args.variants,
         batch_size=args.batch_size,
-        context_fit=context_fit,
+        context_fit=extra.context_fit,
         score_batches=None if args.ray is None else _ray_batches(args),
     )
 
@@ -112,11 +112,14 @@ class _ScorerFromArgs:
         from care_sdk.ray_scoring import one_thread
 
         args = self.args
+        extra = add_ons_of(args)
         generator = RubricGenerator(
-            one_thread(args.generator_backend or args.backend, "generator"), seed=args.seed, **weights_options(args)
+            one_thread(args.generator_backend or args.backend, "generator"),
+            seed=args.seed,
+            **extra.generator_options(),
         )
         evaluator = RubricEvaluator(one_thread(args.evaluator_backend or args.backend, "evaluator"), seed=args.seed)
-        return VariantScorer(generator, evaluator, args.variants, context_fit_of(args))
+        return VariantScorer(generator, evaluator, args.variants, extra.context_fit)
 
 
 def _ray_batches(args: argparse.Namespace) -> Any:
@@ -154,7 +157,6 @@ def add_bench_commands(subparsers: Any) -> None:
         ),
     )
     add_backend_options(quality)
-    add_weight_reader_option(quality)
     quality.add_argument(
         "--limit", type=int, help="units per task (turns, judged turns, conversations, dialogues per class)"
     )
@@ -170,7 +172,7 @@ def add_bench_commands(subparsers: Any) -> None:
         default=_VARIANT_NAMES,
         help=f"comma-separated subset of {','.join(_VARIANT_NAMES)}",
     )
-    add_context_fit_options(quality)
+    add_add_on_option(quality)
     quality.add_argument(
         "--margin", type=float, default=1.0, help="pairwise: minimum judge-score gap of a pair (default: %(default)s)"
     )

@@ -41,17 +41,10 @@ from care_lab.bench.metrics import (
     spearman,
 )
 from care_lab.bench.variants import VARIANTS, Item
-from care_lab.data import (
-    MINT_JUDGE_DIMENSIONS,
-    LoadIssue,
-    SupportDialogue,
-    load_esconv,
-    load_lend_an_ear,
-    load_sage_rollouts,
-)
-from care_lab.data.sage_turns import sage_turn_roles
+from care_lab.data import MINT_JUDGE_DIMENSIONS, SupportDialogue, load_esconv, load_lend_an_ear
+from care_lab.data.roles import require_role
+from care_lab.data.sage_turns import load_sage_turns
 from care_lab.data.splits import lend_an_ear_role
-from care_lab.training.roles import require_role
 from care_sdk.errors import InputError
 from care_sdk.types import DIMENSIONS
 
@@ -309,38 +302,26 @@ class SimulatedTask(
             raise InputError(
                 "no SAGE rollout files (results_*/*_result.jsonl)", location=str(paths.root / "sage_rlver")
             )
-        turns: list[Item] = []
-        issues: list[LoadIssue] = []
-        for path in files:
-            loaded = load_sage_rollouts(path)
-            issues += loaded.issues
-            for rollout in loaded:
-                number = 0
-                for index, message in enumerate(rollout.messages):
-                    if message.role != "assistant":
-                        continue
-                    number += 1
-                    if index == 0 or index not in rollout.deltas:
-                        continue
-                    dialogue_id = f"{rollout.model}:{rollout.id}"
-                    turns.append(
-                        Item(
-                            key=f"{dialogue_id}:{index}",
-                            context=rollout.messages[:index],
-                            reply=message.content,
-                            fields={
-                                "id": dialogue_id,
-                                "turn": index,
-                                "turn_number": number,
-                                "model": rollout.model,
-                                "delta": rollout.deltas[index],
-                            },
-                        )
-                    )
-        roles = sage_turn_roles(files)
-        selection = [t for t in turns if roles.get(t.key) == "selection"]
-        chosen = [t for t in select(turns, settings.limit, settings.seed) if roles.get(t.key) == "selection"]
-        return TaskData(chosen, len(chosen), len(selection), list(files), issues)
+        loaded = load_sage_turns(files)
+        turns = [
+            Item(
+                key=t.key,
+                context=t.context,
+                reply=t.reply,
+                fields={
+                    "id": t.dialogue_id,
+                    "turn": t.index,
+                    "turn_number": t.turn_number,
+                    "model": t.model,
+                    "delta": t.delta,
+                },
+            )
+            for t in loaded
+        ]
+        roles = {t.key: t.role for t in loaded}
+        selection = [t for t in turns if roles[t.key] == "selection"]
+        chosen = [t for t in select(turns, settings.limit, settings.seed) if roles[t.key] == "selection"]
+        return TaskData(chosen, len(chosen), len(selection), list(files), list(loaded.issues))
 
     def evaluate(self, data: TaskData, records: Records, settings: Settings) -> TaskResult:
         rho: dict[str, Estimate] = {}

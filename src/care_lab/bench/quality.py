@@ -40,7 +40,7 @@ from care_lab._run_dir import file_hashes, run_meta
 from care_lab.bench.tasks import TASKS, DataPaths, Settings, TaskData, TaskResult
 from care_lab.bench.variants import VARIANT_LABELS, VARIANTS, Item, VariantScorer, record_done
 from care_lab.data import LoadIssue
-from care_sdk.bundled.context_fit import ContextFit
+from care_sdk.addons import ContextFitReader
 from care_sdk.errors import ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -169,8 +169,7 @@ class QualityRunner:
             loses at most that.
         model: a model name for the report (default: the backends' identities).
         context_fit: scale every model variant's reward by the reply's fit to its context
-            (:mod:`care_sdk.bundled.context_fit`); ``care bench quality`` turns it on for the bundled
-            ``default`` evaluator, as the reward factories do.
+            (:mod:`care_sdk.bundled.context_fit`); ``care bench quality --add-on context-fit`` asks for it.
         score_batches: scores the items instead of this process's own scorer, e.g. on a Ray
             cluster (:func:`care_lab.bench.ray_items.ray_item_batches`); the records are kept here.
 
@@ -192,7 +191,7 @@ class QualityRunner:
         variants: Sequence[str] = VARIANTS,
         batch_size: int = 8,
         model: str | None = None,
-        context_fit: ContextFit | None = None,
+        context_fit: ContextFitReader | None = None,
         score_batches: BatchScorer | None = None,
     ) -> None:
         self.scorer = VariantScorer(generator, evaluator, variants, context_fit)

@@ -48,8 +48,8 @@ from care_lab.bench.attacks import ATTACKS_BY_NAME, FLAGGED_CATEGORIES
 from care_lab.bench.metrics import Estimate, bootstrap, mean
 from care_lab.bench.tasks import select
 from care_lab.data import load_esconv
+from care_sdk.addons import ContextFitReader
 from care_sdk.backends import Backend, ForwardingBackend, GenerationRequest, GenerationResult
-from care_sdk.bundled.context_fit import ContextFit
 from care_sdk.errors import ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -232,7 +232,7 @@ class RobustnessRunner:
         out_dir: str | Path,
         attacks: Sequence[str] | None = None,
         guards: Guards | None = None,
-        context_fit: ContextFit | None = None,
+        context_fit: ContextFitReader | None = None,
         batch_size: int = 4,
         seed: int = 0,
         resamples: int = 1000,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from care_lab.bench._cli_args import ProgressBar, add_backend_options, add_run_options, csv_list, resolve_backends, slug
-from care_sdk.bundled.options import add_context_fit_options, context_fit_of
+from care_sdk.bundled.options import add_add_on_option, add_ons_of
 
 __all__ = ["add_robustness_command"]
 
@@ -33,8 +33,9 @@ def _cmd_robustness(args: argparse.Namespace) -> int:
         f"care bench robustness: {len(items)} of {available} dialogues; {len(turns)} replies for false positives",
         file=sys.stderr,
     )
+    extra = add_ons_of(args)
     generator_backend, evaluator_backend = resolve_backends(args)
-    generator = RubricGenerator(generator_backend, seed=args.seed)
+    generator = RubricGenerator(generator_backend, seed=args.seed, **extra.generator_options())
     spec = args.evaluator_backend or args.backend
     out = Path(args.out) if args.out else Path("care-robustness") / slug(spec)
     guards = Guards(on_flag=args.on_flag, max_chars=args.max_chars)
@@ -44,7 +45,7 @@ def _cmd_robustness(args: argparse.Namespace) -> int:
         out_dir=out,
         attacks=args.attacks or None,
         guards=guards,
-        context_fit=context_fit_of(args),
+        context_fit=extra.context_fit,
         batch_size=args.batch_size,
         seed=args.seed,
         resamples=args.resamples,
@@ -70,8 +71,8 @@ def add_robustness_command(sub: Any) -> None:
         description=(
             "Score held-out ESConv test contexts' reference replies and attacks built from them, with the "
             "evaluator prompt v1 and no guards (off) and with prompt v2 and the guards (on); an evaluator "
-            "adapter uses its own prompt in both. The reward is the one `care score` gives (context fit "
-            "included for the bundled default). Prints a markdown table; writes records.jsonl, "
+            "adapter uses its own prompt in both. The reward is the one `care score` gives (with the "
+            "--add-on add-ons asked for). Prints a markdown table; writes records.jsonl, "
             "robustness.json and robustness.md to --out (a re-run resumes)."
         ),
     )
@@ -91,7 +92,7 @@ def add_robustness_command(sub: Any) -> None:
     cmd.add_argument(
         "--max-chars", type=int, default=2000, help="longest reply the evaluator sees (default: %(default)s)"
     )
-    add_context_fit_options(cmd)
+    add_add_on_option(cmd)
     cmd.add_argument("--esconv", help="ESConv file (default: esconv/test.jsonl under the data directory)")
     add_run_options(cmd, out_dir="care-robustness", batch_size=4, batch_unit="contexts per batch")
     cmd.set_defaults(func=_cmd_robustness)

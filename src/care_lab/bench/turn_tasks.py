@@ -43,6 +43,8 @@ from care_lab.data import (
     load_judged_turns,
     load_lend_an_ear,
 )
+from care_lab.data.priorities import fit_top_priors, r_align, turn_number
+from care_lab.data.roles import require_role
 from care_sdk.errors import InputError
 from care_sdk.prompts import generator_position
 from care_sdk.types import DIMENSIONS
@@ -56,9 +58,6 @@ class AlignmentTask(
     """Priority alignment on ESConv supporter turns: does the top weight match the reference strategies?"""
 
     def load(self, paths: DataPaths, settings: Settings) -> TaskData:
-        from care_lab.training.roles import require_role
-        from care_lab.training.rubric_targets import fit_top_priors, turn_number
-
         loaded = load_esconv(paths.esconv_file)
         turns: list[tuple[SupportDialogue, SupportTurn]] = []
         for dialogue in loaded:
@@ -90,8 +89,6 @@ class AlignmentTask(
         return TaskData(items, len(items), len(turns), sources, issues)
 
     def evaluate(self, data: TaskData, records: Records, settings: Settings) -> TaskResult:
-        from care_lab.training import r_align
-
         match_row: dict[str, Estimate] = {}
         align_row: dict[str, Estimate] = {}
         mean_weights: dict[str, dict[str, float | None]] = {}

@@ -13,8 +13,8 @@ one generator (so each context gets one rubric) and one request memo in front of
 (so requests that are identical across variants are sent once): the evaluator prompt holds the
 criteria but not the weights, so ``care`` and ``uniform_weights`` send the same evaluation
 request, and so do ``fixed_criteria`` and ``fixed_rubric``. One item costs one rubric and two
-evaluations for all five variants. With a :class:`~care_sdk.ContextFit`, every model variant's
-reward is scaled by the reply's fit to its context, read once per reply for all of them.
+evaluations for all five variants. With a context fit (:class:`~care_sdk.addons.ContextFitReader`),
+every model variant's reward is scaled by the reply's fit to its context, read once per reply for all of them.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from care_sdk.addons import ContextFitReader
 from care_sdk.backends import Backend, ForwardingBackend, GenerationRequest, GenerationResult
-from care_sdk.bundled.context_fit import ContextFit
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -187,7 +187,7 @@ class VariantScorer:
         generator: RubricGenerator | None,
         evaluator: RubricEvaluator | None,
         variants: Sequence[str] = VARIANTS,
-        context_fit: ContextFit | None = None,
+        context_fit: ContextFitReader | None = None,
     ) -> None:
         unknown = [v for v in variants if v not in VARIANTS]
         if unknown:

@@ -26,10 +26,18 @@ API summary (stable):
 - :func:`~care_lab.data.splits.lend_an_ear_split`: the one split by conversation of Lend-an-Ear
   (train on ``train`` only; ``valid`` and ``test`` are held out everywhere, both data role
   ``selection``: :func:`lend_an_ear_role`).
-- The fresh ``test`` sets (read through the test-read ledger, :mod:`care_lab.training.results`):
+- The fresh ``test`` sets (read through the test-read ledger, :mod:`care_lab.data.results`):
   ``load_intent_turns`` / ``load_intent_annotations`` (EmpatheticIntents listener turns, intent
   and mapped dimension, :func:`intent_map`) and ``sage_test_turns`` (SAGE turns outside the 400
-  already scored; ``sage_turns`` lists every turn with its role).
+  already scored; ``sage_turns`` and ``load_sage_turns`` list every turn with its role).
+- Data roles (:mod:`care_lab.data.roles`): :func:`data_role`, :func:`require_role` (every reader
+  that fits, selects or evaluates: ``fit`` reads train only, ``select`` train or selection, test
+  only through the test-read ledger), :func:`require_trainable`, :func:`require_held_out` and
+  :func:`write_roles`; results files and the ledger (:mod:`care_lab.data.results`):
+  :func:`write_results`, :func:`record_test_read`.
+- What the labels say about priority (:mod:`care_lab.data.priorities`: r_align's rule, the
+  turn-position prior) and the MINT judge's preference pairs (:mod:`care_lab.data.judged_pairs`),
+  used by training and the benchmarks alike.
 - :func:`data_dir` locates the data directory (an explicit path, else ``$CARE_DATA_DIR``; an
   error that says where to get the data otherwise); :func:`require_data` checks one file.
 
@@ -54,8 +62,17 @@ from care_lab.data.mint import (
     load_mint_conversations,
 )
 from care_lab.data.records import SupportDialogue, SupportTurn
+from care_lab.data.results import record_test_read, write_results
+from care_lab.data.roles import data_role, require_held_out, require_role, require_trainable, write_roles
 from care_lab.data.sage import SageProfile, SageRollout, load_sage_profiles, load_sage_rollouts
-from care_lab.data.sage_turns import SageTurn, sage_rollout_files, sage_scored_keys, sage_test_turns, sage_turns
+from care_lab.data.sage_turns import (
+    SageTurn,
+    load_sage_turns,
+    sage_rollout_files,
+    sage_scored_keys,
+    sage_test_turns,
+    sage_turns,
+)
 from care_lab.data.splits import LEND_AN_EAR_HELD_OUT, lend_an_ear_role, lend_an_ear_split, split_of
 from care_lab.data.strategies import StrategyMap, UnknownStrategyError, default_strategy_map
 
@@ -79,6 +96,7 @@ __all__ = [
     "SupportTurn",
     "UnknownStrategyError",
     "data_dir",
+    "data_role",
     "default_strategy_map",
     "intent_map",
     "lend_an_ear_role",
@@ -91,10 +109,17 @@ __all__ = [
     "load_mint_conversations",
     "load_sage_profiles",
     "load_sage_rollouts",
+    "load_sage_turns",
+    "record_test_read",
     "require_data",
+    "require_held_out",
+    "require_role",
+    "require_trainable",
     "sage_rollout_files",
     "sage_scored_keys",
     "sage_test_turns",
     "sage_turns",
     "split_of",
+    "write_results",
+    "write_roles",
 ]

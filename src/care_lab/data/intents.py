@@ -1,7 +1,7 @@
 """EmpatheticIntents: listener turns of EmpatheticDialogues with a listener intent, mapped to a dimension.
 
 The data (``empatheticdialogues_intents/``, Welivita & Pu, COLING 2020) is a fresh ``test`` set:
-read it once per shipped artifact, through :func:`care_lab.training.results.record_test_read`,
+read it once per shipped artifact, through :func:`care_lab.data.results.record_test_read`,
 whose entry every loader here asks for.
 
 The intent -> dimension mapping (``intent_map.json`` next to this module, package data) was
@@ -137,7 +137,7 @@ def _require_read(test_read: object | None, where: Path) -> None:
     if test_read is None:
         raise InputError(
             "EmpatheticIntents is a test set: pass test_read=, the entry "
-            "care_lab.training.results.record_test_read returned for this read",
+            "care_lab.data.results.record_test_read returned for this read",
             location=str(where),
         )
 

@@ -24,13 +24,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from care_lab.data.sage import load_sage_rollouts
+from care_lab.data._issues import Loaded, LoadIssue
+from care_lab.data.sage import SageRollout, load_sage_rollouts
 from care_sdk.types import Message
 
 __all__ = [
     "SCORED_LIMIT",
     "SCORED_SEED",
     "SageTurn",
+    "load_sage_turns",
     "sage_rollout_files",
     "sage_scored_keys",
     "sage_test_turns",
@@ -103,30 +105,60 @@ def scored_positions(count: int, *, limit: int = SCORED_LIMIT, seed: int = SCORE
     return order[: max(0, limit)]
 
 
-def _raw_turns(files: Sequence[Path]) -> list[SageTurn]:
+def _rollout_turns(rollout: SageRollout) -> list[SageTurn]:
+    """The turns of one rollout: its assistant messages after the first message that have an emotion change."""
     turns: list[SageTurn] = []
-    for path in files:
-        for rollout in load_sage_rollouts(path):
-            number = 0
-            for index, message in enumerate(rollout.messages):
-                if message.role != "assistant":
-                    continue
-                number += 1
-                if index == 0 or index not in rollout.deltas:
-                    continue
-                turns.append(
-                    SageTurn(
-                        key=f"{rollout.model}:{rollout.id}:{index}",
-                        model=rollout.model,
-                        profile=rollout.id,
-                        index=index,
-                        turn_number=number,
-                        context=rollout.messages[:index],
-                        reply=message.content,
-                        delta=rollout.deltas[index],
-                    )
-                )
+    number = 0
+    for index, message in enumerate(rollout.messages):
+        if message.role != "assistant":
+            continue
+        number += 1
+        if index == 0 or index not in rollout.deltas:
+            continue
+        turns.append(
+            SageTurn(
+                key=f"{rollout.model}:{rollout.id}:{index}",
+                model=rollout.model,
+                profile=rollout.id,
+                index=index,
+                turn_number=number,
+                context=rollout.messages[:index],
+                reply=message.content,
+                delta=rollout.deltas[index],
+            )
+        )
     return turns
+
+
+def load_sage_turns(files: Sequence[str | Path]) -> Loaded[SageTurn]:
+    """Every SAGE turn of ``files``, each with its role, and the issues the rollout loader found.
+
+    The turns come in the order of ``files`` as given (rollouts in file order, messages in order);
+    the roles do not depend on it: they follow the positions in the sorted files' order, the
+    quality benchmark's (:func:`sage_turns`).
+
+    Examples:
+        >>> import os
+        >>> files = sage_rollout_files(os.environ.get("CARE_DATA_DIR", "/no-data"))
+        >>> if files:
+        ...     loaded = load_sage_turns(files[::-1])
+        ...     assert sorted(t.key for t in loaded if t.role == "selection") == sorted(sage_scored_keys(files))
+        >>> len(load_sage_turns([])), load_sage_turns([]).issues
+        (0, [])
+    """
+    paths = [Path(f) for f in files]
+    per_file: dict[Path, list[SageTurn]] = {}
+    issues: list[LoadIssue] = []
+    for path in paths:
+        loaded = load_sage_rollouts(path)
+        issues += loaded.issues
+        per_file[path] = [t for rollout in loaded for t in _rollout_turns(rollout)]
+    ordered = [t for path in sorted(paths) for t in per_file[path]]
+    scored = set(scored_positions(len(ordered)))
+    roles: dict[str, Literal["selection", "test"]] = {
+        t.key: "selection" if i in scored else "test" for i, t in enumerate(ordered)
+    }
+    return Loaded([replace(t, role=roles[t.key]) for path in paths for t in per_file[path]], issues)
 
 
 def sage_turns(files: Sequence[str | Path]) -> list[SageTurn]:
@@ -139,10 +171,7 @@ def sage_turns(files: Sequence[str | Path]) -> list[SageTurn]:
         ...     turns = sage_turns(files)
         ...     assert sum(t.role == "selection" for t in turns) == 400
     """
-    paths = sorted(Path(f) for f in files)
-    turns = _raw_turns(paths)
-    scored = set(scored_positions(len(turns)))
-    return [replace(t, role="selection" if i in scored else "test") for i, t in enumerate(turns)]
+    return load_sage_turns(sorted(Path(f) for f in files)).records
 
 
 def sage_scored_keys(files: Sequence[str | Path]) -> list[str]:
@@ -152,7 +181,7 @@ def sage_scored_keys(files: Sequence[str | Path]) -> list[str]:
         >>> sage_scored_keys([])
         []
     """
-    turns = _raw_turns(sorted(Path(f) for f in files))
+    turns = sage_turns(files)
     return [turns[i].key for i in scored_positions(len(turns))]
 
 

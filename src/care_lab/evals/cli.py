@@ -169,12 +169,9 @@ def _add_generator_command(sub: Any) -> None:
 
 def _cmd_sim_user(args: argparse.Namespace) -> int:
     from care_lab.data import data_dir
-    from care_lab.evals.judge import DialogueJudge
     from care_lab.evals.simuser import EmotionSimulator
     from care_lab.evals.simuser_run import SimUserRunner
-    from care_lab.training.policy.components import load_profiles
-    from care_lab.training.policy.config import DEFAULT_SYSTEM_PROMPT, UserSettings
-    from care_lab.training.policy.rollout import BackendPolicy
+    from care_lab.simulation import DEFAULT_SYSTEM_PROMPT, BackendPolicy, DialogueJudge, UserSettings, load_profiles
 
     if args.simulator == args.policy:
         raise ConfigError("--simulator must be another model than --policy (the policy would play its own user)")

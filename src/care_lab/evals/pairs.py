@@ -5,12 +5,12 @@ Two sources, both refusing training data:
 - :func:`read_pairs_file`: a JSONL file of ``{"context": [...], "chosen": ..., "rejected": ...}``
   records, such as ``pairs/valid.jsonl`` or ``pairs/test.jsonl`` written by ``care train
   build-data``. The file's declared data role (``roles.json``, see
-  :mod:`care_lab.training.roles`) must be held out (selection, test or eval-only), and no record may
+  :mod:`care_lab.data.roles`) must be held out (selection, test or eval-only), and no record may
   carry ``"split": "train"``.
 - :func:`lend_an_ear_held_out_pairs`: the pairs build-data would make from the MINT-judged
   replies of the held-out Lend-an-Ear conversations (:data:`~care_lab.data.LEND_AN_EAR_HELD_OUT`,
   the split defined once in :mod:`care_lab.data.splits`), built by the same code
-  (:func:`care_lab.training.pairs.mint_pairs`) with the same settings, so they are exactly the
+  (:func:`care_lab.data.judged_pairs.mint_judge_pairs`) with the same settings, so they are exactly the
   held-out pairs build-data writes, and never one of its training pairs.
 
 Examples:
@@ -136,7 +136,7 @@ def read_pairs_file(path: str | Path, *, limit: int | None = None, test_read: ob
 
     The file's declared role must be selection (``valid``), test or eval-only (a ``roles.json``
     next to it or up to three directories above; build-data writes one); a ``test`` file needs
-    ``test_read``, the entry :func:`care_lab.training.results.record_test_read` returned. Each
+    ``test_read``, the entry :func:`care_lab.data.results.record_test_read` returned. Each
     line needs ``context`` (chat messages), ``chosen`` and ``rejected``; ``id``, ``dialogue_id``
     and ``turn_index`` are used when present (pairs of the same dialogue turn form one bootstrap
     unit, otherwise the context's hash does).
@@ -164,7 +164,7 @@ def read_pairs_file(path: str | Path, *, limit: int | None = None, test_read: ob
         ...
         care_sdk.errors.InputError: .../held.jsonl: refusing to evaluate on train data (evaluation never reads train)
     """
-    from care_lab.training.roles import require_held_out
+    from care_lab.data.roles import require_held_out
 
     path = Path(path)
     if not path.is_file():
@@ -247,11 +247,7 @@ def lend_an_ear_held_out_pairs(
         load_judged_turns,
         load_lend_an_ear,
     )
-    from care_lab.training.build_report import BuildReport
-    from care_lab.training.config import BuildDataConfig
-    from care_lab.training.pairs import mint_pairs
-    from care_lab.training.targets import BuildContext
-    from care_sdk.backends import BackendPool
+    from care_lab.data.judged_pairs import mint_judge_pairs
 
     root = Path(root)
     judged_path = Path(judged) if judged else root / "judged_turns" / JUDGED_FILE
@@ -273,19 +269,9 @@ def lend_an_ear_held_out_pairs(
         if m.role == "assistant"
     }
     responses = load_judged_turns(judged_path)
-    config = BuildDataConfig(
-        output_dir=".",
-        teacher=None,
-        target_judges=None,
-        judges=None,
-        annotator=None,
-        pref_margin=margin,
-        max_pairs_per_turn=max_pairs_per_turn,
-        mint_reject_human=reject_human,
+    records = mint_judge_pairs(
+        held, responses.records, margin=margin, max_pairs_per_turn=max_pairs_per_turn, reject_human=reject_human
     )
-    report = BuildReport()
-    ctx = BuildContext(config, mapping, BackendPool(), report, lambda _: None)
-    records = mint_pairs(held, responses.records, ctx)
     overlapping = [r for r in records if context_group([Message.model_validate(m) for m in r["context"]]) in trained]
     records = [r for r in records if r not in overlapping]
     pairs = [

@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from care_lab.training.policy.profiles import UserProfile
-from care_lab.training.policy.rollout import BackendPolicy
+from care_lab.simulation.episodes import BackendPolicy
+from care_lab.simulation.profiles import UserProfile
 from care_sdk._engine import drive, parse_plan
 from care_sdk._replies import parse_json_reply
 from care_sdk._text import clip

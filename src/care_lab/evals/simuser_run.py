@@ -29,10 +29,10 @@ from typing import Any
 
 from care_lab._run_dir import RECORDS, check_identity, file_hashes, load_records, run_meta
 from care_lab.bench.metrics import Estimate, bootstrap, mean
-from care_lab.evals.judge import DialogueJudge
 from care_lab.evals.simuser import EmotionSimulator, run_sim_episodes
-from care_lab.training.policy.profiles import UserProfile
-from care_lab.training.policy.rollout import BackendPolicy
+from care_lab.simulation.episodes import BackendPolicy
+from care_lab.simulation.judge import DialogueJudge
+from care_lab.simulation.profiles import UserProfile
 from care_sdk.errors import CareError
 from care_sdk.jsonl import replace_jsonl
 from care_sdk.types import Message

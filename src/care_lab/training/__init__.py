@@ -7,10 +7,8 @@ inside their functions and raise :class:`~care_sdk.errors.MissingDependencyError
 - Reward terms (usable in any trainer): :func:`r_align`, :func:`r_pref`, :func:`format_reward`,
   the TRL reward functions :class:`FormatReward`, :class:`PrefReward`, :class:`AlignReward`, and
   :class:`PrefGRPORewards` (the three together: a failed evaluation masks the whole completion).
-- Data hygiene: :func:`data_role`, :func:`require_role` (every reader that fits, selects or
-  evaluates: ``fit`` reads train only, ``select`` train or selection, test only through the
-  test-read ledger), :func:`require_trainable` and :func:`write_roles`; results files and the
-  ledger: :func:`write_results`, :func:`record_test_read`; run sizes: :func:`plan_training` and :class:`TrainingPlan`.
+- Run sizes: :func:`plan_training` and :class:`TrainingPlan`. (Data roles, the test-read ledger and
+  results files are the data's: :mod:`care_lab.data.roles`, :mod:`care_lab.data.results`.)
 - Stages: :func:`build_data`, :func:`run_sft`, :func:`run_pref_grpo`, :func:`fit_weights_head`, with
   their configs :class:`BuildDataConfig`, :class:`SFTStageConfig`, :class:`PrefGRPOConfig`,
   :class:`WeightsHeadConfig` and :func:`load_config`.
@@ -36,7 +34,6 @@ from care_lab.training.config import (
 from care_lab.training.models import tiny_model_dir
 from care_lab.training.plan import TrainingPlan, plan_training
 from care_lab.training.pref_grpo import PrefGRPOResult, run_pref_grpo
-from care_lab.training.results import record_test_read, write_results
 from care_lab.training.rewards import (
     AlignReward,
     FormatReward,
@@ -48,7 +45,6 @@ from care_lab.training.rewards import (
     r_align,
     r_pref,
 )
-from care_lab.training.roles import data_role, require_role, require_trainable, write_roles
 from care_lab.training.sft import SFTResult, load_trained_generator, run_sft
 from care_lab.training.weights_head import fit_weights_head
 
@@ -70,7 +66,6 @@ __all__ = [
     "build_data",
     "completion_text",
     "count_weights",
-    "data_role",
     "fit_weights_head",
     "format_reward",
     "load_config",
@@ -78,12 +73,7 @@ __all__ = [
     "plan_training",
     "r_align",
     "r_pref",
-    "record_test_read",
-    "require_role",
-    "require_trainable",
     "run_pref_grpo",
     "run_sft",
     "tiny_model_dir",
-    "write_results",
-    "write_roles",
 ]

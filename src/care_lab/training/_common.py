@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from care_lab.data.roles import require_role
 from care_lab.training.models import require_train, resolve_model
-from care_lab.training.roles import require_role
 from care_sdk.errors import ConfigError, InputError
 from care_sdk.jsonl import read_jsonl
 from care_sdk.prompts import evaluator_messages, generator_messages
@@ -99,7 +99,7 @@ class GRPORunResult:
 def read_records(path: str | Path, kind: str, split: str = "train", limit: int | None = None) -> list[dict[str, Any]]:
     """Read build-data records: a JSONL file, or ``<dir>/<kind>/<split>.jsonl`` under a build-data output.
 
-    Every read goes through the role guard (:func:`~care_lab.training.roles.require_role`): with
+    Every read goes through the role guard (:func:`~care_lab.data.roles.require_role`): with
     ``split="train"`` the records are about to be fitted on (``train`` only); any other split
     (``valid``: SFT's ``eval_data``, for early stopping and choosing a checkpoint) is a selection
     read (``train`` or ``selection``). ``test`` and ``eval-only`` data are refused either way.

@@ -14,7 +14,7 @@ Pipeline:
    **annotator** labels the chosen reply's strategies where the data has none.
 4. Every input (context) lands in one split only; outputs are JSONL files that
    ``datasets.load_dataset("json", ...)`` reads, ``roles.json`` declares each file's data role
-   (:mod:`care_lab.training.roles`: ``train`` for the train split, ``selection`` for ``valid`` and
+   (:mod:`care_lab.data.roles`: ``train`` for the train split, ``selection`` for ``valid`` and
    ``test``, which come from ESConv valid/test and the held-out Lend-an-Ear conversations), every
    record carries its ``split`` and ``role``, and ``report.json`` holds every count and the pairs'
    length balance.
@@ -43,18 +43,18 @@ from care_lab.data import (
     load_judged_turns,
     load_lend_an_ear,
 )
+from care_lab.data.judged_pairs import HUMAN_SYSTEMS
+from care_lab.data.roles import OUTPUT_ROLES, Role, require_role, write_roles
 from care_lab.data.splits import lend_an_ear_role, lend_an_ear_split
 from care_lab.training.build_report import BuildReport
 from care_lab.training.config import BuildDataConfig
 from care_lab.training.pairs import (
-    HUMAN_SYSTEMS,
     annotate,
     candidate_pairs,
     length_balance,
     mint_pairs,
     offcontext_pairs,
 )
-from care_lab.training.roles import OUTPUT_ROLES, Role, require_role, write_roles
 from care_lab.training.targets import BuildContext, build_targets, count_weights
 from care_sdk.backends import BackendPool
 from care_sdk.types import Message
@@ -62,7 +62,7 @@ from care_sdk.types import Message
 __all__ = ["SPLITS", "BuildReport", "build_data", "count_weights", "input_key"]
 
 SPLITS: tuple[str, ...] = ("train", "valid", "test")
-"""Output splits, in order (each output file's data role: :data:`~care_lab.training.roles.OUTPUT_ROLES`)."""
+"""Output splits, in order (each output file's data role: :data:`~care_lab.data.roles.OUTPUT_ROLES`)."""
 
 
 def input_key(context: Sequence[Message]) -> str:

@@ -40,9 +40,9 @@ from care_lab.data import (
     load_judged_turns,
     load_lend_an_ear,
 )
+from care_lab.data.roles import OUTPUT_ROLES, require_role, write_roles
 from care_lab.data.splits import lend_an_ear_role, lend_an_ear_split
 from care_lab.training.build_report import BuildReport
-from care_lab.training.roles import OUTPUT_ROLES, require_role, write_roles
 from care_lab.training.rubric_targets import TemplateTargets, esconv_setup
 from care_sdk.types import DIMENSIONS, Criterion, Dimension, Rubric
 

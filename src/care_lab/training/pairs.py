@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from care_lab.data import JudgedResponse, SupportDialogue, SupportTurn
+from care_lab.data.judged_pairs import make_pair, mint_judge_pairs
 from care_lab.training._calls import ask
 from care_lab.training.config import model_identity
 from care_lab.training.prompts import (
@@ -45,7 +46,6 @@ from care_sdk.errors import CareError
 from care_sdk.types import Message
 
 __all__ = [
-    "HUMAN_SYSTEMS",
     "annotate",
     "candidate_pairs",
     "length_balance",
@@ -53,9 +53,6 @@ __all__ = [
     "mint_pairs",
     "offcontext_pairs",
 ]
-
-HUMAN_SYSTEMS = frozenset({"reference", "gold"})
-"""The ``chosen_system`` / ``rejected_system`` names of a human supporter's reply (ESConv, Lend-an-Ear)."""
 
 
 def majority(votes: Sequence[str | None], judges: int) -> tuple[str, int] | None:
@@ -73,32 +70,6 @@ def majority(votes: Sequence[str | None], judges: int) -> tuple[str, int] | None
         if counts[side] * 2 > judges:
             return side, counts[side]
     return None
-
-
-def make_pair(
-    record_id: str,
-    turn: SupportTurn | tuple[str, str, int],
-    split: str,
-    context: Sequence[Message],
-    chosen: str,
-    rejected: str,
-    strategies: Sequence[str] | None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """A pair record (``chosen_strategies`` ``None`` until the annotator labels it)."""
-    source, dialogue_id, index = (turn.source, turn.dialogue_id, turn.index) if isinstance(turn, SupportTurn) else turn
-    return {
-        "id": record_id,
-        "source": source,
-        "dialogue_id": dialogue_id,
-        "turn_index": index,
-        "split": split,
-        "context": [m.model_dump() for m in context],
-        "chosen": chosen,
-        "rejected": rejected,
-        "chosen_strategies": list(strategies) if strategies is not None else None,
-        **extra,
-    }
 
 
 def _reply(text: str) -> str:
@@ -259,55 +230,19 @@ def candidate_pairs(turns: list[tuple[SupportTurn, str]], ctx: BuildContext) -> 
 def mint_pairs(
     dialogues: list[tuple[SupportDialogue, str]], judged: Sequence[JudgedResponse], ctx: BuildContext
 ) -> list[dict[str, Any]]:
-    """Lend-an-Ear pairs: best vs worst MINT-judge score of the judged replies to the same turn."""
-    cfg, report = ctx.cfg, ctx.report
-    by_id = {d.id: (d, split) for d, split in dialogues if d.source == "lend-an-ear"}
-    groups: dict[tuple[str, int], list[JudgedResponse]] = defaultdict(list)
-    for response in judged:
-        groups[(response.conversation_id, response.turn_index)].append(response)
-    out = []
-    for (cid, index), responses in sorted(groups.items()):
-        if cid not in by_id:
-            continue
-        dialogue, split = by_id[cid]
-        if index >= len(dialogue.messages) or dialogue.messages[index].role != "assistant":
-            report.pairs["mint: turn index does not match the conversation"] += 1
-            continue
-        report.pairs["mint: turns"] += 1
-        ranked = sorted(responses, key=lambda r: (-r.aggregated_empathy, r.system))
-        worsts = [r for r in reversed(ranked) if cfg.mint_reject_human or r.system not in HUMAN_SYSTEMS]
-        if len(worsts) < len(ranked):
-            report.pairs["mint: turns whose human reply may not be rejected"] += 1
-        made = 0
-        for best, worst in zip(ranked, worsts, strict=False):
-            if made >= cfg.max_pairs_per_turn or best.aggregated_empathy - worst.aggregated_empathy < cfg.pref_margin:
-                break
-            if best.response.strip() == worst.response.strip():
-                continue
-            lengths = sorted((len(best.response), len(worst.response)))
-            if cfg.mint_max_length_ratio is not None and lengths[1] > cfg.mint_max_length_ratio * max(lengths[0], 1):
-                report.pairs["mint: dropped (length ratio above mint_max_length_ratio)"] += 1
-                continue
-            out.append(
-                make_pair(
-                    f"{cid}#{index}#{made}",
-                    ("lend-an-ear", cid, index),
-                    split,
-                    dialogue.messages[:index],
-                    best.response,
-                    worst.response,
-                    dialogue.strategies[index] if best.system in HUMAN_SYSTEMS else None,
-                    origin="mint-judge",
-                    chosen_system=best.system,
-                    rejected_system=worst.system,
-                    margin=round(best.aggregated_empathy - worst.aggregated_empathy, 4),
-                )
-            )
-            made += 1
-        report.pairs["mint: pairs"] += made
-        if made == 0:
-            report.pairs["mint: turns without a pair above the margin"] += 1
-    return out
+    """Lend-an-Ear pairs (:func:`~care_lab.data.judged_pairs.mint_judge_pairs`) with the config's
+    ``pref_margin``, ``max_pairs_per_turn``, ``mint_reject_human`` and ``mint_max_length_ratio``,
+    counted in the report."""
+    cfg = ctx.cfg
+    return mint_judge_pairs(
+        dialogues,
+        judged,
+        margin=cfg.pref_margin,
+        max_pairs_per_turn=cfg.max_pairs_per_turn,
+        reject_human=cfg.mint_reject_human,
+        max_length_ratio=cfg.mint_max_length_ratio,
+        counts=ctx.report.pairs,
+    )
 
 
 def offcontext_pairs(

@@ -19,9 +19,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from care_lab.data.priorities import align_violations, r_align
 from care_sdk.integrations.trl import completion_text
 from care_sdk.prompts import parse_rubric, rubric_reply_json
-from care_sdk.types import DIMENSIONS, Dimension, Message, RewardResult, Rubric, as_messages
+from care_sdk.types import DIMENSIONS, Message, RewardResult, Rubric, as_messages
 
 __all__ = [
     "AlignReward",
@@ -34,95 +35,6 @@ __all__ = [
     "r_align",
     "r_pref",
 ]
-
-_EPS = 1e-9
-
-Weights = Rubric | Mapping[Dimension, float] | Mapping[str, float]
-"""A rubric, or its weight per dimension (keys: :class:`Dimension` or its value)."""
-Counts = Mapping[Dimension, int] | Mapping[str, int]
-"""Strategy counts n_d per dimension (missing dimensions count 0)."""
-
-
-def _as_weights(weights: Weights) -> dict[Dimension, float]:
-    raw = weights.weights if isinstance(weights, Rubric) else weights
-    out = {Dimension(k): float(v) for k, v in raw.items()}
-    missing = [d.value for d in DIMENSIONS if d not in out]
-    if missing:
-        raise ValueError(f"weights: missing {', '.join(missing)}")
-    return out
-
-
-def _as_counts(counts: Counts) -> dict[Dimension, int]:
-    out = dict.fromkeys(DIMENSIONS, 0)
-    for key, value in counts.items():
-        if value < 0:
-            raise ValueError(f"strategy count of {key} is negative: {value}")
-        out[Dimension(key)] = int(value)
-    return out
-
-
-def align_violations(weights: Weights, strategy_counts: Counts) -> list[str]:
-    """The violations of the alignment rule, one sentence each (empty: the weights are aligned).
-
-    The rule, with n_d the strategy counts and w_d the weights, and the *top-count set* the
-    dimensions with the largest n_d:
-
-    1. one violation if a dimension outside the top-count set has the largest weight, alone or
-       tied (strict: uniform weights violate it unless every dimension is in the top-count set);
-    2. one more violation for every pair (z, p) with n_z = 0 < n_p and w_z > w_p.
-
-    When every n_d is 0 all dimensions are in the top-count set and nothing can be violated.
-
-    Examples:
-        >>> for v in align_violations({"cognitive": 0.3, "affective": 0.5, "proactive": 0.2},
-        ...                           {"cognitive": 2, "affective": 0, "proactive": 0}):
-        ...     print(v)
-        top: affective has the largest weight without the most strategies (cognitive)
-        affective (n=0) outweighs cognitive (n=2)
-        >>> align_violations({"cognitive": 1, "affective": 1, "proactive": 1}, {"cognitive": 3})
-        ['top: affective, proactive share the largest weight without the most strategies (cognitive)']
-    """
-    w = _as_weights(weights)
-    n = _as_counts(strategy_counts)
-    out = []
-    top_n = max(n.values())
-    top_w = max(w.values())
-    top_dims = [d for d in DIMENSIONS if n[d] == top_n]
-    intruders = [d for d in DIMENSIONS if d not in top_dims and w[d] >= top_w - _EPS]
-    if intruders:
-        tied = sum(w[d] >= top_w - _EPS for d in DIMENSIONS) > 1
-        how = ("shares" if tied else "has") if len(intruders) == 1 else "share"
-        names = ", ".join(d.value for d in intruders)
-        top = ", ".join(d.value for d in top_dims)
-        out.append(f"top: {names} {how} the largest weight without the most strategies ({top})")
-    for z in DIMENSIONS:
-        for p in DIMENSIONS:
-            if n[z] == 0 < n[p] and w[z] > w[p] + _EPS:
-                out.append(f"{z.value} (n=0) outweighs {p.value} (n={n[p]})")
-    return out
-
-
-def r_align(weights: Weights, strategy_counts: Counts) -> float:
-    """The alignment reward: ``max(0, 1 - 0.5 * violations)`` (see :func:`align_violations`).
-
-    When every count is 0 both conditions hold trivially and the reward is 1. Uniform weights
-    score 0.5 against counts with a single top dimension: a tie for the largest weight is not a
-    priority order.
-
-    Args:
-        weights: the rubric (or its weights per dimension).
-        strategy_counts: n_d, the per-dimension strategy counts of the preferred reply.
-
-    Examples:
-        >>> r_align({"cognitive": 0.5, "affective": 0.3, "proactive": 0.2}, {"cognitive": 2, "affective": 1})
-        1.0
-        >>> r_align({"cognitive": 0.2, "affective": 0.3, "proactive": 0.5}, {"cognitive": 2, "affective": 1})
-        0.0
-        >>> uniform = {"cognitive": 1, "affective": 1, "proactive": 1}
-        >>> r_align(uniform, {"cognitive": 3}), r_align(uniform, {})
-        (0.5, 1.0)
-    """
-    return max(0.0, 1.0 - 0.5 * len(align_violations(weights, strategy_counts)))
 
 
 def r_pref(chosen_score: float | None, rejected_score: float | None, *, tie: float = 0.0) -> float | None:

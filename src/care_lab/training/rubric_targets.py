@@ -4,7 +4,7 @@ from a documented bank of templates whose slots are filled from the dialogue its
 For a supporter turn of a strategy-labelled corpus (ESConv), the target rubric is:
 
 - **weights**: proportional to ``n_d + 0.5`` for the reference reply's strategy counts ``n_d``,
-  optionally mixed with the turn-position prior of the train split (:func:`position_prior`,
+  optionally mixed with the turn-position prior of the train split (:func:`~care_lab.data.priorities.position_prior`,
   ``position_prior_weight`` in the config), written as integers 0-10
   (:func:`~care_sdk.prompts.integer_weights`);
 - **criteria**: for each dimension, two templates of :data:`CRITERION_TEMPLATES`. Where the
@@ -41,8 +41,9 @@ from care_lab.data import (
     default_strategy_map,
     load_esconv,
 )
+from care_lab.data.priorities import POSITION_CAP, position_prior, turn_number
+from care_lab.data.roles import OUTPUT_ROLES, require_role, write_roles
 from care_lab.training.build_report import BuildReport
-from care_lab.training.roles import OUTPUT_ROLES, require_role, write_roles
 from care_lab.training.targets import count_weights
 from care_sdk.errors import ConfigError
 from care_sdk.prompts import generator_position, rubric_reply_json
@@ -54,16 +55,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CRITERION_TEMPLATES",
-    "POSITION_CAP",
     "TEMPLATES_VERSION",
     "EsconvSetup",
     "TemplateTargets",
-    "TopPriors",
     "build_template_sft",
     "esconv_setup",
-    "fit_top_priors",
-    "position_prior",
-    "turn_number",
 ]
 
 TEMPLATES_VERSION = "templates-v1"
@@ -154,92 +150,6 @@ best good bad new old own first last whole only other same little big next curre
 close dear younger older older ex previous former whole late
 """
 _ADJECTIVES = frozenset(_ADJECTIVES_TEXT.split())
-
-
-POSITION_CAP = 15
-"""Supporter-turn numbers from this one on share one position prior (few conversations are longer)."""
-
-
-def turn_number(turn: SupportTurn) -> int:
-    """The supporter-turn number of a reply (1 for the first), as the generator prompt states it.
-
-    Examples:
-        >>> d = SupportDialogue(id="d", source="demo", messages=[
-        ...     {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
-        ...     {"role": "user", "content": "I failed."}, {"role": "assistant", "content": "Oh no."}])
-        >>> [turn_number(t) for t in d.supporter_turns()]
-        [1, 2]
-    """
-    return generator_position(list(turn.context))[1]
-
-
-def position_prior(turns: Iterable[SupportTurn]) -> dict[int, dict[Dimension, float]]:
-    """How often each dimension is the reference's top dimension, per supporter-turn number.
-
-    Ties in the strategy counts are split evenly; turn numbers from :data:`POSITION_CAP` on are
-    pooled; turns without a mapped strategy are left out. Fit it on a training split only.
-
-    Examples:
-        >>> d = SupportDialogue(id="d", source="demo", messages=[
-        ...     {"role": "user", "content": "hi"}, {"role": "assistant", "content": "What happened?"},
-        ...     {"role": "user", "content": "I failed."}, {"role": "assistant", "content": "That hurts."}],
-        ...     strategies=[None, ("Question",), None, ("Reflection of feelings", "Question")])
-        >>> prior = position_prior(d.supporter_turns())
-        >>> {n: {x.value: v for x, v in p.items() if v} for n, p in prior.items()}
-        {1: {'cognitive': 1.0}, 2: {'cognitive': 0.5, 'affective': 0.5}}
-    """
-    tally: dict[int, dict[Dimension, float]] = defaultdict(lambda: dict.fromkeys(DIMENSIONS, 0.0))
-    for turn in turns:
-        tops = turn.top_dimensions
-        for d in tops:
-            tally[min(turn_number(turn), POSITION_CAP)][d] += 1 / len(tops)
-    return {n: {d: c[d] / sum(c.values()) for d in DIMENSIONS} for n, c in sorted(tally.items())}
-
-
-@dataclass(frozen=True)
-class TopPriors:
-    """The baselines a generator's top dimension must beat, fitted on a training split: the
-    majority top dimension, and the one most often on top at each supporter-turn number (the
-    turn-position prior; numbers from :data:`POSITION_CAP` on pooled). Made by :func:`fit_top_priors`.
-
-    Examples:
-        >>> priors = TopPriors(Dimension.AFFECTIVE, {1: Dimension.COGNITIVE})
-        >>> priors.top(1).value, priors.top(7).value
-        ('cognitive', 'affective')
-    """
-
-    majority: Dimension
-    """The dimension most often on top over all turns."""
-    by_turn: dict[int, Dimension]
-    """The dimension most often on top at each supporter-turn number (capped at :data:`POSITION_CAP`)."""
-
-    def top(self, number: int) -> Dimension:
-        """The turn-position prior's top dimension at supporter turn ``number`` (the majority where no turn had it)."""
-        return self.by_turn.get(min(number, POSITION_CAP), self.majority)
-
-
-def fit_top_priors(turns: Iterable[SupportTurn]) -> TopPriors:
-    """The majority top dimension and the turn-position prior of ``turns`` (a training split's supporter
-    turns; ties in a turn's strategy counts split evenly, turns without a mapped strategy left out).
-
-    Examples:
-        >>> d = SupportDialogue(id="d", source="demo", messages=[
-        ...     {"role": "user", "content": "hi"}, {"role": "assistant", "content": "What happened?"},
-        ...     {"role": "user", "content": "I failed."}, {"role": "assistant", "content": "That hurts."},
-        ...     {"role": "user", "content": "Yes."}, {"role": "assistant", "content": "So hard."}],
-        ...     strategies=[None, ("Question",), None, ("Reflection of feelings",), None, ("Reflection of feelings",)])
-        >>> priors = fit_top_priors(d.supporter_turns())
-        >>> priors.majority.value, {n: t.value for n, t in priors.by_turn.items()}
-        ('affective', {1: 'cognitive', 2: 'affective', 3: 'affective'})
-    """
-    turns = list(turns)
-    overall = dict.fromkeys(DIMENSIONS, 0.0)
-    for turn in turns:
-        tops = turn.top_dimensions
-        for d in tops:
-            overall[d] += 1 / len(tops)
-    by_turn = {n: max(DIMENSIONS, key=lambda d: shares[d]) for n, shares in position_prior(turns).items()}
-    return TopPriors(max(DIMENSIONS, key=lambda d: overall[d]), by_turn)
 
 
 def _pick(key: str, options: Sequence[str], n: int) -> list[str]:

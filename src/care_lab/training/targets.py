@@ -4,7 +4,7 @@ For every selected supporter turn the **teacher** is asked for a good rubric for
 given the context, the reference reply, its strategies and their dimensions. **Target judges**
 (any number; all must accept) check that the criteria are specific, checkable and consistent
 with the reference reply, and that the weights are a sensible emphasis. Alignment with the
-strategy counts (:func:`~care_lab.training.rewards.r_align`) is measured and reported for every
+strategy counts (:func:`~care_lab.data.priorities.r_align`) is measured and reported for every
 target (``r_align`` in the record, aligned/misaligned counts in the report), and enforced only
 when the config asks for it (``on_misaligned: reject`` or ``repair``): preference GRPO's r_align
 term is where the priority order is taught.
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from care_lab.data import StrategyMap, SupportTurn
+from care_lab.data.priorities import align_violations, r_align
 from care_lab.training._calls import ask
 from care_lab.training.config import BuildDataConfig
 from care_lab.training.prompts import judge_messages, judge_schema, parse_verdict, teacher_messages
-from care_lab.training.rewards import align_violations, r_align
 from care_sdk.backends import Backend, BackendPool
 from care_sdk.errors import CareError, OutputError
 from care_sdk.prompts import fixed_criteria, parse_rubric, rubric_reply_json, rubric_schema

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from care_lab.data import data_dir, default_strategy_map, load_esconv
+from care_lab.data.priorities import POSITION_CAP, turn_number
+from care_lab.data.roles import Use, require_role
 from care_lab.training.config import WeightsHeadConfig
-from care_lab.training.roles import Use, require_role
-from care_lab.training.rubric_targets import POSITION_CAP, turn_number
 from care_sdk.bundled.weights_head import WeightsHead, head_text
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION
 from care_sdk.rubric_checks import top_match

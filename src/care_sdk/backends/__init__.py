@@ -1,6 +1,6 @@
 """Backends: one module per provider behind :class:`Backend`, chosen by object or spec string.
 
-Spec strings:
+Spec strings (``SCHEME:REST``, or a bare name), each opened through :data:`SPEC_SCHEMES`:
 
 - ``default``: the bundled SmolLM2-135M-Instruct GGUF on llama.cpp (no network, no GPU), with the
   bundled LoRA adapter of the component that uses it (the rubric generator's adapter for a
@@ -10,11 +10,17 @@ Spec strings:
 - ``openai:MODEL`` or ``openai:MODEL@BASE_URL``: hosted APIs and OpenAI-compatible servers
 - ``vllm:MODEL``: an in-process vLLM engine
 - ``hf:MODEL_OR_PATH``: transformers
+
+The transports never know about the bundled models: ``default`` and ``base`` are opened by the
+bundled area, which this module reaches only through the scheme table, by name, on first use.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from care_sdk.backends.base import (
@@ -26,6 +32,8 @@ from care_sdk.backends.base import (
     ForwardingBackend,
     GenerationRequest,
     GenerationResult,
+    HiddenStates,
+    ReplyLogprobs,
     TokenLogprob,
     remember_config,
 )
@@ -35,6 +43,7 @@ __all__ = [
     "EVALUATION",
     "RUBRIC",
     "SPEC_FORMS",
+    "SPEC_SCHEMES",
     "Backend",
     "BackendPool",
     "Completion",
@@ -42,10 +51,55 @@ __all__ = [
     "ForwardingBackend",
     "GenerationRequest",
     "GenerationResult",
+    "HiddenStates",
+    "ReplyLogprobs",
+    "SpecScheme",
     "TokenLogprob",
-    "is_default_spec",
+    "register_spec_scheme",
     "resolve_backend",
+    "spec_per_role",
 ]
+
+
+@dataclass(frozen=True)
+class SpecScheme:
+    """How :func:`resolve_backend` opens the specs of one scheme.
+
+    ``target`` names a function ``open(rest, role, options) -> Backend`` as ``"module:function"``;
+    the module is imported the first time a spec of the scheme is resolved, so an unused scheme costs
+    nothing. ``rest`` is what follows ``SCHEME:`` (``""`` for a bare name), ``role`` the component
+    that asks (``"generator"``, ``"evaluator"`` or ``None``), ``options`` the backend's keyword options.
+
+    Examples:
+        >>> SPEC_SCHEMES["openai"].form
+        'openai:MODEL[@BASE_URL]'
+        >>> SPEC_SCHEMES["default"].per_role, SPEC_SCHEMES["openai"].per_role
+        (True, False)
+    """
+
+    target: str
+    """``"module:function"`` of the opener, imported on first use."""
+    form: str
+    """The spec's form, shown in errors (``llamacpp:PATH.gguf``)."""
+    bare: bool = False
+    """The spec is the scheme's name alone (``default``), not ``SCHEME:REST``."""
+    per_role: bool = False
+    """The backend depends on the component that asks for it: a generator and an evaluator given the
+    same spec each get their own backend (``default``: one bundled adapter per role)."""
+
+
+SPEC_SCHEMES: dict[str, SpecScheme] = {
+    "default": SpecScheme(
+        "care_sdk.bundled.backend:open_default", form="default", bare=True, per_role=True
+    ),  # the bundled area: the one place `default` means anything
+    "base": SpecScheme("care_sdk.bundled.backend:open_base", form="base", bare=True),
+    "llamacpp": SpecScheme("care_sdk.backends:_open_llamacpp", form="llamacpp:PATH.gguf"),
+    "openai": SpecScheme("care_sdk.backends:_open_openai", form="openai:MODEL[@BASE_URL]"),
+    "vllm": SpecScheme("care_sdk.backends:_open_vllm", form="vllm:MODEL"),
+    "hf": SpecScheme("care_sdk.backends:_open_hf", form="hf:MODEL_OR_PATH"),
+}
+"""The spec schemes :func:`resolve_backend` knows, by name: the built-in transports, the bundled
+models (``default``, ``base``), and any added with :func:`register_spec_scheme`."""
 
 SPEC_FORMS = (
     "default",
@@ -56,18 +110,64 @@ SPEC_FORMS = (
     "vllm:MODEL",
     "hf:MODEL_OR_PATH",
 )
-"""The spec string forms :func:`resolve_backend` accepts."""
+"""The spec string forms of the built-in schemes."""
 
 
-def is_default_spec(spec: Any) -> bool:
-    """Whether ``spec`` is the spec string ``default``: the bundled model, which gives each role
-    (generator, evaluator) its own bundled adapter.
+def register_spec_scheme(
+    name: str, target: str, *, form: str | None = None, bare: bool = False, per_role: bool = False
+) -> None:
+    """Teach :func:`resolve_backend` a spec scheme of your own (see :class:`SpecScheme`).
+
+    Raises:
+        ConfigError: the name is taken or malformed, or ``target`` is not ``"module:function"``.
 
     Examples:
-        >>> is_default_spec(" Default"), is_default_spec("base"), is_default_spec(object())
-        (True, False, False)
+        >>> register_spec_scheme("mine", "my_package.backends:open_mine", per_role=True)
+        >>> SPEC_SCHEMES["mine"].form, spec_per_role("mine:model-a")
+        ('mine:...', True)
+        >>> del SPEC_SCHEMES["mine"]
     """
-    return isinstance(spec, str) and spec.strip().lower() == "default"
+    key = name.strip().lower()
+    if not key or ":" in key or key != name:
+        raise ConfigError(f"spec scheme {name!r}: a lower-case name without ':'")
+    if key in SPEC_SCHEMES:
+        raise ConfigError(f"spec scheme {name!r} is already registered (to {SPEC_SCHEMES[key].target})")
+    if target.count(":") != 1:
+        raise ConfigError(f"spec scheme {name!r}: target {target!r} must be 'module:function'")
+    SPEC_SCHEMES[key] = SpecScheme(target, form=form or (name if bare else f"{name}:..."), bare=bare, per_role=per_role)
+
+
+def _scheme_of(spec: str) -> tuple[SpecScheme | None, str]:
+    kind, colon, rest = spec.strip().partition(":")
+    scheme = SPEC_SCHEMES.get(kind.strip().lower())
+    if scheme is None or scheme.bare == bool(colon) or (colon and not rest):
+        return None, rest
+    return scheme, rest
+
+
+def spec_per_role(spec: Any) -> bool:
+    """Whether ``spec`` is a spec string whose backend depends on the component that asks for it
+    (a scheme registered ``per_role``, such as ``default``: one bundled adapter per role).
+
+    Factories resolve such a spec once per role instead of sharing one backend.
+
+    Examples:
+        >>> spec_per_role(" Default"), spec_per_role("base"), spec_per_role("openai:m"), spec_per_role(object())
+        (True, False, False, False)
+    """
+    if not isinstance(spec, str):
+        return False
+    scheme, _ = _scheme_of(spec)
+    return scheme is not None and scheme.per_role
+
+
+def _load(target: str) -> Callable[..., Any]:
+    module, _, name = target.partition(":")
+    try:
+        found: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"spec scheme target {target!r} cannot be loaded: {exc}") from None
+    return found
 
 
 def _from_object(obj: Any) -> Backend | None:
@@ -90,8 +190,9 @@ def resolve_backend(spec: str | Backend | Any, *, role: str | None = None, **opt
     """Turn a spec string or a user-built object into a :class:`Backend`.
 
     ``options`` are passed to the backend's constructor (e.g. ``n_ctx`` for llama.cpp). ``role``
-    (``generator`` or ``evaluator``) selects the bundled adapter for ``default``; without a role,
-    ``default`` is the base model.
+    (``generator`` or ``evaluator``) is passed to the scheme's opener: ``default`` gives each role
+    its bundled adapter, and is the base model without a role. A spec string is opened by its
+    scheme in :data:`SPEC_SCHEMES`.
 
     Examples:
         >>> try:
@@ -109,49 +210,49 @@ def resolve_backend(spec: str | Backend | Any, *, role: str | None = None, **opt
         if backend is None:
             raise ConfigError(f"cannot use a {type(spec).__name__} as a backend; pass a spec string or a Backend")
         return backend
-    backend = _from_spec(spec, role, dict(options))
+    scheme, rest = _scheme_of(spec)
+    if scheme is None:
+        built_in = {form.split(":")[0] for form in SPEC_FORMS}
+        forms = [*SPEC_FORMS, *(s.form for name, s in SPEC_SCHEMES.items() if name not in built_in)]
+        raise ConfigError(f"unknown backend spec {spec!r}; valid forms: {', '.join(forms)}")
+    opened: Backend = _load(scheme.target)(rest, role, dict(options))
     # Pickles as the spec and role: the process that unpickles it resolves the spec again.
-    remember_config(backend, resolve_backend, spec, role=role, **options)
-    return backend
+    remember_config(opened, resolve_backend, spec, role=role, **options)
+    return opened
 
 
-def _from_spec(spec: str, role: str | None, options: dict[str, Any]) -> Backend:
-    kind, _, rest = spec.partition(":")
-    kind = kind.strip().lower()
-    if kind in ("default", "base") and not rest:
-        from care_sdk.backends.llamacpp import LlamaCppBackend, default_model_path
-        from care_sdk.bundled.adapters import bundled_adapter
+def _open_llamacpp(rest: str, role: str | None, options: dict[str, Any]) -> Backend:
+    from care_sdk.backends.llamacpp import LlamaCppBackend
 
-        adapter = bundled_adapter(role) if kind == "default" and role is not None else None
-        if adapter is not None:
-            options.setdefault("adapter", adapter)
-        return LlamaCppBackend(default_model_path(), **options)
-    if kind == "llamacpp" and rest:
-        from care_sdk.backends.llamacpp import LlamaCppBackend
+    return LlamaCppBackend(rest, **options)
 
-        return LlamaCppBackend(rest, **options)
-    if kind == "openai" and rest:
-        from care_sdk.backends.openai import OpenAIBackend
 
-        model, _, base_url = rest.partition("@")
-        return OpenAIBackend(model=model, base_url=base_url or None, **options)
-    if kind == "vllm" and rest:
-        from care_sdk.backends.vllm import VLLMBackend
+def _open_openai(rest: str, role: str | None, options: dict[str, Any]) -> Backend:
+    from care_sdk.backends.openai import OpenAIBackend
 
-        return VLLMBackend(rest, **options)
-    if kind == "hf" and rest:
-        from care_sdk.backends.hf import HFBackend
+    model, _, base_url = rest.partition("@")
+    return OpenAIBackend(model=model, base_url=base_url or None, **options)
 
-        return HFBackend(rest, **options)
-    raise ConfigError(f"unknown backend spec {spec!r}; valid forms: {', '.join(SPEC_FORMS)}")
+
+def _open_vllm(rest: str, role: str | None, options: dict[str, Any]) -> Backend:
+    from care_sdk.backends.vllm import VLLMBackend
+
+    return VLLMBackend(rest, **options)
+
+
+def _open_hf(rest: str, role: str | None, options: dict[str, Any]) -> Backend:
+    from care_sdk.backends.hf import HFBackend
+
+    return HFBackend(rest, **options)
 
 
 class BackendPool:
-    """Resolves backend specs, building each distinct (spec, options, role of ``default``) once.
+    """Resolves backend specs, building each distinct (spec, options, role of a per-role spec) once.
 
-    ``default`` asked with a role (``generator``, ``evaluator``) is that role's bundled adapter, so
-    a command given ``default`` for both components runs each with its own adapter; every other
-    spec is built once and shared by every role. Use it as a context manager to close what it built.
+    A per-role spec (:func:`spec_per_role`: ``default``) asked with a role (``generator``,
+    ``evaluator``) is built once per role, so a command given ``default`` for both components runs
+    each with its own adapter; every other spec is built once and shared by every role. Use it as a
+    context manager to close what it built.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -165,7 +266,7 @@ class BackendPool:
 
     def get(self, spec: str, options: dict[str, Any] | None = None, *, role: str | None = None) -> Backend:
         """The backend of ``spec`` (built on first use). ``role`` (``generator`` or ``evaluator``)
-        gives the ``default`` spec the bundled adapter of that role, as ``resolve_backend`` does;
+        gives a per-role spec (``default``) the backend of that role, as ``resolve_backend`` does;
         a backend given for the spec itself serves every role.
 
         Examples:
@@ -175,7 +276,7 @@ class BackendPool:
             True
         """
         key = spec if not options else f"{spec}|{json.dumps(options, sort_keys=True, default=str)}"
-        if role is not None and key not in self._built and is_default_spec(spec):
+        if role is not None and key not in self._built and spec_per_role(spec):
             key = f"{key}|role={role}"
         if key not in self._built:
             self._built[key] = resolve_backend(spec, role=role, **(options or {}))
@@ -191,3 +292,13 @@ class BackendPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_MOVED = {"is_default_spec": "care_sdk.bundled.backend:is_default_spec"}
+"""Names that moved to the bundled area, still importable from here (loaded on first use)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        return _load(_MOVED[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

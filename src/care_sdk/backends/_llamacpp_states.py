@@ -6,9 +6,7 @@ that asks for one such tensor, sums it over the tokens and stops the computation
 layers above it and the output head are not computed. The context carries no LoRA adapter (an
 adapter on layers above the one read would not change it anyway).
 
-:meth:`LayerMeans.read` computes a text whole. :meth:`LayerMeans.read_after` reads texts that
-continue one start: the start is computed whole once and stays in the context's cache, and each
-text computes only its own tokens after it, whose mean it returns.
+:meth:`LayerMeans.read` computes a text whole.
 """
 
 from __future__ import annotations
@@ -64,9 +62,6 @@ class LayerMeans:
         self._target = b""
         self._sum: Any = 0.0
         self._count = 0
-        self._start: tuple[list[int], int, list[float]] | None = None  # tokens, layer and mean in the cache, whole
-        self.computed = 0
-        """How many tokens the reads have computed."""
         self._callback = api.ggml_backend_sched_eval_callback(self._on_tensor)  # kept alive with the context
         params = api.llama_context_default_params()
         params.n_ctx = params.n_batch = params.n_ubatch = n_ctx
@@ -91,38 +86,30 @@ class LayerMeans:
         self._count += rows.shape[0]
         return False  # the layer is read: the rest of the graph is not computed
 
-    def _tokens(self, text: str, layer: int, keep: int | None = None) -> list[int]:
-        """The text's tokens (its first ``keep``), checked against the layer and the context size."""
+    def _tokens(self, text: str, layer: int) -> list[int]:
+        """The text's tokens, checked against the layer and the context size."""
         if not 1 <= layer <= self.n_layer:
             raise ConfigError(f"llamacpp: hidden state layer must be 1 to {self.n_layer}, got {layer}")
-        tokens = self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=False)[:keep]
+        tokens = self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=False)
         if not tokens:
             raise ConfigError("llamacpp: no hidden state for an empty text")
         if len(tokens) > self.n_ctx:
             raise ContextOverflowError(len(tokens), self.n_ctx, provider="llamacpp")
         return list(tokens)
 
-    def _compute(self, tokens: list[int], layer: int, *, after: int = 0) -> list[float]:
-        """The mean over ``tokens[after:]``, computed after the first ``after`` tokens in the cache
-        (none: the cache is cleared). Called with the lock held."""
+    def _compute(self, tokens: list[int], layer: int) -> list[float]:
+        """The mean over ``tokens``, computed from an empty cache. Called with the lock held."""
         api = self._api
         memory = api.llama_get_memory(self._ctx)
-        if after and not api.llama_memory_seq_rm(memory, 0, after, -1):
-            raise ConfigError("llamacpp: the hidden-state context could not drop a read's tokens")
-        if not after:
-            api.llama_memory_clear(memory, True)
-            self._start = None
+        api.llama_memory_clear(memory, True)
         self._target = f"l_out-{layer - 1}".encode()
         self._sum = 0.0
         self._count = 0
-        new = tokens[after:]
-        ids = (api.llama_token * len(new))(*new)
-        status = api.llama_decode(self._ctx, api.llama_batch_get_one(ids, len(new)))
-        if status < 0 or self._count != len(new):
+        ids = (api.llama_token * len(tokens))(*tokens)
+        status = api.llama_decode(self._ctx, api.llama_batch_get_one(ids, len(tokens)))
+        if status < 0 or self._count != len(tokens):
             api.llama_memory_clear(memory, True)
-            self._start = None
             raise ConfigError(f"llamacpp: reading layer {layer} failed (decode status {status})")
-        self.computed += len(new)
         return [float(s) for s in self._sum / self._count]
 
     def read(self, text: str, layer: int) -> list[float]:
@@ -134,53 +121,7 @@ class LayerMeans:
         """
         tokens = self._tokens(text, layer)
         with self._lock:
-            mean = self._compute(tokens, layer)
-            self._start = (tokens, layer, mean)
-            return mean
-
-    def read_after(
-        self, start: str, texts: Sequence[str], layer: int, *, max_tokens: int | None = None
-    ) -> list[list[float]]:
-        """The mean of ``hidden_states[layer]`` over each text's own tokens after ``start``, which
-        each text begins with: ``start`` is computed whole (unless it was the last text
-        :meth:`read` or read here at this layer), then each text's further tokens after it. Where
-        a text's tokens do not begin with ``start``'s (the two merge at the seam), that text is
-        computed whole and its mean taken by difference with ``start``'s. With ``max_tokens``,
-        only each text's first that many tokens after ``start`` are read (the model is causal:
-        their states do not depend on the tokens after them), and only those need to fit ``n_ctx``.
-
-        Examples:
-            >>> start = "User: I failed.\\nSupporter:"
-            >>> replies = [start + " Oh no.", start + " What happened?"]
-            >>> [len(m) for m in means.read_after(start, replies, layer=15)]  # doctest: +SKIP
-            [576, 576]
-
-        Raises:
-            ConfigError: a text does not begin with ``start``, or adds no token to it; ``max_tokens``
-                is below 1; or as :meth:`read`.
-            ContextOverflowError: a text (up to ``max_tokens`` after ``start``) has more tokens than ``n_ctx``.
-        """
-        if max_tokens is not None and max_tokens < 1:
-            raise ConfigError(f"llamacpp: max_tokens must be at least 1, got {max_tokens}")
-        head = self._tokens(start, layer)
-        out = []
-        for text in texts:
-            if not text.startswith(start):
-                raise ConfigError("llamacpp: a text read after a start must begin with it")
-            tokens = self._tokens(text, layer, keep=None if max_tokens is None else len(head) + max_tokens)
-            if len(tokens) <= len(head):
-                raise ConfigError("llamacpp: a text read after a start must add tokens to it")
-            with self._lock:
-                if self._start is None or self._start[:2] != (head, layer):
-                    self._start = (head, layer, self._compute(head, layer))
-                start_mean = self._start[2]
-                if tokens[: len(head)] == head:
-                    out.append(self._compute(tokens, layer, after=len(head)))
-                    continue
-                whole = self._compute(tokens, layer)  # the seam merged: the text whole, then the difference
-                n, m = len(tokens), len(head)
-                out.append([(w * n - s * m) / (n - m) for w, s in zip(whole, start_mean, strict=True)])
-        return out
+            return self._compute(tokens, layer)
 
     def read_many(self, texts: Sequence[str], layer: int) -> list[list[float]]:
         """:meth:`read` for each text, in order."""

@@ -5,6 +5,17 @@ the reply must follow, sampling parameters) into one :class:`GenerationResult` p
 in input order. A request that fails yields a result whose ``error`` is set; the rest of the
 batch is unaffected. Backends implement :meth:`Backend.generate` or :meth:`Backend.agenerate`
 (or both); the base class derives the other.
+
+That, with :attr:`Backend.identity` and :meth:`Backend.close`, is what every transport gives.
+A backend that holds the model may also implement optional capabilities, each a protocol that
+callers test with ``isinstance``: :class:`ReplyLogprobs` (how likely a given reply is) and
+:class:`HiddenStates` (a layer's hidden states of a text). Forced replies are a request feature
+(:attr:`GenerationRequest.forced`) that a backend declares with :attr:`Backend.supports_forced_replies`.
+
+Examples:
+    >>> from care_sdk.testing import ScriptedBackend
+    >>> isinstance(ScriptedBackend([]), ReplyLogprobs), isinstance(ScriptedBackend([]), HiddenStates)
+    (False, False)
 """
 
 from __future__ import annotations
@@ -14,7 +25,7 @@ import pickle
 import threading
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from care_sdk.errors import BackendError, ConfigError
 from care_sdk.types import Message
@@ -28,6 +39,8 @@ __all__ = [
     "ForwardingBackend",
     "GenerationRequest",
     "GenerationResult",
+    "HiddenStates",
+    "ReplyLogprobs",
     "TokenLogprob",
     "run_sync",
 ]
@@ -239,6 +252,53 @@ def remember_config(backend: Backend, factory: Callable[..., Backend], *args: An
     backend.__dict__["_care_config"] = (factory, tuple(args), dict(kwargs))
 
 
+@runtime_checkable
+class ReplyLogprobs(Protocol):
+    """The optional capability of reading how likely a given reply is (llama.cpp, transformers):
+    ``isinstance(backend, ReplyLogprobs)`` says whether a backend has it.
+
+    Examples:
+        >>> class Uniform:
+        ...     def reply_logprobs(self, messages, reply):
+        ...         return [-1.0] * len(reply.split())
+        >>> isinstance(Uniform(), ReplyLogprobs)
+        True
+    """
+
+    def reply_logprobs(self, messages: Sequence[Message], reply: str) -> list[float]:
+        """The log-probability of each token of ``reply`` as the assistant's answer to ``messages``
+        (one prefill, no decoding; the cached prompt of the previous call reused where it shares a
+        prefix).
+
+        Raises:
+            CareError: the reply could not be read (:class:`~care_sdk.errors.ContextOverflowError`
+                when the prompt and the reply do not fit the model's context).
+        """
+        ...
+
+
+@runtime_checkable
+class HiddenStates(Protocol):
+    """The optional capability of reading a layer's hidden states of a text (llama.cpp,
+    transformers): ``isinstance(backend, HiddenStates)`` says whether a backend has it.
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> isinstance(ScriptedBackend([]), HiddenStates)
+        False
+    """
+
+    def hidden_state_means(self, texts: Sequence[str], layer: int) -> list[list[float]]:
+        """Each text's ``hidden_states[layer]`` (the output of the first ``layer`` decoder layers),
+        averaged over its tokens (the text alone: no chat template, no BOS); the layers above
+        ``layer`` need not be computed.
+
+        Raises:
+            CareError: a text could not be read (an unknown layer, a text longer than the context).
+        """
+        ...
+
+
 class Backend:
     """A model provider behind one small interface.
 
@@ -262,10 +322,6 @@ class Backend:
     supports_forced_replies: bool = False
     """Whether requests with :attr:`GenerationRequest.forced` are answered by scoring the slots
     (one prefill of the fixed text, one distribution per slot) rather than by decoding."""
-    supports_reply_logprobs: bool = False
-    """Whether :meth:`reply_logprobs` reads how likely a given reply is (a prefill, no decoding)."""
-    supports_hidden_states: bool = False
-    """Whether :meth:`hidden_state_means` reads the model's hidden states of a text."""
     serial: bool = False
     """Whether requests are answered one at a time, in order, by an engine that keeps the last
     prompt's evaluated tokens (llama.cpp): a larger batch runs no faster, and requests that share
@@ -289,46 +345,21 @@ class Backend:
             raise NotImplementedError(f"{type(self).__name__} implements neither generate nor agenerate")
         return await asyncio.to_thread(self.generate, requests)
 
-    def reply_logprobs(self, messages: Sequence[Message], reply: str) -> list[float]:
-        """The log-probability of each token of ``reply`` as the assistant's answer to ``messages``.
-
-        Backends that hold the model (:attr:`supports_reply_logprobs`) read them in one prefill,
-        reusing the cached prompt of the previous call where it shares a prefix.
-
-        Raises:
-            BackendError: the backend cannot read them (hosted APIs return no logprobs of given text).
+    @property
+    def supports_reply_logprobs(self) -> bool:
+        """Whether this backend is a :class:`ReplyLogprobs`: ``isinstance(backend, ReplyLogprobs)``.
 
         Examples:
             >>> from care_sdk.testing import ScriptedBackend
-            >>> ScriptedBackend([]).reply_logprobs([Message(role="user", content="hi")], "hello")
-            Traceback (most recent call last):
-            ...
-            care_sdk.errors.BackendError: [scripted] this backend cannot read the log-probabilities of a given reply ...
+            >>> ScriptedBackend([]).supports_reply_logprobs
+            False
         """
-        raise BackendError(
-            "this backend cannot read the log-probabilities of a given reply",
-            provider=self.provider,
-            hint="use a backend that holds the model: llamacpp or hf",
-        )
+        return isinstance(self, ReplyLogprobs)
 
-    def hidden_state_means(self, texts: Sequence[str], layer: int) -> list[list[float]]:
-        """Each text's ``hidden_states[layer]`` (the output of the first ``layer`` decoder layers),
-        averaged over its tokens (the text alone: no chat template, no BOS).
-
-        Backends that hold the model (:attr:`supports_hidden_states`) compute the layers up to
-        ``layer`` and stop there.
-
-        Raises:
-            BackendError: the backend cannot read them (hosted APIs return no hidden states).
-
-        Examples:
-            >>> from care_sdk.testing import ScriptedBackend
-            >>> ScriptedBackend([]).hidden_state_means(["hi"], layer=15)
-            Traceback (most recent call last):
-            ...
-            care_sdk.errors.BackendError: [scripted] this backend cannot read hidden states ...
-        """
-        raise BackendError("this backend cannot read hidden states", provider=self.provider, hint="use llamacpp or hf")
+    @property
+    def supports_hidden_states(self) -> bool:
+        """Whether this backend is a :class:`HiddenStates`: ``isinstance(backend, HiddenStates)``."""
+        return isinstance(self, HiddenStates)
 
     def close(self) -> None:
         """Release resources (models, connections). Safe to call twice."""
@@ -368,7 +399,8 @@ class Backend:
 class ForwardingBackend(Backend):
     """A backend that forwards every batch to ``inner``: the base of wrappers that count, record
     or meter requests. Override :meth:`on_requests` and :meth:`on_results`; both sync and async
-    calls pass through them.
+    calls pass through them. The optional capabilities of ``inner`` (:class:`ReplyLogprobs`,
+    :class:`HiddenStates`) are forwarded as they are: a wrapper has those ``inner`` has, and only those.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -389,9 +421,12 @@ class ForwardingBackend(Backend):
         self.supports_seed = inner.supports_seed
         self.supports_logprobs = inner.supports_logprobs
         self.supports_forced_replies = inner.supports_forced_replies
-        self.supports_reply_logprobs = inner.supports_reply_logprobs
-        self.supports_hidden_states = inner.supports_hidden_states
         self.serial = inner.serial
+        # the optional capabilities the inner backend has, and only those, are forwarded
+        if isinstance(inner, ReplyLogprobs):
+            self.__dict__["reply_logprobs"] = inner.reply_logprobs
+        if isinstance(inner, HiddenStates):
+            self.__dict__["hidden_state_means"] = inner.hidden_state_means
         self.adapter: Any = getattr(inner, "adapter", None)
         """The inner backend's trained adapter, if any: a wrapper answers with the same model, so
         components built on it check the adapter's role and prompt version and cut the context as
@@ -421,14 +456,6 @@ class ForwardingBackend(Backend):
         results = await self.inner.agenerate(requests)
         self.on_results(requests, results)
         return results
-
-    def reply_logprobs(self, messages: Sequence[Message], reply: str) -> list[float]:
-        """Forwarded to ``inner.reply_logprobs``."""
-        return self.inner.reply_logprobs(messages, reply)
-
-    def hidden_state_means(self, texts: Sequence[str], layer: int) -> list[list[float]]:
-        """Forwarded to ``inner.hidden_state_means``."""
-        return self.inner.hidden_state_means(texts, layer)
 
     def close(self) -> None:
         """Close the inner backend."""

@@ -78,8 +78,6 @@ class HFBackend(Backend):
     supports_seed = True
     supports_logprobs = True
     supports_forced_replies = True
-    supports_reply_logprobs = True
-    supports_hidden_states = True
 
     def __init__(
         self,

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from llama_cpp import Llama
     from llama_cpp.llama_grammar import LlamaGrammar
 
-    from care_sdk.bundled.adapters import AdapterInfo
+    from care_sdk.backends.lora import AdapterInfo
 
 __all__ = [
     "DEFAULT_MODEL_FILE",
@@ -259,8 +259,6 @@ class LlamaCppBackend(Backend):
     provider = "llamacpp"
     supports_seed = True
     supports_forced_replies = True
-    supports_reply_logprobs = True
-    supports_hidden_states = True
     serial = True
 
     def __init__(
@@ -284,7 +282,7 @@ class LlamaCppBackend(Backend):
         self.json_layout = json_layout
         self.adapter: AdapterInfo | None = None
         if adapter is not None:
-            from care_sdk.bundled.adapters import read_adapter
+            from care_sdk.backends.lora import read_adapter
 
             self.adapter = read_adapter(adapter)
             llama_kwargs["lora_path"] = str(self.adapter.path)
@@ -537,22 +535,6 @@ class LlamaCppBackend(Backend):
         """Read on a second context of the same model without the adapter, stopping at ``layer``
         (:class:`~care_sdk.backends._llamacpp_states.LayerMeans`)."""
         return self._means().read_many(texts, layer)
-
-    def hidden_state_means_after(
-        self, start: str, texts: Sequence[str], layer: int, *, max_tokens: int | None = None
-    ) -> list[list[float]]:
-        """The mean of ``hidden_states[layer]`` over each text's own tokens after ``start``, which
-        each text begins with: ``start`` is computed once and each text's further tokens after it
-        (:meth:`~care_sdk.backends._llamacpp_states.LayerMeans.read_after`; what the shift check
-        reads); with ``max_tokens``, over each text's first that many tokens after ``start``.
-
-        Examples:
-            >>> backend = LlamaCppBackend(default_model_path())  # doctest: +SKIP
-            >>> start = "User: I lost my job.\\nSupporter:"
-            >>> len(backend.hidden_state_means_after(start, [start + " That is hard."], layer=15)[0])  # doctest: +SKIP
-            576
-        """
-        return self._means().read_after(start, texts, layer, max_tokens=max_tokens)
 
     def close(self) -> None:
         """Free the model (also done at interpreter exit for a backend still alive then)."""

@@ -3,19 +3,15 @@
 A reply written for another conversation can meet every criterion of a rubric on paper (it asks
 an open question, it names a feeling) while answering nothing the user said. The bundled 135M
 evaluator does not tell such a reply from the real one; the same model read as a language model
-does: a reply written for this context is likelier after it than after a neutral message or
-other conversations. The reply's pointwise mutual information with its context,
+does: a reply written for this context is likelier after it than after a neutral message. The
+reply's pointwise mutual information with its context,
 
-    pmi = log p(reply | context) - log mean_k p(reply | baseline_k)   (nats, summed over the reply),
+    pmi = log p(reply | context) - log p(reply | "Hi.")   (nats, summed over the reply),
 
 is the evidence, as a log Bayes factor, that the reply was written for this context rather than
-for any. The baseline is the one message ``"Hi."`` by default (:data:`NEUTRAL`, see
-:data:`DEFAULT_BASELINES`); several are pooled as a mixture (``ContextFit(baselines=...)``, e.g.
-:data:`SUPPORT_CONVERSATIONS` or four ESConv train contexts, :func:`esconv_contexts`), so that a
-reply that would suit any support conversation ("That sounds so hard, how are you coping?") earns
-little evidence, at the cost of one more read of the reply per baseline. It is read with a backend that
-holds the model (:attr:`~care_sdk.backends.Backend.supports_reply_logprobs`: llama.cpp,
-transformers), one prefill of the reply after its context and one after each baseline, no
+for any. The baseline is the one message ``"Hi."`` (:data:`NEUTRAL`). It is read with a backend that
+holds the model (a :class:`~care_sdk.backends.ReplyLogprobs`: llama.cpp,
+transformers), one prefill of the reply after its context and one after the baseline, no
 decoding; a logistic :class:`Gate` fitted on held-out pairs turns it into a
 number in (0, 1): how likely the reply was written for this context. ``AdaptiveReward(...,
 context_fit=ContextFit())`` then pays ``fit * (floor + (1 - floor) * rubric reward)``: a reply
@@ -24,10 +20,7 @@ default) whatever the rubric says, and the rubric decides the rest. A plain prod
 leaves a reply the evaluator gives all 1s at 0 however well it fits, and the bundled evaluator
 does that to 20 of 48 ESConv valid reference replies. The sum, not the mean per token, is what a
 long reply that keeps to the user's situation earns: per token, a long on-topic reply looks less
-specific than a short one, and a reward read that way prefers terse replies. On the bundled model
-the fit is also multiplied by the factor of a :class:`~care_sdk.bundled.shift_check.ShiftCheck` (a probe
-on how the context moves the model's hidden state of the reply), which lowers the fit of a reply
-it doubts was written for this conversation and never raises it (``ContextFit(check=None)``: off).
+specific than a short one, and a reward read that way prefers terse replies.
 
 Examples:
     >>> gate = Gate(slope=0.25, intercept=-2.0)
@@ -45,46 +38,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from care_sdk.backends import Backend, is_default_spec, resolve_backend
-from care_sdk.bundled.baselines import (
-    BASELINE_NAMES,
-    DEFAULT_BASELINES,
-    NAMED_BASELINES,
-    NEUTRAL,
-    SUPPORT_CONVERSATIONS,
-    as_baselines,
-    baselines_name,
-    esconv_contexts,
-    fingerprint,
-    named_baselines,
-    sample_baselines,
-)
-from care_sdk.bundled.shift_check import ShiftCheck, ShiftReader
+from care_sdk.backends import Backend, ReplyLogprobs, resolve_backend
 from care_sdk.errors import BackendError, CareError, ConfigError, ContextOverflowError
 from care_sdk.guards import own_share, strip_copied
 from care_sdk.types import Context, Message, as_messages
 
 __all__ = [
-    "AUTO",
-    "BASELINE_NAMES",
     "BUNDLED_GATE",
-    "DEFAULT_BASELINES",
     "DEFAULT_FLOOR",
-    "ESCONV_GATE",
     "MEMO_SIZE",
-    "NAMED_BASELINES",
     "NEUTRAL",
-    "SUPPORT_CONVERSATIONS",
-    "SUPPORT_GATE",
     "ContextFit",
     "Gate",
-    "baselines_name",
-    "bundled_gate",
     "context_fit_for",
-    "esconv_contexts",
     "fitted_reward",
-    "named_baselines",
-    "sample_baselines",
 ]
 
 
@@ -160,65 +127,27 @@ def fitted_reward(rubric_reward: float, fit: float, floor: float = DEFAULT_FLOOR
 BUNDLED_GATE = Gate(slope=0.1599, intercept=-2.1270)
 """The gate of the bundled SmolLM2-135M-Instruct on llama.cpp (window 6, neutral ``"Hi."``),
 fitted on 150 ESConv ``valid`` pairs (each context's reference reply against a reply from another
-valid dialogue, seed 0) by ``benchmarks/bench_evaluator.py --stage context-fit``; never on test
-data. A reply with 13.3 nats of evidence gets 0.5; the median valid reference had 20.3 (0.75), the
-median reply from another dialogue 7.1 (0.27)."""
-
-
-SUPPORT_GATE = Gate(slope=0.2468, intercept=-0.7108)
-"""The gate of the bundled SmolLM2-135M-Instruct on llama.cpp (window 6) with
-:data:`SUPPORT_CONVERSATIONS` as the baselines, fitted on 195 ESConv ``valid`` pairs (seed 7) by
-``benchmarks/bench_pmi_baselines.py``. Against a pool of support conversations the evidence is
-smaller than against ``"Hi."``: a reply with 2.9 nats gets 0.5; the median valid reference had 8.1
-(0.78), the median reply from another dialogue -2.2 (0.21).
+valid dialogue, seed 0; the script has since left ``benchmarks/``, see
+``docs/research/context_fit.md``); never on test data. A reply with 13.3 nats of evidence gets 0.5;
+the median valid reference had 20.3 (0.75), the median reply from another dialogue 7.1 (0.27).
 
 Examples:
-    >>> round(SUPPORT_GATE(2.88), 2), round(SUPPORT_GATE(8.1), 2)
-    (0.5, 0.78)
+    >>> round(BUNDLED_GATE(13.3), 2)
+    0.5
 """
 
 
-ESCONV_GATE = Gate(slope=0.3064, intercept=-0.2018)
-"""The gate of the bundled SmolLM2-135M-Instruct on llama.cpp (window 6) with the four ESConv
-train contexts of :func:`esconv_contexts` as the baselines, fitted on 150 ESConv ``valid`` pairs
-(seed 1) by ``benchmarks/bench_evaluator.py --baselines esconv --stage context-fit``. A reply with
-0.66 nats of evidence gets 0.5.
+_AUTO = "auto"
+"""The context-fit option that used to turn it on for the bundled models only; refused now."""
+
+NEUTRAL = "Hi."
+"""What a reply's likelihood after its context is compared with: one neutral user message, the
+setting :data:`BUNDLED_GATE` was fitted with; two reads a reply.
 
 Examples:
-    >>> round(ESCONV_GATE(0.66), 2), round(ESCONV_GATE(10.0), 2)
-    (0.5, 0.94)
+    >>> [(m.role, m.content) for m in as_messages(NEUTRAL)]
+    [('user', 'Hi.')]
 """
-
-_ESCONV_SHA256 = "11687a6518568b67e25a58b3b7cf48bf68bb7336a7b63d91f9d2c30ab7fccaa4"
-"""The SHA-256 of :func:`esconv_contexts` (:func:`~care_sdk.bundled.baselines.fingerprint`): how
-:func:`bundled_gate` knows them without the package holding their text."""
-
-
-def bundled_gate(baselines: Sequence[Context]) -> Gate | None:
-    """The bundled model's gate for these baselines: :data:`BUNDLED_GATE` for :data:`NEUTRAL`,
-    :data:`SUPPORT_GATE` for :data:`SUPPORT_CONVERSATIONS`, :data:`ESCONV_GATE` for
-    :func:`esconv_contexts` (known by their SHA-256), ``None`` for any other.
-
-    Examples:
-        >>> bundled_gate(["Hi."]) == BUNDLED_GATE, bundled_gate(SUPPORT_CONVERSATIONS) == SUPPORT_GATE
-        (True, True)
-        >>> bundled_gate(["Hello."]) is None
-        True
-    """
-    gates = {as_baselines(NEUTRAL): BUNDLED_GATE, SUPPORT_CONVERSATIONS: SUPPORT_GATE}
-    pool = as_baselines(baselines)
-    if pool in gates:
-        return gates[pool]
-    return ESCONV_GATE if fingerprint(pool) == _ESCONV_SHA256 else None
-
-
-def _log_mean_exp(values: Sequence[float]) -> float:
-    top = max(values)
-    return top + math.log(sum(math.exp(v - top) for v in values) / len(values))
-
-
-AUTO = "auto"
-""":class:`ContextFit`'s ``check`` option: the bundled check when the fit is read on the bundled model."""
 
 MEMO_SIZE = 4096
 """PMI values a :class:`ContextFit` keeps, so a reply met again in the same context (a repeated
@@ -231,21 +160,14 @@ class ContextFit:
     Args:
         backend: a backend that can read the log-probability of a given reply (llama.cpp,
             transformers): an object or a spec. ``"default"`` is the bundled base model without
-            adapters, the model the bundled gates were fitted on.
-        gate: turns PMI into a probability; fit one for another model or other baselines with
-            :meth:`Gate.fit`. ``None``: the bundled model's gate for the baselines
-            (:func:`bundled_gate`); other baselines need one.
+            adapters, the model :data:`BUNDLED_GATE` was fitted on.
+        gate: turns PMI into a probability; fit one for another model with :meth:`Gate.fit`.
+            ``None``: :data:`BUNDLED_GATE`.
         window: how many of the context's last messages the model reads (fewer when they do not
             fit the model's context window with the reply: the oldest are dropped first). The
-            bundled gates were fitted at 6, and ``gate=None`` uses them at any window: against
-            ``"Hi."``, gates fitted on the same pairs at 6, 10 and 16 had the same slope and
-            crossed 0.5 within half a nat of each other (``docs/research/context_fit.md``). For a
-            window outside that range, fit a gate.
-        baselines: the contexts a reply is compared against (a string is one user message); with
-            several, the reply's likelihood after them is their mixture's (``log mean exp``), and
-            each costs one more read of every reply. The default is the pool named
-            :data:`DEFAULT_BASELINES`, :data:`NEUTRAL` (the one message ``"Hi."``, two reads a
-            reply); :data:`SUPPORT_CONVERSATIONS` and :func:`esconv_contexts` are others.
+            bundled gate was fitted at 6, and ``gate=None`` uses it at any window: gates fitted on
+            the same pairs at 6, 10 and 16 had the same slope and crossed 0.5 within half a nat of
+            each other (``docs/research/context_fit.md``). For a window outside that range, fit a gate.
         floor: the share of the fit a reply gets whatever the rubric says (see :func:`fitted_reward`);
             ``0`` makes the reward the plain product of the two.
         strip_copies: what the reply repeats from the context earns no fit: the model reads the
@@ -253,17 +175,10 @@ class ContextFit:
             the fit is scaled by the share of the reply that is its own (one minus
             :func:`~care_sdk.guards.copied_share`). Repeating the user's words back is likely after
             the context but says nothing new; read as it is, it would earn the highest fit.
-        check: a second reading that can only lower the fit: a probe on the reply's PMI and how the
-            context moves the model's hidden state of it (:class:`~care_sdk.bundled.shift_check.ShiftCheck`),
-            whose factor multiplies the fit. ``None`` (the default): none, the fit from PMI alone.
-            ``"auto"``: the bundled check (:meth:`ShiftCheck.bundled`) on the bundled base model
-            (backend ``"default"``) against :data:`NEUTRAL`, none otherwise. The check did not earn
-            its place on the test sets of ``benchmarks/rules/addons.md`` and is due for removal.
 
     Raises:
-        ConfigError: the backend cannot read the log-probability of a given reply; other
-            baselines than the bundled ones without a gate; a ``check`` against other baselines
-            than :data:`NEUTRAL`, or on a backend that cannot read hidden states on llama.cpp.
+        ConfigError: the backend cannot read the log-probability of a given reply; a window below
+            1; a floor outside [0, 1].
 
     Examples:
         >>> fit = ContextFit()  # doctest: +SKIP
@@ -278,18 +193,16 @@ class ContextFit:
         *,
         gate: Gate | None = None,
         window: int = 6,
-        baselines: Sequence[Context] | None = None,
         floor: float = DEFAULT_FLOOR,
         strip_copies: bool = True,
-        check: ShiftCheck | str | None = None,
     ) -> None:
-        bundled_model = is_default_spec(backend)
         self.backend = resolve_backend(backend)
-        if not self.backend.supports_reply_logprobs:
+        if not isinstance(self.backend, ReplyLogprobs):
             raise ConfigError(
                 f"context fit needs a backend that reads the log-probability of a given reply; "
                 f"{self.backend.provider} cannot (use llamacpp, hf or default)"
             )
+        self._reader: ReplyLogprobs = self.backend
         if window < 1:
             raise ConfigError(f"context fit: window must be at least 1, got {window}")
         if not 0.0 <= floor <= 1.0:
@@ -297,48 +210,24 @@ class ContextFit:
         self.floor = floor
         self.strip_copies = strip_copies
         self.window = window
-        self.baselines = as_baselines(named_baselines(DEFAULT_BASELINES) if baselines is None else baselines)
-        if not self.baselines or not all(self.baselines):
-            raise ConfigError("context fit: baselines must hold at least one context, and no empty one")
-        gate = gate if gate is not None else bundled_gate(self.baselines)
-        if gate is None:
-            raise ConfigError(
-                "context fit: these baselines have no bundled gate; fit one on held-out pairs "
-                "(care_sdk.bundled.context_fit.Gate.fit) and pass it as gate="
-            )
-        self.gate = gate
-        if check == AUTO:
-            check = ShiftCheck.bundled() if bundled_model and self.baselines == as_baselines(NEUTRAL) else None
-        elif isinstance(check, str):
-            raise ConfigError(f"context fit: check must be a ShiftCheck, {AUTO!r} or None, got {check!r}")
-        elif check is not None and self.baselines != as_baselines(NEUTRAL):
-            raise ConfigError('context fit: a shift check reads PMI against "Hi."; use it with the NEUTRAL baselines')
-        self.check: ShiftCheck | None = check
-        self._reader = None
-        if check is not None:
-            self._reader = ShiftReader(
-                self.backend, layer=check.layer, window=check.window, reply_tokens=check.reply_tokens
-            )
+        self.baseline: tuple[Message, ...] = tuple(as_messages(NEUTRAL))
+        """What a reply's likelihood after its context is compared with: the one message ``"Hi."``."""
+        self.gate = gate if gate is not None else BUNDLED_GATE
         self._memo: OrderedDict[tuple[tuple[Message, ...], str], float] = OrderedDict()
-        self._factors: OrderedDict[tuple[tuple[Message, ...], str], float] = OrderedDict()
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        # Memos start empty and the lock is new in the process that unpickles it.
-        return {k: v for k, v in self.__dict__.items() if k not in ("_memo", "_factors", "_lock")}
+        # The memo starts empty and the lock is new in the process that unpickles it.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_memo", "_lock")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _memo=OrderedDict(), _factors=OrderedDict(), _lock=threading.Lock())
+        self.__dict__.update(state, _memo=OrderedDict(), _lock=threading.Lock())
 
     @property
     def identity(self) -> str:
-        """The model, window, baselines (when not :data:`NEUTRAL`), gate and floor that determine the values."""
+        """The model, window, gate and floor that determine the values."""
         copies = "|copies discounted" if self.strip_copies else ""
-        baselines = ""
-        if self.baselines != as_baselines(NEUTRAL):
-            baselines = f"|baselines={len(self.baselines)}:{fingerprint(self.baselines)[:12]}"
-        check = f"|{self.check.identity}" if self.check is not None else ""
-        return f"{self.backend.identity}|window={self.window}{baselines}|{self.gate}{check}|floor={self.floor}{copies}"
+        return f"{self.backend.identity}|window={self.window}|{self.gate}|floor={self.floor}{copies}"
 
     def _read_as(self, context: Context, reply: str) -> tuple[tuple[Message, ...], str]:
         """The messages the model reads before the reply, and the reply as it is read."""
@@ -366,8 +255,8 @@ class ContextFit:
     def pmi_batch(self, items: Sequence[tuple[Context, str]]) -> list[float | CareError]:
         """:meth:`pmi` for many ``(context, reply)`` pairs; an item the backend could not read is
         its error, the others are unaffected. Pairs that share a context are read one after
-        another, then every reply after each baseline in turn, so each prompt is prefilled once
-        (and a reply met under several contexts is read once after each baseline).
+        another, then every reply after ``"Hi."``, so each prompt is prefilled once (and a reply
+        met under several contexts is read once after ``"Hi."``).
         """
         keyed = [self._read_as(context, reply) for context, reply in items]
         with self._lock:
@@ -383,7 +272,7 @@ class ContextFit:
         for i in sorted(todo, key=lambda i: (first_seen[keyed[i][0]], i)):
             conditional[i] = self._read_fitting(*keyed[i])
         replies = list(dict.fromkeys(keyed[i][1] for i in todo if not isinstance(conditional[i], CareError)))
-        pooled = self._baseline_logprobs(replies)
+        neutral = {reply: self._read_fitting(self.baseline, reply) for reply in replies}
         out: list[float | CareError] = []
         for i, key in enumerate(keyed):
             if key in known:
@@ -393,31 +282,17 @@ class ContextFit:
             if isinstance(given, CareError):
                 out.append(given)
                 continue
-            baseline = pooled[key[1]]
+            baseline = neutral[key[1]]
             if isinstance(baseline, CareError):
                 out.append(baseline)
                 continue
-            known[key] = sum(given) - baseline
+            known[key] = sum(given) - sum(baseline)
             out.append(known[key])
             with self._lock:
                 self._memo[key] = known[key]
                 while len(self._memo) > MEMO_SIZE:
                     self._memo.popitem(last=False)
         return out
-
-    def _baseline_logprobs(self, replies: Sequence[str]) -> dict[str, float | CareError]:
-        """Each reply's log-probability under the baselines' mixture, ``log mean_k p(reply |
-        baseline_k)``, or the first error met reading it; one baseline at a time, so its prompt is
-        prefilled once."""
-        reads: dict[str, list[float] | CareError] = {reply: [] for reply in replies}
-        for baseline in self.baselines:
-            for reply in replies:
-                so_far = reads[reply]
-                if isinstance(so_far, CareError):
-                    continue
-                value = self._read_fitting(baseline, reply)
-                reads[reply] = value if isinstance(value, CareError) else [*so_far, sum(value)]
-        return {reply: v if isinstance(v, CareError) else _log_mean_exp(v) for reply, v in reads.items()}
 
     def _read_fitting(self, messages: tuple[Message, ...], reply: str) -> list[float] | CareError:
         """The reply read after ``messages``; when they do not fit the model's context with it
@@ -433,7 +308,7 @@ class ContextFit:
         if not reply:
             return []  # no tokens, nothing to read
         try:
-            return self.backend.reply_logprobs(messages, reply)
+            return self._reader.reply_logprobs(messages, reply)
         except CareError as exc:
             return exc
         except (RuntimeError, ValueError) as exc:  # the engine failed on this input
@@ -454,7 +329,7 @@ class ContextFit:
 
     def score(self, context: Context, reply: str) -> float:
         """How likely the reply was written for ``context``: the gate's value of its PMI, times its
-        :meth:`own_share`, times the :attr:`check`'s factor when there is one.
+        :meth:`own_share`.
 
         Raises:
             CareError: the backend could not read the reply.
@@ -467,58 +342,23 @@ class ContextFit:
     def score_batch(self, items: Sequence[tuple[Context, str]]) -> list[float | CareError]:
         """:meth:`score` for many ``(context, reply)`` pairs; a failed item is its error (see :meth:`pmi_batch`)."""
         values = self.pmi_batch(items)
-        factors = self.check_factors(items, values)
-        out: list[float | CareError] = []
-        for value, factor, (context, reply) in zip(values, factors, items, strict=True):
-            if isinstance(value, CareError) or isinstance(factor, CareError):
-                out.append(value if isinstance(value, CareError) else factor)
-            else:
-                out.append(self.gate(value) * factor * self.own_share(context, reply))
-        return out
-
-    def check_factors(
-        self, items: Sequence[tuple[Context, str]], pmis: Sequence[float | CareError]
-    ) -> list[float | CareError]:
-        """The :attr:`check`'s factor of each ``(context, reply)`` given its PMI (:meth:`pmi_batch`):
-        1 without a check, for an empty context or reply, and where the PMI is an error; an item
-        whose hidden states could not be read is its error. :meth:`score_batch` multiplies the fit
-        by it.
-
-        Examples:
-            >>> ContextFit("default", check=None).check_factors([("I failed.", "Oh no.")], [3.2])  # doctest: +SKIP
-            [1.0]
-        """
-        out: list[float | CareError] = [1.0] * len(items)
-        if self._reader is None or self.check is None:
-            return out
-        keys = [(tuple(as_messages(context)), reply) for context, reply in items]
-        todo: dict[tuple[tuple[Message, ...], str], int] = {}
-        for i, (key, pmi) in enumerate(zip(keys, pmis, strict=True)):
-            with self._lock:
-                known = self._factors.get(key)
-            if isinstance(pmi, CareError) or not key[0] or not key[1].strip():
-                continue  # nothing to check: the PMI failed, or there is no context or reply
-            if known is not None:
-                out[i] = known
-            else:
-                todo.setdefault(key, i)
-        shifts = self._reader.shift_batch([items[i] for i in todo.values()])
-        fresh: dict[tuple[tuple[Message, ...], str], float | CareError] = {}
-        for (key, i), shift in zip(todo.items(), shifts, strict=True):
-            read = pmis[i]
-            assert not isinstance(read, CareError)  # items whose PMI failed are not checked
-            fresh[key] = shift if isinstance(shift, CareError) else self.check.factor(read, shift)
-        with self._lock:
-            for key, factor in fresh.items():
-                if not isinstance(factor, CareError):
-                    self._factors[key] = factor
-                    while len(self._factors) > MEMO_SIZE:
-                        self._factors.popitem(last=False)
-        return [fresh.get(key, out[i]) for i, key in enumerate(keys)]
+        return [
+            value if isinstance(value, CareError) else self.gate(value) * self.own_share(context, reply)
+            for value, (context, reply) in zip(values, items, strict=True)
+        ]
 
     async def ascore_batch(self, items: Sequence[tuple[Context, str]]) -> list[float | CareError]:
         """Async form of :meth:`score_batch` (the model runs in a worker thread)."""
         return await asyncio.to_thread(self.score_batch, items)
+
+    def combine(self, rubric_reward: float, fit: float) -> float:
+        """The reward paid for a reply: :func:`fitted_reward` with this fit's :attr:`floor`.
+
+        Examples:
+            >>> ContextFit().combine(rubric_reward=0.8, fit=0.5)  # the default floor, 0.5  # doctest: +SKIP
+            0.45
+        """
+        return fitted_reward(rubric_reward, fit, self.floor)
 
     def close(self) -> None:
         """Close the backend."""
@@ -528,21 +368,13 @@ class ContextFit:
         return f"ContextFit({self.identity!r})"
 
 
-def context_fit_for(
-    option: ContextFit | str | None,
-    *,
-    baselines: Sequence[Context] | None = None,
-    check: ShiftCheck | str | None = None,
-) -> ContextFit | None:
+def context_fit_for(option: ContextFit | str | None) -> ContextFit | None:
     """The context fit a reward factory builds from an option: an opt-in add-on, never on by default.
 
     Every backend's reward is the method's formula unless the caller asks for more, so no backend
     spec turns context fit on. ``None`` or ``"off"``: none. ``"on"``: a :class:`ContextFit` read on
-    the bundled base model (backend ``"default"``, the model its gates were fitted on). Another
-    string: a :class:`ContextFit` read on that backend spec. A :class:`ContextFit`: itself. A
-    context fit built here reads against ``baselines`` (default: :data:`DEFAULT_BASELINES`'s),
-    with their bundled gate (see :func:`bundled_gate`), and with ``check`` (:class:`ContextFit`'s:
-    ``"auto"``, ``None`` or a :class:`~care_sdk.bundled.shift_check.ShiftCheck`).
+    the bundled base model (backend ``"default"``, the model its gate was fitted on). Another
+    string: a :class:`ContextFit` read on that backend spec. A :class:`ContextFit`: itself.
 
     Raises:
         ConfigError: ``"auto"``, which used to turn context fit on for the bundled models only.
@@ -562,11 +394,11 @@ def context_fit_for(
     spec = option.strip()
     if spec.lower() == "off":
         return None
-    if spec.lower() == AUTO:
+    if spec.lower() == _AUTO:
         raise ConfigError(
             "context fit 'auto' is gone: every backend's reward is the method's formula; "
             "ask for context fit with 'on' (read on the bundled base model) or a backend spec"
         )
     if spec.lower() == "on":
-        return ContextFit(baselines=baselines, check=check)
-    return ContextFit(spec, baselines=baselines, check=check)
+        return ContextFit()
+    return ContextFit(spec)

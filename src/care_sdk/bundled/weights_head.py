@@ -8,7 +8,7 @@ that reader, shipped beside the generator adapter. For a context it:
 1. takes the user message of the generator prompt (:func:`~care_sdk.prompts.generator_messages`,
    cut to the head's ``max_context_messages``: the position line and the last messages);
 2. asks the backend for ``hidden_states[layer]`` averaged over that text's tokens
-   (:meth:`~care_sdk.backends.Backend.hidden_state_means`; llama.cpp computes the layers up to
+   (:meth:`~care_sdk.backends.HiddenStates.hidden_state_means`; llama.cpp computes the layers up to
    ``layer`` and stops);
 3. standardises it, puts the supporter-turn number one-hot beside it (capped at
    ``position_cap``), and applies a multinomial logistic regression: the three probabilities that
@@ -30,7 +30,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from care_sdk.errors import ConfigError, ContextOverflowError
+from care_sdk.backends.base import HiddenStates
+from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION, Context, generator_messages, generator_position
 from care_sdk.types import DIMENSIONS, Dimension, as_messages
 
@@ -133,8 +134,8 @@ class WeightsHead:
         return {d: e / total for d, e in zip(DIMENSIONS, exps, strict=True)}
 
     def weights(self, contexts: Sequence[Context], backend: Any) -> list[dict[Dimension, float]]:
-        """The weights for each context, reading the states on ``backend`` (one that
-        :attr:`~care_sdk.backends.Backend.supports_hidden_states`).
+        """The weights for each context, reading the states on ``backend`` (one that reads hidden
+        states: a :class:`~care_sdk.backends.HiddenStates`).
 
         A text that does not fit the model's context window (the backend raises
         :class:`~care_sdk.errors.ContextOverflowError`) is read again with fewer messages, the
@@ -143,9 +144,12 @@ class WeightsHead:
         Raises:
             BackendError: the backend cannot read hidden states or failed.
         """
+        if not isinstance(backend, HiddenStates):
+            provider = str(getattr(backend, "provider", type(backend).__name__))
+            raise BackendError("this backend cannot read hidden states", provider=provider, hint="use llamacpp or hf")
         return [self.weights_from_state(self._state(c, backend), self.position_of(c)) for c in contexts]
 
-    def _state(self, context: Context, backend: Any) -> Sequence[float]:
+    def _state(self, context: Context, backend: HiddenStates) -> Sequence[float]:
         keep = self.max_context_messages or len(as_messages(context))
         while True:
             text = head_text(context, keep)

@@ -42,8 +42,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from care_sdk.addons import add_ons as build_add_ons
 from care_sdk.backends import Backend
-from care_sdk.bundled.context_fit import DEFAULT_BASELINES, baselines_name, context_fit_for, named_baselines
 from care_sdk.errors import CareError, InputError
 from care_sdk.reward import AdaptiveReward, build_reward
 from care_sdk.types import DIMENSIONS, Message, RewardResult, as_messages
@@ -102,18 +102,15 @@ def get_reward(
     criteria: str = "generated",
     use_logprobs: bool = False,
     cache: str | None = None,
-    context_fit: str | None = None,
-    context_fit_baselines: str | None = None,
+    add_ons: str | Sequence[str] | None = None,
 ) -> AdaptiveReward:
     """The process's shared :class:`AdaptiveReward` for these options, built on first use.
 
     ``backend`` defaults to ``$CARE_BACKEND`` or ``"default"``; ``cache`` (an SQLite file shared by
-    all workers) defaults to ``$CARE_RUBRIC_CACHE`` or an in-memory cache; ``context_fit`` (the opt-in
-    add-on: ``"on"``, ``"off"`` or a backend spec for :class:`~care_sdk.ContextFit`, see
-    :func:`~care_sdk.bundled.context_fit.context_fit_for`) defaults to ``$CARE_CONTEXT_FIT`` or ``"off"``
-    (the method's reward on every backend); ``context_fit_baselines`` (a name in
-    :data:`~care_sdk.bundled.context_fit.BASELINE_NAMES`) defaults to ``$CARE_CONTEXT_FIT_BASELINES`` or
-    :data:`~care_sdk.bundled.context_fit.DEFAULT_BASELINES`.
+    all workers) defaults to ``$CARE_RUBRIC_CACHE`` or an in-memory cache; ``add_ons`` (opt-in add-ons
+    outside the method, ``NAME[=SPEC]`` as in ``care score --add-on``, a list or one comma-separated
+    string, see :func:`care_sdk.addons.add_ons`) defaults to ``$CARE_ADD_ONS`` or none (the method's
+    reward on every backend).
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -123,12 +120,11 @@ def get_reward(
     """
     backend = backend if backend is not None else os.environ.get("CARE_BACKEND", "default")
     cache = cache if cache is not None else os.environ.get("CARE_RUBRIC_CACHE")
-    context_fit = context_fit if context_fit is not None else os.environ.get("CARE_CONTEXT_FIT", "off")
-    if context_fit_baselines is None:
-        context_fit_baselines = os.environ.get("CARE_CONTEXT_FIT_BASELINES", DEFAULT_BASELINES)
-    baselines_name(context_fit_baselines, where="context_fit_baselines")  # read (esconv: from the data) once, below
+    if add_ons is None:
+        add_ons = os.environ.get("CARE_ADD_ONS", "")
+    asked = tuple(a.strip() for a in (add_ons.split(",") if isinstance(add_ons, str) else add_ons) if a.strip())
     spec = backend if isinstance(backend, str) else id(backend)
-    key = (spec, weights, criteria, use_logprobs, cache, context_fit, context_fit_baselines)
+    key = (spec, weights, criteria, use_logprobs, cache, asked)
     with _LOCK:
         reward = _REWARDS.get(key)
         if reward is None:
@@ -137,15 +133,13 @@ def get_reward(
                 from care_sdk.sqlite_cache import SqliteCache
 
                 store = SqliteCache(cache)
+            extra = build_add_ons(asked)
             reward = build_reward(
                 variant_of(weights, criteria),
                 backend=backend,
-                generator_options={"cache": store},
+                generator_options={"cache": store, **extra.generator_options()},
                 evaluator_options={"use_logprobs": use_logprobs},
-                context_fit=context_fit_for(
-                    context_fit,
-                    baselines=named_baselines(context_fit_baselines, where="context_fit_baselines"),
-                ),
+                context_fit=extra.context_fit,
             )
             _REWARDS[key] = reward
         return reward
@@ -218,8 +212,7 @@ def compute_score_batch(
     criteria: str = "generated",
     use_logprobs: bool = False,
     cache: str | None = None,
-    context_fit: str | None = None,
-    context_fit_baselines: str | None = None,
+    add_ons: str | Sequence[str] | None = None,
     context_key: str = DEFAULT_CONTEXT_KEY,
     on_error: str | float = "raise",
     **_: Any,
@@ -238,14 +231,10 @@ def compute_score_batch(
         criteria: ``"generated"`` or ``"fixed"`` (ablation).
         use_logprobs: expected scores over the score tokens' probabilities.
         cache: SQLite file for rubrics shared across workers and runs (default ``$CARE_RUBRIC_CACHE``).
-        context_fit: the opt-in add-on that scales each reward by the reply's fit to its context:
-            ``"on"``, ``"off"``, or a backend spec to read it on (see
-            :func:`~care_sdk.bundled.context_fit.context_fit_for`; default ``$CARE_CONTEXT_FIT``, or
-            ``"off"``); the fit is the ``care_context_fit`` entry (NaN without).
-        context_fit_baselines: what context fit compares a reply against, a name in
-            :data:`~care_sdk.bundled.context_fit.BASELINE_NAMES` (see
-            :func:`~care_sdk.bundled.context_fit.named_baselines`); default ``$CARE_CONTEXT_FIT_BASELINES``,
-            or :data:`~care_sdk.bundled.context_fit.DEFAULT_BASELINES`.
+        add_ons: opt-in add-ons outside the method, ``NAME[=SPEC]`` as in ``care score --add-on``
+            (``weights-head``, ``expected-weights``, ``context-fit``), a list or one comma-separated
+            string; default ``$CARE_ADD_ONS``, or none. With ``context-fit`` the fit is the
+            ``care_context_fit`` entry (NaN without).
         context_key: the ``extra_info`` key holding the context.
         on_error: ``"raise"`` (default: stop with the reason) or a score to give a reply that could
             not be scored; such rows carry ``care_failed=1.0`` and are logged as warnings.
@@ -253,7 +242,7 @@ def compute_score_batch(
     Raises:
         InputError: a row without a usable context (the message names the row).
         CareError: a reply could not be scored and ``on_error="raise"``.
-        ConfigError: ``context_fit_baselines`` names no bundled baselines.
+        ConfigError: ``add_ons`` names an unknown add-on, or two weight readers.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
@@ -284,8 +273,7 @@ def compute_score_batch(
         criteria=criteria,
         use_logprobs=use_logprobs,
         cache=cache,
-        context_fit=context_fit,
-        context_fit_baselines=context_fit_baselines,
+        add_ons=add_ons,
     )
     results = reward.score_batch(items)
     return [_as_dict(r, policy, w) for r, w in zip(results, wheres, strict=True)]

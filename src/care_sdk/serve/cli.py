@@ -56,7 +56,7 @@ def add_serve_commands(sub: Any) -> None:
         >>> build_parser().parse_args(["serve", "--port", "9000"]).port
         9000
     """
-    from care_sdk.bundled.options import add_context_fit_options, add_weight_reader_option
+    from care_sdk.bundled.options import add_add_on_option
 
     p = sub.add_parser("serve", help="run the reward service (OpenRLHF /get_reward, /v1/score, /metrics)")
     p.add_argument(
@@ -64,7 +64,6 @@ def add_serve_commands(sub: Any) -> None:
     )
     p.add_argument("--generator-backend", help="backend spec for the rubric generator only")
     p.add_argument("--evaluator-backend", help="backend spec for the evaluator only")
-    add_weight_reader_option(p)
     p.add_argument("--weights", choices=["generated", "uniform"], default="generated", help="rubric weights")
     p.add_argument("--criteria", choices=["generated", "fixed"], default="generated", help="rubric criteria")
     p.add_argument("--variant", choices=VARIANTS, help="a named reward variant; replaces --weights and --criteria")
@@ -74,7 +73,7 @@ def add_serve_commands(sub: Any) -> None:
         default="zero",
         help="flagged replies: reward 0, a penalty, flags only, or no guards (default: %(default)s)",
     )
-    add_context_fit_options(p)
+    add_add_on_option(p)
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")

@@ -15,9 +15,10 @@ __all__ = ["add_policy_commands"]
 
 
 def _policy_grpo(args: argparse.Namespace) -> int:
+    from care_lab.simulation.profiles import load_profiles
     from care_lab.training._common import GRPO_DEFAULTS
     from care_lab.training.config import load_config
-    from care_lab.training.policy.components import load_profiles, prompt_rows
+    from care_lab.training.policy.components import prompt_rows
     from care_lab.training.policy.config import PolicyGRPOConfig
     from care_lab.training.policy.runner import run_policy_grpo
 

@@ -1,4 +1,5 @@
-"""Building the pieces a policy recipe needs from its config: prompts, profiles, simulator, CARE reward.
+"""Building the pieces a policy recipe needs from its config: prompts, simulator, CARE reward (the
+simulated users' profiles: :func:`care_lab.simulation.profiles.load_profiles`).
 
 Backends named by the same spec string (and options) are built once and shared, so with
 ``default`` everywhere the bundled model is loaded once for simulator, generator and evaluator.
@@ -7,22 +8,21 @@ Backends named by the same spec string (and options) are built once and shared, 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from care_lab.training.policy.config import PromptSettings, RewardSettings, SimulatorSettings, UserSettings
-from care_lab.training.policy.profiles import Split, UserProfile, esconv_profiles, sage_profiles
+from care_lab.data.roles import require_trainable
+from care_lab.simulation.simulated_user import SimulatedUser
+from care_lab.training.policy.config import PromptSettings, RewardSettings, SimulatorSettings
 from care_lab.training.policy.rewards import build_adaptive_reward
-from care_lab.training.policy.simulator import SimulatedUser
-from care_lab.training.roles import require_held_out, require_trainable
 from care_sdk.backends import BackendPool
-from care_sdk.bundled.context_fit import context_fit_for, named_baselines
+from care_sdk.bundled.context_fit import context_fit_for
 from care_sdk.errors import InputError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import Dialogue, Message
 
-__all__ = ["build_reward", "build_simulator", "load_profiles", "prompt_rows"]
+__all__ = ["build_reward", "build_simulator", "prompt_rows"]
 
 
 def _data_root(data_dir: str | None, given: str | None = None) -> Path:
@@ -34,9 +34,8 @@ def _data_root(data_dir: str | None, given: str | None = None) -> Path:
     return Path(data_dir) if data_dir is not None else default_data_dir()
 
 
-def build_reward(settings: RewardSettings, pool: BackendPool, data_dir: str | None = None) -> AdaptiveReward:
-    """The CARE reward of a config's ``reward`` section (no generator for ``fixed_rubric``);
-    ``data_dir`` is where ``esconv`` context-fit baselines are read (else ``$CARE_DATA_DIR``)."""
+def build_reward(settings: RewardSettings, pool: BackendPool) -> AdaptiveReward:
+    """The CARE reward of a config's ``reward`` section (no generator for ``fixed_rubric``)."""
     evaluator = RubricEvaluator(
         pool.get(settings.evaluator, settings.evaluator_options, role="evaluator"),
         seed=settings.seed,
@@ -53,10 +52,7 @@ def build_reward(settings: RewardSettings, pool: BackendPool, data_dir: str | No
             max_tokens=settings.generator_max_tokens,
             max_attempts=settings.max_attempts,
         )
-    context_fit = context_fit_for(
-        settings.context_fit,
-        baselines=named_baselines(settings.context_fit_baselines, "reward.context_fit_baselines", data_dir),
-    )
+    context_fit = context_fit_for(settings.context_fit)
     return build_adaptive_reward(settings.variant, generator, evaluator, context_fit=context_fit)
 
 
@@ -71,52 +67,6 @@ def build_simulator(settings: SimulatorSettings, pool: BackendPool, *, seed: int
         max_reply_chars=settings.max_reply_chars,
         max_profile_chars=settings.max_profile_chars,
     )
-
-
-_SAGE_PROFILES = ("sage_rlver", "profiles", "simulator_profile_withfirsttalk.jsonl")
-
-
-def _profiles_file(settings: UserSettings, split: Literal["train", "held_out"], root: Path) -> Path:
-    if split == "train":
-        if settings.path:
-            return Path(settings.path)
-        return root.joinpath(*_SAGE_PROFILES) if settings.source == "sage" else root / "esconv" / "train.jsonl"
-    if settings.held_out_path:
-        return Path(settings.held_out_path)
-    return (
-        root.joinpath(*_SAGE_PROFILES)
-        if settings.source == "sage"
-        else root / "esconv" / f"{settings.held_out_split}.jsonl"
-    )
-
-
-def load_profiles(settings: UserSettings, split: Split, data_dir: str | None = None) -> list[UserProfile]:
-    """The simulated-user profiles of ``split``: ``train`` (``users.path``), ``held_out``
-    (``users.held_out_path``) or ``all`` (both).
-
-    Training users must come from a file declared trainable and held-out users from one declared
-    held-out (:mod:`care_lab.training.roles`): the SAGE profiles are eval-only, so training on
-    them is refused.
-
-    Raises:
-        InputError: a file is missing, has the wrong data role (named), or yields no profile.
-    """
-    parts: list[Literal["train", "held_out"]] = ["train", "held_out"] if split == "all" else [split]
-    given = {"train": settings.path, "held_out": settings.held_out_path}
-    root = _data_root(data_dir, "given" if all(given[p] for p in parts) else None)
-    chosen: list[UserProfile] = []
-    for part in parts:
-        path = _profiles_file(settings, part, root)
-        if part == "train":
-            require_trainable(path, what="training users")
-        else:
-            require_held_out(path)
-        chosen += esconv_profiles(path) if settings.source == "esconv" else sage_profiles(path)
-    if settings.max_profiles is not None:
-        chosen = chosen[: settings.max_profiles]
-    if not chosen:
-        raise InputError(f"no {split} profile", location=f"users ({settings.source})")
-    return chosen
 
 
 def _dialogues(settings: PromptSettings, root: Path) -> list[Dialogue]:
@@ -154,14 +104,14 @@ def prompt_rows(
 ) -> list[dict[str, Any]]:
     """Single-turn GRPO rows: ``prompt`` (system prompt + context), ``context`` (what CARE judges), ``id``.
 
-    The source file must be declared trainable (:mod:`care_lab.training.roles`).
+    The source file must be declared trainable (:mod:`care_lab.data.roles`).
 
     Raises:
         InputError: the source is missing, malformed or not trainable (named), or yields no context.
 
     Examples:
         >>> import tempfile, os
-        >>> from care_lab.training.roles import write_roles
+        >>> from care_lab.data.roles import write_roles
         >>> d = tempfile.mkdtemp(); p = os.path.join(d, "d.jsonl"); _ = write_roles(d, {"d.jsonl": "train"})
         >>> _ = open(p, "w").write('{"id": "a", "messages": [{"role": "user", "content": "I failed."},'
         ...                        ' {"role": "assistant", "content": "Oh no."}]}\\n')

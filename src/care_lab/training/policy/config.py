@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from care_lab.simulation.episodes import DEFAULT_SYSTEM_PROMPT
+from care_lab.simulation.profiles import UserSettings
 from care_lab.training.config import LoraSettings
-from care_sdk.bundled.context_fit import DEFAULT_BASELINES, baselines_name
 from care_sdk.variants import VariantField
 
 __all__ = [
-    "DEFAULT_SYSTEM_PROMPT",
     "EpisodeSettings",
     "EvalPolicyConfig",
     "JudgeSettings",
@@ -21,15 +21,7 @@ __all__ = [
     "PromptSettings",
     "RewardSettings",
     "SimulatorSettings",
-    "UserSettings",
 ]
-
-DEFAULT_SYSTEM_PROMPT = (
-    "You are a warm, thoughtful emotional supporter. Understand what the person is going through, "
-    "acknowledge their feelings without clichés, and help them find their own way forward. "
-    "Reply in a few sentences, in the language the person uses."
-)
-"""The policy's system prompt unless the config sets one."""
 
 
 class _Config(BaseModel):
@@ -56,31 +48,6 @@ class PromptSettings(_Config):
     """Contexts taken per dialogue (before its first supporter turns)."""
     max_context_messages: int | None = Field(default=8, ge=1)
     """Keep only the last this many messages of a context."""
-
-
-class UserSettings(_Config):
-    """Simulated-user profiles for multi-turn episodes: training users and held-out users come from
-    different files, each with a declared data role (see :mod:`care_lab.training.roles`).
-
-    Examples:
-        >>> UserSettings().held_out_split
-        'test'
-    """
-
-    source: Literal["esconv", "sage"] = "esconv"
-    """``esconv`` (English: situations and openings of ESConv dialogues) or ``sage`` (Chinese:
-    the SAGE/RLVER profiles, benchmark test users: eval-only, never trained on)."""
-    path: str | None = None
-    """The training users' file; default ``<data dir>/esconv/train.jsonl``. It must be declared
-    trainable (``train`` or ``valid``): training refuses test and eval-only files."""
-    held_out_path: str | None = None
-    """The held-out users' file (evaluation); default ``<data dir>/esconv/<held_out_split>.jsonl``, or
-    ``<data dir>/sage_rlver/profiles/simulator_profile_withfirsttalk.jsonl`` for ``sage``. It
-    must be declared held-out (``valid``, ``test`` or ``eval-only``)."""
-    held_out_split: Literal["valid", "test"] = "test"
-    """Which ESConv split the held-out users come from by default (``valid`` for model selection)."""
-    max_profiles: int | None = Field(default=None, ge=1)
-    """Use at most this many profiles (file order)."""
 
 
 class SimulatorSettings(_Config):
@@ -131,8 +98,6 @@ class RewardSettings(_Config):
     Examples:
         >>> RewardSettings(variant="fixed_rubric").generator
         'default'
-        >>> RewardSettings(context_fit_baselines="support").context_fit_baselines
-        'support'
     """
 
     variant: VariantField = "care"
@@ -161,24 +126,14 @@ class RewardSettings(_Config):
     """The opt-in add-on that scales each reward by the reply's fit to its context
     (:mod:`care_sdk.bundled.context_fit`): ``off`` (the method's reward), ``on`` (read on the bundled base
     model) or a backend spec to read it on."""
-    context_fit_baselines: str = DEFAULT_BASELINES
-    """What context fit compares a reply against, by its name in
-    :data:`~care_sdk.bundled.context_fit.BASELINE_NAMES` (see :func:`~care_sdk.bundled.context_fit.named_baselines`;
-    ``esconv`` is read from the data directory); default
-    :data:`~care_sdk.bundled.context_fit.DEFAULT_BASELINES`."""
     seed: int = 0
     """Sampling seed of generator and evaluator."""
-
-    @field_validator("context_fit_baselines")
-    @classmethod
-    def _known_baselines(cls, name: str) -> str:
-        return baselines_name(name, where=None)  # a ConfigError, a ValueError: pydantic names the field
 
 
 class JudgeSettings(_Config):
     """Who judges ``eval-policy``'s episodes: an independent judge (the default), or the training reward.
 
-    ``independent``: :class:`~care_lab.evals.judge.DialogueJudge` on ``backend``, one holistic
+    ``independent``: :class:`~care_lab.simulation.judge.DialogueJudge` on ``backend``, one holistic
     verdict per episode with its own prompt and no CARE rubric, so a policy that learned to please
     the training reward gains nothing from it. ``training_reward``: the CARE reward of the
     ``reward`` section scores every turn, as during training; reports label it "training reward",

@@ -1,7 +1,7 @@
 """``care train eval-policy``: a policy against the simulated user on held-out profiles, judged independently.
 
 By default (``judge.kind: independent``) every episode gets one verdict from an independent judge
-(:class:`~care_lab.evals.judge.DialogueJudge`: another model, its own prompt, no CARE rubric),
+(:class:`~care_lab.simulation.judge.DialogueJudge`: another model, its own prompt, no CARE rubric),
 because the reward the policy was trained with cannot see the policy gaming it. With
 ``judge.kind: training_reward`` the CARE reward of the ``reward`` section scores every turn
 instead, and the summary says that it is the training reward.
@@ -24,18 +24,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from care_lab.simulation.episodes import BackendPolicy, Episode, run_episodes
+from care_lab.simulation.profiles import load_profiles
 from care_lab.training._common import check_dir
-from care_lab.training.policy.components import build_reward, build_simulator, load_profiles
+from care_lab.training.policy.components import build_reward, build_simulator
 from care_lab.training.policy.config import EvalPolicyConfig
 from care_lab.training.policy.rewards import EpisodeRecorder
-from care_lab.training.policy.rollout import BackendPolicy, Episode, run_episodes
 from care_sdk.backends import BackendPool
 from care_sdk.errors import CareError
 from care_sdk.trajectory import TrajectoryReward
 from care_sdk.types import DIMENSIONS
 
 if TYPE_CHECKING:
-    from care_lab.evals.judge import JudgeVerdict
+    from care_lab.simulation.judge import JudgeVerdict
 
 __all__ = ["TRAINING_REWARD_LABEL", "EvalSummary", "evaluate_policy"]
 
@@ -151,7 +152,7 @@ def evaluate_policy(
         InputError: the profile data is missing or the split is empty.
         ConfigError: a backend spec is invalid.
     """
-    from care_lab.evals.judge import DialogueJudge
+    from care_lab.simulation.judge import DialogueJudge
 
     pool = pool if pool is not None else BackendPool()
     out = check_dir(config.output_dir, "output_dir")
@@ -166,7 +167,7 @@ def evaluate_policy(
             max_attempts=config.judge.max_attempts,
         )
     else:
-        care = build_reward(config.reward, pool, config.data_dir)
+        care = build_reward(config.reward, pool)
         trajectory = TrajectoryReward(care, how=config.episode.trajectory, gamma=config.episode.gamma)
     simulator = build_simulator(config.simulator, pool, seed=config.seed)
     policy = BackendPolicy(

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from care_lab.training.policy.rollout import Episode
+from care_lab.simulation.episodes import Episode
 from care_sdk._calls import report_to_trainer, trl_items
 from care_sdk.bundled.context_fit import ContextFit
 from care_sdk.reward import AdaptiveReward

@@ -18,6 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from care_lab.simulation.episodes import run_episodes
+from care_lab.simulation.profiles import UserProfile, load_profiles
+from care_lab.simulation.simulated_user import SimulatedUser
 from care_lab.training._common import (
     GRPORunResult,
     load_model,
@@ -27,12 +30,9 @@ from care_lab.training._common import (
     stage_setup,
     write_run_files,
 )
-from care_lab.training.policy.components import build_reward, build_simulator, load_profiles, prompt_rows
+from care_lab.training.policy.components import build_reward, build_simulator, prompt_rows
 from care_lab.training.policy.config import PolicyGRPOConfig
-from care_lab.training.policy.profiles import UserProfile
 from care_lab.training.policy.rewards import EpisodeRecorder, PolicyReward
-from care_lab.training.policy.rollout import run_episodes
-from care_lab.training.policy.simulator import SimulatedUser
 from care_sdk.backends import BackendPool
 from care_sdk.types import Message
 
@@ -149,7 +149,7 @@ def run_policy_grpo(
 
     out, args = stage_setup("grpo", config, GRPO_DEFAULTS, source)
     pool = pool if pool is not None else BackendPool()
-    care = build_reward(config.reward, pool, config.data_dir)
+    care = build_reward(config.reward, pool)
     multi = config.mode == "multi_turn"
     rollout_func = None
     emotions: dict[str, str | None] = {}

@@ -1,4 +1,4 @@
-"""The policy under training as a :class:`~care_lab.training.policy.rollout.TurnPolicy`, at the token level.
+"""The policy under training as a :class:`~care_lab.simulation.episodes.TurnPolicy`, at the token level.
 
 TRL's ``GRPOTrainer`` takes a ``rollout_func`` that returns, per sample, the prompt tokens, the
 completion tokens and (optionally) an ``env_mask``: 1 for tokens the model wrote, 0 for tokens
@@ -64,7 +64,7 @@ class TokenPolicy:
         trainer: the running ``trl.GRPOTrainer``.
         turn_max_tokens: token budget of one policy turn.
 
-    After :func:`~care_lab.training.policy.rollout.run_episodes`, :meth:`rollout_output` gives
+    After :func:`~care_lab.simulation.episodes.run_episodes`, :meth:`rollout_output` gives
     ``prompt_ids``, ``completion_ids``, ``logprobs`` and ``env_mask`` per episode, in order.
     """
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from care_lab.training.policy.profiles import UserProfile
+from care_lab.simulation.profiles import UserProfile
 from care_sdk._engine import drive, parse_plan, unwrap
 from care_sdk._replies import parse_json_reply
 from care_sdk._text import clip

@@ -7,7 +7,7 @@ What each role may be used for (``use`` of :func:`require_role`):
 - ``select`` (choosing or tuning: early stopping, a penalty, a threshold among candidates, which
   variant ships): ``train`` or ``selection``.
 - ``evaluate`` (numbers that are reported): ``selection`` and ``eval-only``; ``test`` only through
-  :func:`care_lab.training.results.record_test_read`, which records the read in the test-read
+  :func:`care_lab.data.results.record_test_read`, which records the read in the test-read
   ledger (one read per shipped artifact). ``train`` never.
 
 ``valid`` is accepted everywhere as another name for ``selection``. A file's role comes from:
@@ -236,7 +236,7 @@ def require_role(
     to be read), every record with its own ``role``/``split`` is checked too; a file without a
     declared role is then accepted when every record declares one, and a ``by-record`` file needs
     them. Reading ``test`` data for evaluation needs ``test_read``, the entry
-    :func:`care_lab.training.results.record_test_read` returned.
+    :func:`care_lab.data.results.record_test_read` returned.
 
     Args:
         path: the data file.
@@ -286,7 +286,7 @@ def require_role(
     if resolved == "test" and use == "evaluate" and test_read is None:
         raise InputError(
             "test data is read once per shipped artifact: read it through "
-            "care_lab.training.results.record_test_read, which records the read",
+            "care_lab.data.results.record_test_read, which records the read",
             location=str(path),
         )
     return resolved

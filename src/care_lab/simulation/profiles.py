@@ -4,7 +4,7 @@ Profiles are seeded from real data: the situations of ESConv dialogues (English)
 RLVER simulator profiles (Chinese). Both become :class:`UserProfile`. Training and held-out users
 come from different files with declared data roles (ESConv's train split for training, its
 valid/test splits or the eval-only SAGE profiles for evaluation; see
-:func:`~care_lab.training.policy.components.load_profiles`); :func:`split_profiles` carves a
+:func:`load_profiles`, configured by :class:`UserSettings`); :func:`split_profiles` carves a
 held-out share out of one file of your own that has no splits.
 """
 
@@ -17,10 +17,20 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from care_lab.data.locations import data_dir as find_data_dir
+from care_lab.data.roles import require_held_out, require_trainable
 from care_sdk.errors import InputError
 from care_sdk.types import Message
 
-__all__ = ["UserProfile", "esconv_profiles", "sage_profiles", "split_profiles"]
+__all__ = [
+    "Split",
+    "UserProfile",
+    "UserSettings",
+    "esconv_profiles",
+    "load_profiles",
+    "sage_profiles",
+    "split_profiles",
+]
 
 Split = Literal["train", "held_out", "all"]
 
@@ -176,3 +186,86 @@ def split_profiles(
         raise ValueError(f"held_out_fraction must be in [0, 1], got {held_out_fraction}")
     want_held = split == "held_out"
     return [p for p in profiles if _held_out(p.id, held_out_fraction, seed) == want_held]
+
+
+class UserSettings(BaseModel):
+    """Simulated-user profiles for multi-turn episodes: training users and held-out users come from
+    different files, each with a declared data role (see :mod:`care_lab.data.roles`).
+
+    Examples:
+        >>> UserSettings().held_out_split
+        'test'
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    source: Literal["esconv", "sage"] = "esconv"
+    """``esconv`` (English: situations and openings of ESConv dialogues) or ``sage`` (Chinese:
+    the SAGE/RLVER profiles, benchmark test users: eval-only, never trained on)."""
+    path: str | None = None
+    """The training users' file; default ``<data dir>/esconv/train.jsonl``. It must be declared
+    trainable (``train`` or ``valid``): training refuses test and eval-only files."""
+    held_out_path: str | None = None
+    """The held-out users' file (evaluation); default ``<data dir>/esconv/<held_out_split>.jsonl``, or
+    ``<data dir>/sage_rlver/profiles/simulator_profile_withfirsttalk.jsonl`` for ``sage``. It
+    must be declared held-out (``valid``, ``test`` or ``eval-only``)."""
+    held_out_split: Literal["valid", "test"] = "test"
+    """Which ESConv split the held-out users come from by default (``valid`` for model selection)."""
+    max_profiles: int | None = Field(default=None, ge=1)
+    """Use at most this many profiles (file order)."""
+
+
+_SAGE_PROFILES = ("sage_rlver", "profiles", "simulator_profile_withfirsttalk.jsonl")
+
+
+def _profiles_file(settings: UserSettings, split: Literal["train", "held_out"], root: Path) -> Path:
+    if split == "train":
+        if settings.path:
+            return Path(settings.path)
+        return root.joinpath(*_SAGE_PROFILES) if settings.source == "sage" else root / "esconv" / "train.jsonl"
+    if settings.held_out_path:
+        return Path(settings.held_out_path)
+    return (
+        root.joinpath(*_SAGE_PROFILES)
+        if settings.source == "sage"
+        else root / "esconv" / f"{settings.held_out_split}.jsonl"
+    )
+
+
+def load_profiles(settings: UserSettings, split: Split, data_dir: str | None = None) -> list[UserProfile]:
+    """The simulated-user profiles of ``split``: ``train`` (``users.path``), ``held_out``
+    (``users.held_out_path``) or ``all`` (both).
+
+    Training users must come from a file declared trainable and held-out users from one declared
+    held-out (:mod:`care_lab.data.roles`): the SAGE profiles are eval-only, so training on
+    them is refused. ``data_dir`` is where the default files are looked up (else ``$CARE_DATA_DIR``);
+    it is not needed when the settings name every file.
+
+    Raises:
+        InputError: a file is missing, has the wrong data role (named), or yields no profile.
+
+    Examples:
+        >>> load_profiles(UserSettings(source="sage", path="profiles.jsonl"), "train")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.InputError: profiles.jsonl: the data has no declared role; add a roles.json next to it, ...
+    """
+    parts: list[Literal["train", "held_out"]] = ["train", "held_out"] if split == "all" else [split]
+    given = {"train": settings.path, "held_out": settings.held_out_path}
+    if data_dir is None and all(given[p] for p in parts):
+        root = Path()  # not used: the settings name every file
+    else:
+        root = Path(data_dir) if data_dir is not None else find_data_dir()
+    chosen: list[UserProfile] = []
+    for part in parts:
+        path = _profiles_file(settings, part, root)
+        if part == "train":
+            require_trainable(path, what="training users")
+        else:
+            require_held_out(path)
+        chosen += esconv_profiles(path) if settings.source == "esconv" else sage_profiles(path)
+    if settings.max_profiles is not None:
+        chosen = chosen[: settings.max_profiles]
+    if not chosen:
+        raise InputError(f"no {split} profile", location=f"users ({settings.source})")
+    return chosen

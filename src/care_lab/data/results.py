@@ -4,7 +4,7 @@ A ``test`` set is read once per shipped artifact. :func:`record_test_read` is th
 one for evaluation: it records the read (data set, artifact, command, date) in a JSON ledger
 (``benchmarks/results/test_reads.json`` in this repository; ``$CARE_TEST_READS`` or ``ledger=``
 elsewhere) and refuses a second read for the same artifact unless ``force=True``, which is
-recorded too. Its entry is what :func:`care_lab.training.roles.require_role` and the test-set
+recorded too. Its entry is what :func:`care_lab.data.roles.require_role` and the test-set
 loaders ask for. :func:`write_results` writes the small JSON file a benchmark command leaves
 behind: the command, the data, its role, the test reads, the metrics and the same run's baselines.
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from care_lab.training.roles import data_role, normalise_role
+from care_lab.data.roles import data_role, normalise_role
 from care_sdk.errors import InputError
 
 __all__ = [

@@ -18,13 +18,21 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from care_lab.training.policy.profiles import UserProfile
-from care_lab.training.policy.simulator import SimulatedUser
+from care_lab.simulation.profiles import UserProfile
+from care_lab.simulation.simulated_user import SimulatedUser
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.errors import CareError
 from care_sdk.types import Dialogue, Message
 
-__all__ = ["BackendPolicy", "EndReason", "Episode", "TurnPolicy", "run_episodes"]
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "BackendPolicy", "EndReason", "Episode", "TurnPolicy", "run_episodes"]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a warm, thoughtful emotional supporter. Understand what the person is going through, "
+    "acknowledge their feelings without clichés, and help them find their own way forward. "
+    "Reply in a few sentences, in the language the person uses."
+)
+"""The supporter policy's system prompt unless a config or command sets one (policy training and
+``care eval sim-user`` alike)."""
 
 EndReason = Literal["user_ended", "max_turns", "simulator_error", "policy_error"]
 
