@@ -15,6 +15,7 @@ from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
 from care_sdk.testing import ScriptedBackend
 from servers import LlamaServer, llama_server  # noqa: F401 - pytest fixture
 from test_pickling import judge
+from test_trl_integration import run_grpo
 
 pytestmark = pytest.mark.slow
 
@@ -70,39 +71,14 @@ def test_http_reward_scores_the_same_in_a_spawned_process(llama_server: LlamaSer
 
 
 def test_two_named_rewards_log_apart_in_one_grpo_run(tmp_path: Path) -> None:
-    pytest.importorskip("trl")
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
-
-    from care_lab.training.models import tiny_model_dir
-
     def reward(**options: Any) -> AdaptiveReward:
         backend = ScriptedBackend(judge)
         return AdaptiveReward(RubricGenerator(backend), RubricEvaluator(backend), **options)
 
-    policy_dir = tiny_model_dir()
-    config = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        max_steps=1,
-        per_device_train_batch_size=2,
-        num_generations=2,
-        max_completion_length=8,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=True,
-        seed=0,
+    log_history, _ = run_grpo(
+        tmp_path, [reward(), reward(weights="uniform", name="care_uniform")], [{"prompt": p} for p in PROMPTS]
     )
-    trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(policy_dir),
-        processing_class=AutoTokenizer.from_pretrained(policy_dir),
-        reward_funcs=[reward(), reward(weights="uniform", name="care_uniform")],
-        args=config,
-        train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]),
-    )
-    trainer.train()
-    logged = next(h for h in trainer.state.log_history if "rewards/care_reward/mean" in h)
+    logged = next(h for h in log_history if "rewards/care_reward/mean" in h)
     assert "rewards/care_uniform/mean" in logged
     for prefix in ("care", "care_uniform"):
         assert logged[f"{prefix}/failed"] == 0.0

@@ -159,7 +159,8 @@ def care(model_path: Path, logprob_backend: Backend) -> Iterator[tuple[AdaptiveR
 
 
 def run_grpo(tmp_path: Path, reward_func: Any, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
-    """Two GRPO steps (one prompt x two generations each) on a tiny random SmolLM2-shaped policy.
+    """Two GRPO steps (one prompt x two generations each) on a tiny random SmolLM2-shaped policy,
+    with one reward function or a list of them.
 
     Returns the log history and the largest change of any weight.
     """
@@ -190,7 +191,7 @@ def run_grpo(tmp_path: Path, reward_func: Any, rows: list[dict[str, Any]]) -> tu
     trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
-        reward_funcs=[reward_func],
+        reward_funcs=reward_func if isinstance(reward_func, list) else [reward_func],
         args=config,
         train_dataset=Dataset.from_list(rows),
     )

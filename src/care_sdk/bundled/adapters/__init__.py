@@ -1,15 +1,8 @@
 """The bundled LoRA adapters of the default models, and what each records about its training.
 
-An adapter is a GGUF LoRA file that llama.cpp applies on top of the bundled SmolLM2-135M-Instruct
-(``lora_path``). Besides llama.cpp's own keys it records, under ``care.*``:
-
-- ``care.role``: ``generator`` (or ``evaluator``);
-- ``care.prompt_version``: the prompt version it was trained with (a mismatch is a
-  :class:`~care_sdk.errors.ConfigError`, since the adapter only works with that prompt);
-- ``care.max_context_messages``: how far back the context was cut in training (0: not cut), used
-  as the inference setting too;
-- ``care.base_model``: the base model file it was trained on; ``care.training``: a JSON summary of
-  the run that made it.
+Each is a GGUF LoRA file on top of the bundled SmolLM2-135M-Instruct, in the format
+:mod:`care_sdk.backends.lora` describes (role, prompt version, context cut, base model, training
+summary under ``care.*``).
 
 The adapters shipped here were trained on ESConv, whose licence is CC BY-NC 4.0: they are for
 non-commercial research use.
