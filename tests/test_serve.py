@@ -101,6 +101,18 @@ async def test_a_full_queue_answers_429_with_retry_after_and_finishes_what_it_ac
     assert "care_serve_queue_depth 0.0" in metrics
 
 
+async def test_detail_reward_answers_the_reward_alone() -> None:
+    reward, _, _ = scripted_reward()
+    item = {"context": SAD, "reply": "Tell me what happened."}
+    async with client_for(reward) as client:
+        full = await client.post("/v1/score", json={"items": [item]})
+        slim = await client.post("/v1/score", json={"items": [item], "options": {"detail": "reward"}})
+    [full_result], [slim_result] = full.json()["results"], slim.json()["results"]
+    assert set(slim_result) == {"reward", "error", "flags", "parts"}
+    assert slim_result["reward"] == full_result["reward"] is not None
+    assert "rubric" in full_result and "evaluation" in full_result
+
+
 # -- limits and auth -------------------------------------------------------------------------------
 
 
@@ -129,6 +141,8 @@ async def test_the_bearer_token_is_required_when_configured() -> None:
             422,
             "items[0].context[0].content",
         ),
+        ("/v1/score", b'{"items": [], "options": {"weights": "uniform"}}', 422, "options.weights"),
+        ("/v1/score", b'{"items": [], "options": {"detail": "some"}}', 422, "options.detail"),
         ("/get_reward", b'{"query": ["a", "b", "c", 4]}', 422, "query[3]"),
         ("/get_reward", b'{"prompts": ["a"]}', 422, "query"),
         ("/get_reward", b'{"query": ["a"], "prompts": ["a", "b"]}', 422, "prompts"),

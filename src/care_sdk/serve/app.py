@@ -9,8 +9,9 @@ Endpoints:
   (OpenRLHF turns every value into a tensor): ``care_failed``, ``care_flagged`` and
   ``care_template_{chatml,llama3,plain}`` (1 for the template the query was read with).
   ``details`` holds per query the template, the judged context, the error and the guard flags.
-- ``POST /v1/score``: ``{"items": [{"context": messages or text, "reply": str}]}`` answered with
-  ``{"results": [RewardResult as JSON, ...]}``.
+- ``POST /v1/score``: ``{"items": [{"context": messages or text, "reply": str}], "options":
+  {"detail": "full" | "reward"}}`` (options optional) answered with ``{"results": [RewardResult
+  as JSON, ...]}``; ``detail: reward`` keeps only ``reward``, ``error``, ``flags`` and ``parts``.
 - ``GET /health``: ``{"status": "ok", "queue_depth": n}``. ``GET /metrics``: Prometheus text.
 
 Errors are JSON ``{"error": ..., "field": ...}``: 400 for a body that is not JSON, 422 for a
@@ -45,7 +46,14 @@ from care_sdk.errors import MissingDependencyError
 from care_sdk.guards import INFO_FLAGS
 from care_sdk.serve.batching import Batcher, QueueFull
 from care_sdk.serve.metrics import ServeMetrics
-from care_sdk.serve.protocol import RequestError, SplitQuery, parse_get_reward, parse_score, split_query
+from care_sdk.serve.protocol import (
+    RequestError,
+    SplitQuery,
+    parse_get_reward,
+    parse_score,
+    parse_score_options,
+    split_query,
+)
 from care_sdk.types import RewardResult
 
 if TYPE_CHECKING:
@@ -223,10 +231,12 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
         return JSONResponse(_openrlhf_body(splits, results))
 
     async def score(request: Request) -> Response:
-        items = parse_score(await _read_json(request, config.max_body_bytes))
+        body = await _read_json(request, config.max_body_bytes)
+        items, options = parse_score(body), parse_score_options(body)
         results = await scored(items)
         metrics.observe_results(results)
-        return JSONResponse({"results": [r.model_dump(mode="json") for r in results]})
+        keep = {"reward", "error", "flags", "parts"} if options["detail"] == "reward" else None
+        return JSONResponse({"results": [r.model_dump(mode="json", include=keep) for r in results]})
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "queue_depth": batcher.depth})

@@ -23,7 +23,15 @@ from typing import Any, Literal
 from care_sdk.errors import InputError
 from care_sdk.types import Context
 
-__all__ = ["RequestError", "SplitQuery", "parse_get_reward", "parse_score", "split_query"]
+__all__ = [
+    "SCORE_DETAILS",
+    "RequestError",
+    "SplitQuery",
+    "parse_get_reward",
+    "parse_score",
+    "parse_score_options",
+    "split_query",
+]
 
 Template = Literal["chatml", "llama3", "plain"]
 
@@ -208,8 +216,42 @@ def _context(value: Any, field: str) -> Context:
     return [{"role": m["role"], "content": m["content"]} for m in value]
 
 
+SCORE_DETAILS = ("full", "reward")
+"""``/v1/score``'s ``options.detail``: every field of each result, or only ``reward``, ``error``,
+``flags`` and ``parts`` (a smaller answer for a trainer that reads the number alone)."""
+
+
+def parse_score_options(body: Any) -> dict[str, str]:
+    """Read a ``/v1/score`` body's optional ``options`` object: ``{"detail": "full" | "reward"}``.
+
+    Raises:
+        RequestError: ``options`` is not an object, names an unknown option or an unknown value.
+
+    Examples:
+        >>> parse_score_options({"items": []})
+        {'detail': 'full'}
+        >>> parse_score_options({"items": [], "options": {"detail": "reward"}})
+        {'detail': 'reward'}
+        >>> parse_score_options({"items": [], "options": {"weights": "uniform"}})
+        Traceback (most recent call last):
+        ...
+        care_sdk.serve.protocol.RequestError: options.weights: unknown option; known: detail
+    """
+    raw = _body(body).get("options", {})
+    if not isinstance(raw, dict):
+        raise RequestError(f"must be an object, got {type(raw).__name__}", field="options")
+    for key in raw:
+        if key != "detail":
+            raise RequestError("unknown option; known: detail", field=f"options.{key}")
+    detail = raw.get("detail", "full")
+    if detail not in SCORE_DETAILS:
+        raise RequestError(f"must be one of {', '.join(SCORE_DETAILS)}; got {detail!r}", field="options.detail")
+    return {"detail": detail}
+
+
 def parse_score(body: Any) -> list[tuple[Context, str]]:
-    """Read a ``/v1/score`` body ``{"items": [{"context": messages or text, "reply": str}]}``.
+    """Read a ``/v1/score`` body ``{"items": [{"context": messages or text, "reply": str}]}`` (its
+    ``options`` are read by :func:`parse_score_options`).
 
     Raises:
         RequestError: a field is missing or of the wrong type, naming it (``items[2].reply``).
