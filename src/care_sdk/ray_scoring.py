@@ -34,12 +34,21 @@ if TYPE_CHECKING:
 
     from care_sdk.reward import AdaptiveReward
 
-__all__ = ["CliReward", "RewardSpec", "connect", "one_thread", "score_dataset", "score_file"]
+__all__ = ["CliReward", "RewardSpec", "connect", "one_thread", "require_ray", "score_dataset", "score_file"]
 
 RewardFactory = Callable[[], "AdaptiveReward"]
 
 
-def _ray() -> Any:
+def require_ray() -> Any:
+    """The ``ray`` module with ``ray.data`` loaded, or the error that names the extra to install.
+
+    Raises:
+        MissingDependencyError: Ray is not installed (``pip install "care-sdk[ray]"``).
+
+    Examples:
+        >>> require_ray().data is not None  # doctest: +SKIP
+        True
+    """
     try:
         import ray
         import ray.data
@@ -160,7 +169,7 @@ def connect(address: str | None = "auto", **init_options: Any) -> None:
     Examples:
         >>> connect(None, num_cpus=2, include_dashboard=False)  # doctest: +SKIP
     """
-    ray = _ray()
+    ray = require_ray()
     if not ray.is_initialized():
         ray.init(address=address, **init_options)
 
@@ -189,7 +198,7 @@ def score_dataset(
         >>> score_dataset(ray.data.from_items(rows)).take(1)[0]["record"][:9]  # doctest: +SKIP
         '{"id": "a'
     """
-    ray = _ray()
+    ray = require_ray()
     return dataset.map_batches(
         _TurnScorer,
         fn_constructor_args=(reward or RewardSpec(),),
@@ -241,7 +250,7 @@ def score_file(
     with RecordSink(done, out_path, on_record=on_record, progress=progress) as sink:
         if not todo:
             return finish_scoring(summary, turns, done, out_path)
-        ray = _ray()
+        ray = require_ray()
         connect(address)
         rows = [
             {

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from care_sdk.ray_scoring import _ray, connect
+from care_sdk.ray_scoring import connect, require_ray
 
 if TYPE_CHECKING:
     from care_lab.bench.quality import BatchScorer
@@ -61,7 +61,7 @@ def ray_item_batches(
     def score(items: Sequence[Item]) -> Iterator[list[tuple[int, dict[str, dict[str, Any]]]]]:
         if not items:
             return
-        ray = _ray()
+        ray = require_ray()
         connect(address)
         scored = ray.data.from_items([{"index": i} for i in range(len(items))]).map_batches(
             _ItemScorer,
