@@ -7,8 +7,10 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -41,22 +43,33 @@ def _print_record(record: dict[str, Any]) -> None:
 
 
 def _build_reward(args: argparse.Namespace) -> Any:
-    from care_sdk.bundled.options import add_ons_of
-    from care_sdk.guards import Guards
-    from care_sdk.reward import build_reward
-    from care_sdk.variants import variant_of
+    from care_sdk.bundled.options import reward_from_args
 
-    extra = add_ons_of(args)
-    return build_reward(
-        args.variant or variant_of(args.weights, args.criteria),
-        backend=args.backend,
-        generator_backend=args.generator_backend,
-        evaluator_backend=args.evaluator_backend,
-        generator_options={"seed": args.seed, **extra.generator_options()},
-        evaluator_options={"seed": args.seed},
-        guards=None if args.guards == "off" else Guards(on_flag=args.guards),
-        context_fit=extra.context_fit,
-    )
+    return reward_from_args(args)
+
+
+@dataclass(frozen=True)
+class CliReward:
+    """The reward of ``care score``'s options, built in the actor with a one-thread bundled model.
+
+    Examples:
+        >>> CliReward(argparse.Namespace(backend="x")).threads
+        1
+    """
+
+    args: argparse.Namespace
+    """The parsed ``care score`` options."""
+    threads: int = 1
+    """Threads of a bundled model in each actor."""
+
+    def __call__(self) -> Any:
+        """Build the reward (in the actor's process)."""
+        from care_sdk.ray_scoring import one_thread
+
+        args = copy.copy(self.args)
+        args.generator_backend = one_thread(args.generator_backend or args.backend, "generator", self.threads)
+        args.evaluator_backend = one_thread(args.evaluator_backend or args.backend, "evaluator", self.threads)
+        return _build_reward(args)
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
@@ -102,7 +115,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
             summary = ray_scoring.score_file(
                 args.input,
                 args.out,
-                reward=ray_scoring.CliReward(args),
+                reward=CliReward(args),
                 address=None if args.ray == "local" else args.ray,
                 workers=args.ray_workers,
                 batch_size=args.batch_size,

@@ -16,8 +16,6 @@ Examples:
 
 from __future__ import annotations
 
-import argparse
-import copy
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -34,7 +32,7 @@ if TYPE_CHECKING:
 
     from care_sdk.reward import AdaptiveReward
 
-__all__ = ["CliReward", "RewardSpec", "connect", "one_thread", "require_ray", "score_dataset", "score_file"]
+__all__ = ["RewardSpec", "connect", "one_thread", "require_ray", "score_dataset", "score_file"]
 
 RewardFactory = Callable[[], "AdaptiveReward"]
 
@@ -109,31 +107,6 @@ class RewardSpec:
             evaluator_backend=one_thread(self.evaluator_backend or self.backend, "evaluator", self.threads),
             **dict(self.options),
         )
-
-
-@dataclass(frozen=True)
-class CliReward:
-    """The reward of ``care score``'s options, built in the actor with a one-thread bundled model.
-
-    Examples:
-        >>> CliReward(argparse.Namespace(backend="x")).threads
-        1
-    """
-
-    args: argparse.Namespace
-    """The parsed ``care score`` options."""
-    threads: int = 1
-    """Threads of a bundled model in each actor."""
-
-    def __call__(self) -> AdaptiveReward:
-        """Build the reward (in the actor's process)."""
-        from care_sdk.cli import _build_reward
-
-        args = copy.copy(self.args)
-        args.generator_backend = one_thread(args.generator_backend or args.backend, "generator", self.threads)
-        args.evaluator_backend = one_thread(args.evaluator_backend or args.backend, "evaluator", self.threads)
-        reward: AdaptiveReward = _build_reward(args)
-        return reward
 
 
 class _TurnScorer:

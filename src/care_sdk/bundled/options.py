@@ -21,11 +21,16 @@ Examples:
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from care_sdk.addons import ADD_ONS, AddOns, add_ons, parse_add_on
 from care_sdk.errors import ConfigError
 
-__all__ = ["add_add_on_option", "add_ons_of"]
+__all__ = [
+    "add_add_on_option",
+    "add_ons_of",
+    "reward_from_args",
+]
 
 
 def _add_on(value: str) -> tuple[str, str | None]:
@@ -76,3 +81,30 @@ def add_ons_of(args: argparse.Namespace) -> AddOns:
         return add_ons([name if spec is None else f"{name}={spec}" for name, spec in asked])
     except ConfigError as exc:
         raise ConfigError(f"--add-on: {exc}") from None
+
+
+def reward_from_args(args: argparse.Namespace) -> Any:
+    """The reward that ``care score``'s (or ``care serve``'s) parsed options describe: variant,
+    backends, seed, guards and the add-ons of ``--add-on``.
+
+    Examples:
+        >>> from care_sdk.cli import build_parser
+        >>> args = build_parser().parse_args(["score", "in.jsonl", "--variant", "fixed_rubric"])
+        >>> reward_from_args(args).variant  # doctest: +SKIP
+        'fixed_rubric'
+    """
+    from care_sdk.guards import Guards
+    from care_sdk.reward import build_reward
+    from care_sdk.variants import variant_of
+
+    extra = add_ons_of(args)
+    return build_reward(
+        args.variant or variant_of(args.weights, args.criteria),
+        backend=args.backend,
+        generator_backend=args.generator_backend,
+        evaluator_backend=args.evaluator_backend,
+        generator_options={"seed": args.seed, **extra.generator_options()},
+        evaluator_options={"seed": args.seed},
+        guards=None if args.guards == "off" else Guards(on_flag=args.guards),
+        context_fit=extra.context_fit,
+    )

@@ -21,7 +21,7 @@ __all__ = ["add_serve_commands"]
 def _cmd_serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from care_sdk.cli import _build_reward
+    from care_sdk.bundled.options import reward_from_args
     from care_sdk.serve.app import ServeConfig, serve
 
     token = None
@@ -43,7 +43,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"care serve: --{where.replace('_', '-')}: {exc.errors()[0]['msg']}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    reward = _build_reward(args)
+    reward = reward_from_args(args)
     serve(reward, config, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
