@@ -32,12 +32,12 @@ Examples:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from care_sdk._engine import Offload, Plan, offload
+from care_sdk._targets import load_target
 from care_sdk.backends.base import Backend, GenerationRequest
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.types import Context, Dimension, Message
@@ -195,13 +195,7 @@ def parse_add_on(value: str) -> tuple[str, str | None]:
 
 
 def _builder(name: str) -> Callable[[str | None], Any]:
-    target = ADD_ONS[name].target
-    module, _, attr = target.partition(":")
-    try:
-        found: Callable[[str | None], Any] = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"add-on {name}: {target!r} cannot be loaded: {exc}") from None
-    return found
+    return load_target(ADD_ONS[name].target, what=f"add-on {name}:")
 
 
 def add_ons(values: str | Sequence[str] | None) -> AddOns:

@@ -17,12 +17,12 @@ bundled area, which this module reaches only through the scheme table, by name, 
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from care_sdk._targets import load_target
 from care_sdk.backends.base import (
     EVALUATION,
     RUBRIC,
@@ -162,12 +162,7 @@ def spec_per_role(spec: Any) -> bool:
 
 
 def _load(target: str) -> Callable[..., Any]:
-    module, _, name = target.partition(":")
-    try:
-        found: Callable[..., Any] = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"spec scheme target {target!r} cannot be loaded: {exc}") from None
-    return found
+    return load_target(target, what="spec scheme target")
 
 
 def _from_object(obj: Any) -> Backend | None:
