@@ -72,14 +72,12 @@ def free_port() -> int:
 
 def build(spec: str) -> tuple[Any, Any, Any]:
     """The reward with its two recording backends."""
-    from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator, resolve_backend
-    from care_sdk.backends import is_default_spec
+    from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
+    from care_sdk.backends import BackendPool
     from care_sdk.testing import RecordingBackend
 
-    if is_default_spec(spec):
-        gen_backend, ev_backend = resolve_backend(spec, role="generator"), resolve_backend(spec, role="evaluator")
-    else:
-        gen_backend = ev_backend = resolve_backend(spec)
+    pool = BackendPool()  # one backend per role for `default`, one shared by both otherwise
+    gen_backend, ev_backend = pool.get(spec, role="generator"), pool.get(spec, role="evaluator")
     gen, ev = RecordingBackend(gen_backend), RecordingBackend(ev_backend)
     reward = AdaptiveReward(RubricGenerator(gen, seed=0), RubricEvaluator(ev, seed=0))
     return reward, gen, ev
