@@ -7,15 +7,11 @@ a policy's samples differ in quality for the same context.
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
-from care_lab.data import load_esconv
+from care_lab.data import data_dir, load_esconv
 from care_sdk.types import Message
-
-DATA = Path(os.environ.get("CARE_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 @dataclass(frozen=True)
@@ -27,7 +23,7 @@ class Group:
 
 def esconv_groups(n: int, group: int, *, split: str = "valid", keep: int = 6, seed: int = 0) -> list[Group]:
     """``n`` groups of ``group`` replies each, from ESConv's ``split``, one turn per dialogue."""
-    loaded = load_esconv(DATA / "esconv" / f"{split}.jsonl")
+    loaded = load_esconv(data_dir() / "esconv" / f"{split}.jsonl")  # $CARE_DATA_DIR
     turns = []
     for dialogue in loaded.records:
         candidates = [t for t in dialogue.supporter_turns() if len(t.context) >= 3 and len(t.reply) >= 20]

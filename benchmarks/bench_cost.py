@@ -35,7 +35,8 @@ from care_sdk import (
     __version__,
     resolve_backend,
 )
-from care_sdk.backends import RUBRIC, ForwardingBackend
+from care_sdk.backends import RUBRIC, ForcedReplies, ForcedRequest, ForwardingBackend
+from care_sdk.backends.base import Request
 from care_sdk.backends.llamacpp import LlamaCppBackend, default_model_path
 from care_sdk.evaluator import forced_evaluation
 from care_sdk.prompts import evaluation_schema
@@ -50,7 +51,7 @@ class Meter(ForwardingBackend):
         self.calls = {"generator": 0, "evaluator": 0}
         self.prompt_tokens = {"generator": 0, "evaluator": 0}
 
-    def on_results(self, requests: Sequence[GenerationRequest], results: Sequence[GenerationResult]) -> None:
+    def on_results(self, requests: Sequence[Request], results: Sequence[GenerationResult]) -> None:
         for request, result in zip(requests, results, strict=True):
             kind = "generator" if request.purpose == RUBRIC else "evaluator"
             self.calls[kind] += 1
@@ -83,14 +84,14 @@ def _naive_score(
         single = f"c1 ({criterion.dimension.value}): {criterion.text}"
         messages = list(full.messages)
         messages[-1] = Message(role="user", content=messages[-1].content.replace(lines, single))
-        request = GenerationRequest(
-            messages=tuple(messages),
-            json_schema=evaluation_schema(1),
-            max_tokens=full.max_tokens,
-            seed=0,
-            forced=forced_evaluation(1) if evaluator.forced else None,
-        )
-        result = meter.generate([request])[0]
+        if isinstance(meter, ForcedReplies) and evaluator.forced:
+            forced = ForcedRequest(messages=tuple(messages), reply=forced_evaluation(1), seed=0)
+            result = meter.forced_replies([forced])[0]
+        else:
+            request = GenerationRequest(
+                messages=tuple(messages), json_schema=evaluation_schema(1), max_tokens=evaluator.max_tokens, seed=0
+            )
+            result = meter.generate([request])[0]
         try:
             score = int(json.loads(result.text)["scores"]["c1"])
         except (ValueError, KeyError, TypeError):

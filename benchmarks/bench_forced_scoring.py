@@ -31,8 +31,9 @@ from typing import Any
 
 from _grpo_groups import Group, esconv_groups
 
-from care_sdk import Backend, GenerationRequest, GenerationResult, RubricEvaluator, RubricGenerator, __version__
+from care_sdk import Backend, GenerationResult, RubricEvaluator, RubricGenerator, __version__
 from care_sdk.backends import ForwardingBackend
+from care_sdk.backends.base import Request
 from care_sdk.backends.forced import common_prefix
 from care_sdk.backends.llamacpp import LlamaCppBackend, default_model_path
 from care_sdk.types import Evaluation, Rubric
@@ -46,7 +47,7 @@ class Recorder(ForwardingBackend):
 
     last: list[GenerationResult] = []  # noqa: RUF012 - replaced per batch
 
-    def on_results(self, requests: Sequence[GenerationRequest], results: Sequence[GenerationResult]) -> None:
+    def on_results(self, requests: Sequence[Request], results: Sequence[GenerationResult]) -> None:
         self.last = list(results)
 
 
@@ -65,7 +66,7 @@ def score_group(evaluator: RubricEvaluator, recorder: Recorder, items: list[Any]
     return time.perf_counter() - start, list(zip(out, recorder.last, strict=True))
 
 
-def raw_bound_llamacpp(backend: LlamaCppBackend, requests: list[GenerationRequest]) -> tuple[float, float]:
+def raw_bound_llamacpp(backend: LlamaCppBackend, requests: list[Request]) -> tuple[float, float]:
     """Seconds for the shared prefix once, and for the candidates' tokens after it plus six single-token steps."""
     llama: Any = backend.llama
     prompts = [backend._prompt_ids(r) for r in requests]
@@ -85,7 +86,7 @@ def raw_bound_llamacpp(backend: LlamaCppBackend, requests: list[GenerationReques
     return prefix, total
 
 
-def raw_bound_hf(backend: Any, requests: list[GenerationRequest]) -> tuple[float, float]:
+def raw_bound_hf(backend: Any, requests: list[Request]) -> tuple[float, float]:
     import torch
 
     from care_sdk.backends._hf_decode import _cache_of, _forward_options

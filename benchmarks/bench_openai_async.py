@@ -34,7 +34,6 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "openai_async.json"
-DEFAULT_DATA = Path(os.environ.get("CARE_DATA_DIR", REPO.parent / "shared" / "data"))
 
 
 def esconv_items(data_dir: Path, n: int) -> list[tuple[list[dict[str, str]], str]]:
@@ -100,10 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2", help="model name on that server (default: %(default)s)")
     parser.add_argument("--n", type=int, default=64, help="evaluations per variant (default: %(default)s)")
     parser.add_argument("--concurrency", type=int, default=8, help="the concurrent setting (default: %(default)s)")
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="shared data directory")
+    parser.add_argument("--data-dir", type=Path, default=None, help="the data directory (default: $CARE_DATA_DIR)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results path (default: %(default)s)")
     args = parser.parse_args(argv)
 
+    from care_lab.data import data_dir
     from care_sdk.types import Rubric
 
     server = None
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         base_url, args.model = server.base_url, SERVER_MODEL_NAME
     try:
         rubric = Rubric.uniform_fixed()
-        items = [(context, rubric, reply) for context, reply in esconv_items(args.data_dir, args.n)]
+        items = [(context, rubric, reply) for context, reply in esconv_items(data_dir(args.data_dir), args.n)]
         c = args.concurrency
         runs: dict[str, float] = {}
         print(f"{args.n} evaluations per variant against {base_url}", file=sys.stderr)

@@ -40,7 +40,8 @@ from care_sdk import (
 from care_sdk.testing import RecordingBackend
 from care_sdk.types import Rubric
 
-DATA = Path(os.environ.get("CARE_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+DATA = Path(os.environ["CARE_DATA_DIR"]) if os.environ.get("CARE_DATA_DIR") else None
+"""The data directory, when $CARE_DATA_DIR names one; otherwise the built-in contexts are used."""
 
 BUILT_IN_CONTEXTS = [
     "I failed my driving test for the third time and I feel like an idiot.",
@@ -86,8 +87,8 @@ class Recorder(RecordingBackend):
 
 def contexts(n: int) -> tuple[list[list[dict[str, str]]], str]:
     """``n`` dialogue contexts ending with a seeker message, and where they came from."""
-    path = DATA / "esconv" / "test.jsonl"
-    if path.exists():
+    path = DATA / "esconv" / "test.jsonl" if DATA is not None else None
+    if path is not None and path.exists():
         from care_lab.data import load_esconv
 
         found = []

@@ -111,7 +111,7 @@ def test_the_verl_plug_in_takes_add_ons_by_name(monkeypatch: pytest.MonkeyPatch)
 
     backend = ScriptedBackend([])
     assert get_reward(backend).parts == ("care",)
-    with pytest.raises(ConfigError, match="supports forced replies"):  # the scripted model cannot force replies
+    with pytest.raises(ConfigError, match="builds forced replies"):  # the scripted model cannot force replies
         get_reward(backend, add_ons="expected-weights")
     monkeypatch.setenv("CARE_ADD_ONS", "weights-head,expected-weights")
     with pytest.raises(ConfigError, match="weights-head and expected-weights both read"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from care_sdk import RubricGenerator
-from care_sdk.backends.base import GenerationRequest, GenerationResult
+from care_sdk.backends.base import ForcedRequest, GenerationResult
 from care_sdk.backends.lora import AdapterInfo
 from care_sdk.bundled.addons import ExpectedWeightsReader
 from care_sdk.errors import BackendError, ConfigError, OutputError
@@ -44,10 +44,10 @@ class WeightModel(ScriptedBackend):
         )
         self.forced_requests = 0
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        self.forced_requests += sum(r.forced is not None for r in requests)
-        failing = [any("boom" in m.content for m in r.messages) and r.forced is not None for r in requests]
-        fine = super().generate([r for r, fail in zip(requests, failing, strict=True) if not fail])
+    def _forced_replies(self, requests: Sequence[ForcedRequest]) -> list[GenerationResult]:
+        self.forced_requests += len(requests)
+        failing = [any("boom" in m.content for m in r.messages) for r in requests]
+        fine = super()._forced_replies([r for r, fail in zip(requests, failing, strict=True) if not fail])
         return [
             GenerationResult(error=BackendError("engine failed", provider="test")) if fail else fine.pop(0)
             for fail in failing
@@ -81,12 +81,9 @@ def test_a_failed_read_fails_its_item_only() -> None:
 
 def test_a_reply_without_a_distribution_is_an_output_error() -> None:
     class NoDistribution(WeightModel):
-        def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-            out = super().generate(requests)
-            return [
-                GenerationResult(completions=(type(r.completions[0])(text="2"),)) if q.forced else r
-                for q, r in zip(requests, out, strict=True)
-            ]
+        def _forced_replies(self, requests: Sequence[ForcedRequest]) -> list[GenerationResult]:
+            out = super()._forced_replies(requests)
+            return [GenerationResult(completions=(type(r.completions[0])(text="2"),)) for r in out]
 
     result = RubricGenerator(NoDistribution(), weight_reader=ExpectedWeightsReader()).generate_batch([CONTEXT])[0]
     assert isinstance(result, OutputError) and "no distribution" in str(result)
@@ -107,6 +104,6 @@ def test_expected_weights_are_read_only_when_asked_for(tmp_path: Path) -> None:
 
 def test_expected_weights_need_forced_replies() -> None:
     scripted = ScriptedBackend([rubric_json({"cognitive": 1, "affective": 1, "proactive": 1})])
-    with pytest.raises(ConfigError, match="supports forced replies"):
+    with pytest.raises(ConfigError, match="builds forced replies"):
         RubricGenerator(scripted, weight_reader=ExpectedWeightsReader())
     assert RubricGenerator(scripted).weight_reader is None  # the default: decoded where it cannot force

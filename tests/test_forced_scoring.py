@@ -3,6 +3,7 @@ the real backends (llama.cpp on the bundled model, with and without a LoRA adapt
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from collections.abc import Iterator, Sequence
@@ -12,12 +13,13 @@ import pytest
 
 from care_sdk import RubricEvaluator
 from care_sdk._core import SCORES
-from care_sdk.backends.base import Backend, ForcedReply, GenerationRequest
+from care_sdk._engine import drive, parse_plan
+from care_sdk.backends.base import Backend, ForcedReplies, ForcedReply, ForcedRequest, GenerationRequest
 from care_sdk.backends.forced import build_forced_reply, choice_tokens, common_prefix, forced_completion
 from care_sdk.errors import BackendError, ConfigError
 from care_sdk.evaluator import expected_scores, forced_evaluation
 from care_sdk.prompts import parse_evaluation
-from care_sdk.testing import ScriptedBackend, evaluation_json
+from care_sdk.testing import RecordingBackend, ScriptedBackend, evaluation_json
 from care_sdk.types import Evaluation, Message, Rubric
 
 CONTEXT = [
@@ -163,7 +165,7 @@ class CharModel(ScriptedBackend):
 
     @property
     def forced_requests(self) -> int:
-        return sum(r.forced is not None for r in self.requests)
+        return sum(isinstance(r, ForcedRequest) for r in self.requests)
 
 
 def test_auto_mode_forces_where_the_backend_can_and_decodes_elsewhere() -> None:
@@ -173,7 +175,7 @@ def test_auto_mode_forces_where_the_backend_can_and_decodes_elsewhere() -> None:
     assert model.forced_requests == 1
     scripted = RubricEvaluator(ScriptedBackend([evaluation_json([2] * 6)]))
     assert not scripted.forced
-    assert scripted.request(CONTEXT, Rubric.uniform_fixed(), "x").forced is None
+    assert isinstance(scripted.request(CONTEXT, Rubric.uniform_fixed(), "x"), GenerationRequest)
     decoded = RubricEvaluator(model, mode="decoded").evaluate(CONTEXT, Rubric.uniform_fixed(), REPLIES[0])
     assert [s.score for s in decoded.scores] == [1.0] * 6 and model.forced_requests == 1
 
@@ -185,10 +187,26 @@ def test_forced_mode_with_logprobs_gives_expected_scores() -> None:
     assert [s.score for s in evaluation.scores] == pytest.approx([expected] * 6)
 
 
-def test_forced_request_keeps_the_schema_for_backends_that_decode() -> None:
+def test_a_forced_request_shows_the_prompt_a_decoded_one_shows() -> None:
+    forced = RubricEvaluator(CharModel()).request(CONTEXT, Rubric.uniform_fixed(), "ok")
+    decoded = RubricEvaluator(CharModel(), mode="decoded").request(CONTEXT, Rubric.uniform_fixed(), "ok")
+    assert isinstance(forced, ForcedRequest) and isinstance(decoded, GenerationRequest)
+    assert forced.reply == forced_evaluation(6) and forced.messages == decoded.messages
+    assert (forced.purpose, forced.seed, forced.temperature) == (decoded.purpose, decoded.seed, decoded.temperature)
+
+
+def test_a_forced_batch_needs_a_backend_that_builds_forced_replies() -> None:
     request = RubricEvaluator(CharModel()).request(CONTEXT, Rubric.uniform_fixed(), "ok")
-    assert request.forced == forced_evaluation(6)
-    assert request.json_schema is not None
+    plain = RubricEvaluator(ScriptedBackend(["{}"]))
+    with pytest.raises(ConfigError, match="ForcedReplies"):
+        drive(parse_plan([request], lambda i, c: c.text, what="x", max_attempts=1), plain.backend)
+    recorder = RecordingBackend(CharModel())
+    assert isinstance(recorder, ForcedReplies) and not isinstance(RecordingBackend(ScriptedBackend([])), ForcedReplies)
+    evaluation = RubricEvaluator(recorder).evaluate(CONTEXT, Rubric.uniform_fixed(), "ok")
+    assert [s.score for s in evaluation.scores] == [4.0] * 6
+    assert [type(r) for r in recorder.requests] == [ForcedRequest] and recorder.batches == [1]
+    in_async = asyncio.run(RubricEvaluator(recorder).aevaluate(CONTEXT, Rubric.uniform_fixed(), "ok"))
+    assert in_async == evaluation and recorder.batches == [1, 1]  # built in a worker thread, through the hooks
 
 
 def test_forced_mode_on_a_backend_without_it_and_unknown_modes_are_refused() -> None:
@@ -327,11 +345,12 @@ def test_llamacpp_forced_scoring_runs_through_a_lora_adapter(model_path: Path) -
     if adapter is None:
         pytest.skip("this build ships no adapter")
     request = RubricEvaluator(ScriptedBackend(["{}"])).request(CONTEXT, Rubric.uniform_fixed(), REPLIES[0])
-    forced = GenerationRequest(messages=request.messages, forced=forced_evaluation(6), json_schema=request.json_schema)
+    assert isinstance(request, GenerationRequest)
+    forced = ForcedRequest(messages=request.messages, reply=forced_evaluation(6))
     with LlamaCppBackend(model_path, n_ctx=2048, n_threads=1, adapter=adapter) as tuned:
-        with_adapter = tuned.generate([forced, request])
+        with_adapter = [*tuned.forced_replies([forced]), *tuned.generate([request])]
     with LlamaCppBackend(model_path, n_ctx=2048, n_threads=1) as base:
-        without = base.generate([forced])[0]
+        without = base.forced_replies([forced])[0]
     rubric = Rubric.uniform_fixed()
     forced_completion = with_adapter[0].completions[0]
     with_distributions = expected_scores(parse_evaluation(forced_completion.text, rubric), forced_completion)

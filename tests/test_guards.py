@@ -139,8 +139,12 @@ def test_report_only_reports_every_flag() -> None:
 
 
 def test_the_reward_passes_roles_to_the_guards() -> None:
-    screens, todo = screen_items([(CONTEXT, REPEAT), (CONTEXT, ECHO), ("not a context", ECHO)], Guards())
+    messages, other = context_messages(CONTEXT), context_messages("not a context")
+    screens, todo = screen_items([(messages, REPEAT), (messages, ECHO), (other, ECHO)], Guards())
     assert [s.flags for s in screens] == [(REPEATED_OWN_TURN,), (COPIED_USER,), ()]
     assert [r for _, r in todo] == [REPEAT, ECHO]
-    bad, _ = screen_items([([{"role": "nobody", "content": SAID}], ECHO)], Guards())
-    assert bad[0].flags == ()  # a context that does not read as messages: the evaluator reports it
+    backend = ScriptedBackend([evaluation_json([5] * 6)])
+    reward = _reward(backend)
+    assert reward.score(CONTEXT, ECHO).flags == (COPIED_USER,) and not backend.requests  # the roles reach the guards
+    with pytest.raises(ValidationError, match="role"):  # a context that does not read as messages fails where it enters
+        reward.score_batch([([{"role": "nobody", "content": SAID}], "")])

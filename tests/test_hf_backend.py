@@ -26,7 +26,7 @@ from care_sdk.backends.hf import HFBackend
 from care_sdk.errors import BackendError, ConfigError, MissingDependencyError
 from care_sdk.evaluator import expected_scores
 from care_sdk.prompts import generator_messages, parse_evaluation, parse_rubric, rubric_schema
-from care_sdk.types import Message, Rubric
+from care_sdk.types import Message, Rubric, as_messages
 
 SCORE_SCHEMA = {
     "type": "object",
@@ -282,7 +282,7 @@ def test_smollm2_from_gguf_is_cached_as_a_plain_copy(smol: HFBackend) -> None:
 @pytest.mark.slow
 def test_smollm2_writes_schema_valid_rubrics(smol: HFBackend) -> None:
     request = GenerationRequest(
-        messages=tuple(generator_messages(CONTEXT)), json_schema=rubric_schema(), max_tokens=400, seed=0
+        messages=tuple(generator_messages(as_messages(CONTEXT))), json_schema=rubric_schema(), max_tokens=400, seed=0
     )
     [result] = smol.generate([request])
     assert result.ok, result.error

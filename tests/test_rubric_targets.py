@@ -15,7 +15,7 @@ from care_lab.training.rubric_targets import TemplateTargets
 from care_sdk.errors import ConfigError
 from care_sdk.prompts import generator_messages, parse_rubric
 from care_sdk.rubric_checks import check_rubric, content_words, top_match
-from care_sdk.types import DIMENSIONS, Criterion, Rubric
+from care_sdk.types import DIMENSIONS, Criterion, Rubric, as_messages
 
 C, A, P = DIMENSIONS
 
@@ -117,7 +117,7 @@ def test_build_data_templates_mode_writes_train_and_valid_and_refuses_test(tmp_p
         assert record["split"] == "train"
         assert set(json.loads(record["target"])["weights"].values()) <= set(range(11))
         assert rubric.top_dimension in DIMENSIONS
-    prompt = generator_messages(records[-1]["context"], max_context_messages=4)[1].content
+    prompt = generator_messages(as_messages(records[-1]["context"]), max_context_messages=4)[1].content
     assert prompt.startswith("Position: supporter turn ")
     with pytest.raises(ConfigError, match="test"):
         build_data(config.model_copy(update={"esconv_splits": ("train", "test")}), log=lambda s: None)

@@ -226,7 +226,7 @@ def assert_one_rubric_per_context(generator_backend: RecordingBackend) -> None:
     (the generator's retry)."""
     last_parsed: dict[tuple[Message, ...], bool] = {}
     pairs = zip(generator_backend.requests, generator_backend.results, strict=True)
-    for request, result in [(q, r) for q, r in pairs if q.forced is None]:  # the rubrics written, not the weight reads
+    for request, result in [(q, r) for q, r in pairs if isinstance(q, GenerationRequest)]:  # not the weight reads
         assert not last_parsed.get(request.messages, False), "a context that already had its rubric was asked again"
         try:
             parse_rubric(result.text)

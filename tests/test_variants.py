@@ -119,10 +119,26 @@ def test_care_score_passes_its_add_ons_to_the_generator() -> None:
     reward = _build_reward(build_parser().parse_args(args))
     assert reward.generator is not None and reward.generator.weight_reader is None
     assert reward.context_fit is None and reward.parts == ("care",)
-    with pytest.raises(ConfigError, match="supports forced replies"):  # a hosted API cannot force replies
+    with pytest.raises(ConfigError, match="builds forced replies"):  # a hosted API cannot force replies
         _build_reward(build_parser().parse_args([*args, "--add-on", "expected-weights"]))
     with pytest.raises(ConfigError, match="reads hidden states"):  # nor read hidden states
         _build_reward(build_parser().parse_args([*args, "--add-on", "weights-head"]))
+
+
+def test_policy_configs_name_add_ons_as_the_command_line_does() -> None:
+    from pydantic import ValidationError
+
+    from care_lab.training.policy.config import RewardSettings
+
+    assert RewardSettings().add_ons == () and RewardSettings(add_ons=["context-fit=base"]).add_ons == (
+        "context-fit=base",
+    )
+    with pytest.raises(
+        ValidationError, match=r"reward.context_fit is now reward.add_ons: write add_ons: \[context-fit\]"
+    ):
+        RewardSettings.model_validate({"context_fit": "on"})
+    with pytest.raises(ValidationError, match="unknown add-on 'shift-check'"):
+        RewardSettings(add_ons=("shift-check",))
 
 
 def test_the_policy_recipe_reads_context_fit_against_hi_when_asked_for() -> None:
@@ -134,6 +150,6 @@ def test_the_policy_recipe_reads_context_fit_against_hi_when_asked_for() -> None
     from care_sdk.bundled.context_fit import BUNDLED_GATE
 
     pool = BackendPool({"default": ScriptedBackend([])})  # rubrics and scores scripted; the fit reads the bundled model
-    reward = recipe_reward(RewardSettings(context_fit="on"), pool)
+    reward = recipe_reward(RewardSettings(add_ons=("context-fit",)), pool)
     assert reward.context_fit is not None and reward.context_fit.gate == BUNDLED_GATE
     assert recipe_reward(RewardSettings(), pool).context_fit is None

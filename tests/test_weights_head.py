@@ -18,7 +18,7 @@ from care_sdk.bundled.weights_head import WeightsHead, bundled_weights_head
 from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION
 from care_sdk.testing import ScriptedBackend, rubric_json
-from care_sdk.types import DIMENSIONS, Dimension
+from care_sdk.types import DIMENSIONS, Dimension, as_messages
 
 WIDTH, CAP = 4, 3
 
@@ -78,9 +78,10 @@ def test_weights_are_the_softmax_of_the_standardised_state_and_the_position() ->
 
 
 def test_the_position_is_the_supporter_turn_number_capped() -> None:
-    context = [{"role": "user", "content": "hi"}]
+    dicts = [{"role": "user", "content": "hi"}]
     for k in range(5):
-        context += [{"role": "assistant", "content": f"reply {k}"}, {"role": "user", "content": "and?"}]
+        dicts += [{"role": "assistant", "content": f"reply {k}"}, {"role": "user", "content": "and?"}]
+    context = as_messages(dicts)  # the head's reads beneath its public weights() take messages
     assert head().position_of(context[:1]) == 1
     assert head().position_of(context[:3]) == 2
     assert head().position_of(context) == CAP
@@ -133,7 +134,7 @@ def test_the_generator_takes_its_weights_from_the_head_and_its_criteria_from_the
     assert rubric.weights == pytest.approx(expected) and rubric.top_dimension is Dimension.COGNITIVE
     decoded = RubricGenerator(backend, cache=False).generate(asked)
     assert decoded.criteria == rubric.criteria and decoded.top_dimension is Dimension.PROACTIVE
-    assert backend.read == [(head().text_of(asked), 2)]  # one read a context, on the head's layer
+    assert backend.read == [(head().text_of(as_messages(asked)), 2)]  # one read a context, on the head's layer
 
 
 def test_async_generation_reads_the_states_off_the_event_loop() -> None:
@@ -206,5 +207,5 @@ def test_the_add_on_option_maps_to_the_generator_arguments() -> None:
         RubricGenerator(ScriptedBackend([]), **head_on)
     assert RubricGenerator(StatesBackend([])).weight_reader is None
     expected = add_ons_of(parser.parse_args(["--add-on", "expected-weights"])).generator_options()
-    with pytest.raises(ConfigError, match="need a backend that supports forced replies"):
+    with pytest.raises(ConfigError, match="need a backend that builds forced replies"):
         RubricGenerator(StatesBackend([]), **expected)

@@ -1,10 +1,13 @@
 """The request/parse/retry loop shared by the generator and the evaluator, written once.
 
 A *plan* is a generator that yields batches of requests and receives their results; it returns
-one parsed value or :class:`CareError` per input. A plan can also yield an :class:`Offload`, a
-blocking call (a read of the model's hidden states, ...) it receives the value of. :func:`drive` and
-:func:`adrive` run a plan on a backend synchronously or asynchronously (an offloaded call in a
-worker thread, so it never blocks the event loop), so sync and async APIs share every line of logic.
+one parsed value or :class:`CareError` per input. A batch holds requests to decode
+(:class:`GenerationRequest`, sent to ``generate``) or forced replies to build
+(:class:`ForcedRequest`, sent to the backend's :class:`ForcedReplies` capability), not both. A
+plan can also yield an :class:`Offload`, a blocking call (a read of the model's hidden states, ...)
+it receives the value of. :func:`drive` and :func:`adrive` run a plan on a backend synchronously or
+asynchronously (an offloaded call or forced replies in a worker thread, so they never block the
+event loop), so sync and async APIs share every line of logic.
 """
 
 from __future__ import annotations
@@ -13,15 +16,24 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from care_sdk.backends.base import Backend, Completion, GenerationRequest, GenerationResult
-from care_sdk.errors import CareError, ContextOverflowError, OutputError
+from care_sdk.backends.base import (
+    Backend,
+    Completion,
+    ForcedReplies,
+    ForcedRequest,
+    GenerationRequest,
+    GenerationResult,
+    Request,
+)
+from care_sdk.errors import CareError, ConfigError, ContextOverflowError, OutputError
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
+RequestT = TypeVar("RequestT", bound=Request)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +53,10 @@ class Offload:
     call: Callable[[], Any]
 
 
-Plan = Generator[list[GenerationRequest] | Offload, Any, list[T | CareError]]
+Batch = list[GenerationRequest] | list[ForcedRequest]
+"""What a plan sends at once: requests to decode, or forced replies to build."""
+
+Plan = Generator[Batch | Offload, Any, list[T | CareError]]
 """Yields request batches (sent back their results) and :class:`Offload` calls (sent back their values)."""
 
 
@@ -55,7 +70,7 @@ RETRY_TEMPERATURE = 0.7
 """Sampling temperature used for retries when the first attempt was greedy."""
 
 
-def retry_request(request: GenerationRequest, attempt: int) -> GenerationRequest:
+def retry_request(request: RequestT, attempt: int) -> RequestT:
     """The request for a retry: a new seed and, for greedy decoding, some temperature."""
     if attempt == 0:
         return request
@@ -66,7 +81,7 @@ def retry_request(request: GenerationRequest, attempt: int) -> GenerationRequest
     )
 
 
-def ran_out_of_window(result: GenerationResult, request: GenerationRequest) -> bool:
+def ran_out_of_window(result: GenerationResult, request: Request) -> bool:
     """Whether a reply cut off for length (``finish_reason="length"``) stopped before ``max_tokens``:
     the model's context window filled up (a backend that holds the model, llama.cpp or
     transformers, starts a prompt that fits and stops where the window ends), so the reply has no
@@ -80,20 +95,22 @@ def ran_out_of_window(result: GenerationResult, request: GenerationRequest) -> b
         >>> ran_out_of_window(cut, request), ran_out_of_window(cut, dataclasses.replace(request, max_tokens=41))
         (True, False)
     """
-    if not result.completions or result.completions[0].finish_reason != "length":
+    if not isinstance(request, GenerationRequest) or not result.completions:
+        return False
+    if result.completions[0].finish_reason != "length":
         return False
     used = result.usage.get("completion_tokens")
     return request.n == 1 and used is not None and used < request.max_tokens
 
 
 def parse_plan(
-    requests: Sequence[GenerationRequest],
+    requests: Sequence[RequestT],
     parse: Callable[[int, Completion], T],
     *,
     what: str,
     max_attempts: int,
     accept: Callable[[int, T], str | None] | None = None,
-    shorter: Callable[[int], GenerationRequest | None] | None = None,
+    shorter: Callable[[int], RequestT | None] | None = None,
 ) -> Plan[T]:
     """Send ``requests``; parse each reply with ``parse(index, completion)``; retry the ones that fail.
 
@@ -110,7 +127,7 @@ def parse_plan(
     without a ``purpose`` is sent with ``what`` as its purpose.
     """
 
-    def with_purpose(request: GenerationRequest) -> GenerationRequest:
+    def with_purpose(request: RequestT) -> RequestT:
         return request if request.purpose is not None else dataclasses.replace(request, purpose=what)
 
     def sent_shorter(i: int, why: object, again: list[int]) -> bool:
@@ -123,12 +140,13 @@ def parse_plan(
         again.append(i)
         return True
 
-    sent = [with_purpose(r) for r in requests]
+    sent: list[RequestT] = [with_purpose(r) for r in requests]
     outcomes: list[T | CareError | None] = [None] * len(sent)
     attempts = [0] * len(sent)
     pending = list(range(len(sent)))
     while pending:
-        results: list[GenerationResult] = yield [retry_request(sent[i], attempts[i]) for i in pending]
+        batch: list[Any] = [retry_request(sent[i], attempts[i]) for i in pending]
+        results: list[GenerationResult] = yield batch
         again: list[int] = []
         for i, result in zip(pending, results, strict=True):
             if result.error is not None:
@@ -164,8 +182,8 @@ def parse_plan(
 
 
 def fewer_messages(
-    shown: Callable[[int], int], build: Callable[[int, int], GenerationRequest]
-) -> Callable[[int], GenerationRequest | None]:
+    shown: Callable[[int], int], build: Callable[[int, int], RequestT]
+) -> Callable[[int], RequestT | None]:
     """A ``shorter`` for :func:`parse_plan`: item ``i``'s request rebuilt by ``build(i, keep)`` with
     one context message fewer than it last showed (``shown(i)`` at first, asked only once the item
     overflows), ``None`` once it shows one.
@@ -177,7 +195,7 @@ def fewer_messages(
     """
     left: dict[int, int] = {}
 
-    def shorter(i: int) -> GenerationRequest | None:
+    def shorter(i: int) -> RequestT | None:
         if i not in left:
             left[i] = shown(i)
         if left[i] <= 1:
@@ -188,24 +206,50 @@ def fewer_messages(
     return shorter
 
 
+def _forced_capability(backend: Backend) -> ForcedReplies:
+    if not isinstance(backend, ForcedReplies):
+        raise ConfigError(f"forced replies need a backend that builds them (ForcedReplies); {backend!r} does not")
+    return backend
+
+
+def _is_forced(batch: Batch) -> bool:
+    """Whether a batch holds forced replies (a batch that mixes both kinds is a plan's bug)."""
+    forced = [isinstance(r, ForcedRequest) for r in batch]
+    if any(forced) and not all(forced):
+        raise TypeError("a batch mixes forced replies and requests to decode")
+    return bool(forced) and forced[0]
+
+
 def drive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
-    """Run a plan with the backend's blocking API (an :class:`Offload` is called in place)."""
+    """Run a plan with the backend's blocking API: a batch to decode goes to ``generate``, forced
+    replies to ``forced_replies``, and an :class:`Offload` is called in place."""
     try:
         step = next(plan)
         while True:
-            step = plan.send(step.call() if isinstance(step, Offload) else backend.generate(step))
+            if isinstance(step, Offload):
+                value = step.call()
+            elif _is_forced(step):
+                value = _forced_capability(backend).forced_replies(cast("list[ForcedRequest]", step))
+            else:
+                value = backend.generate(cast("list[GenerationRequest]", step))
+            step = plan.send(value)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 
 
 async def adrive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
-    """Run a plan with the backend's async API (an :class:`Offload` in a worker thread)."""
+    """Run a plan with the backend's async API (an :class:`Offload` and forced replies in a worker thread)."""
     try:
         step = next(plan)
         while True:
-            step = plan.send(
-                await (asyncio.to_thread(step.call) if isinstance(step, Offload) else backend.agenerate(step))
-            )
+            if isinstance(step, Offload):
+                value = await asyncio.to_thread(step.call)
+            elif _is_forced(step):
+                forced = _forced_capability(backend).forced_replies
+                value = await asyncio.to_thread(forced, cast("list[ForcedRequest]", step))
+            else:
+                value = await backend.agenerate(cast("list[GenerationRequest]", step))
+            step = plan.send(value)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 

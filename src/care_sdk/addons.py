@@ -112,7 +112,8 @@ class ContextFitReader(Protocol):
         ...
 
     def score_batch(self, items: Sequence[tuple[Context, str]]) -> list[float | CareError]:
-        """The fit of each ``(context, reply)``, or that item's error."""
+        """The fit of each ``(context, reply)``, or that item's error (the reward passes each context as
+        a tuple of messages, normalised where it entered)."""
         ...
 
     async def ascore_batch(self, items: Sequence[tuple[Context, str]]) -> list[float | CareError]:

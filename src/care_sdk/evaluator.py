@@ -10,7 +10,7 @@ from typing import Any
 from care_sdk._core import SCORES
 from care_sdk._engine import Plan, adrive, drive, fewer_messages, parse_plan, unwrap
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
-from care_sdk.backends.base import EVALUATION, Completion, ForcedReply
+from care_sdk.backends.base import EVALUATION, Completion, ForcedReplies, ForcedReply, ForcedRequest
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.prompts import (
     EVALUATOR_PROMPT_VERSION,
@@ -20,18 +20,20 @@ from care_sdk.prompts import (
     parse_evaluation,
     shown_messages,
 )
-from care_sdk.types import Context, CriterionScore, Evaluation, Rubric
+from care_sdk.types import Context, CriterionScore, Evaluation, Messages, Rubric, as_messages
 
 __all__ = ["EVALUATOR_MODES", "RubricEvaluator", "expected_scores", "forced_evaluation"]
 
 EvalItem = tuple[Context, Rubric, str]
 """One evaluation: the context, the rubric, the candidate reply."""
+_Item = tuple[Messages, Rubric, str]
+"""An :data:`EvalItem` whose context is normalised (what the layers beneath the public methods take)."""
 
 TOP_LOGPROBS = 5
 EVALUATOR_MODES = ("auto", "forced", "decoded")
 """How an evaluator gets its scores: ``forced`` builds the reply itself and reads each score from
-the model's distribution over ``1``-``5`` at its position (backends that
-:attr:`~care_sdk.backends.Backend.supports_forced_replies`); ``decoded`` decodes the whole reply
+the model's distribution over ``1``-``5`` at its position (backends that implement
+:class:`~care_sdk.backends.base.ForcedReplies`); ``decoded`` decodes the whole reply
 under the JSON schema; ``auto`` is ``forced`` where the backend supports it, else ``decoded``."""
 
 
@@ -105,30 +107,41 @@ class RubricEvaluator:
         self.max_tokens = max_tokens
         self.max_attempts = max_attempts
         self.use_logprobs = use_logprobs
-        supported = bool(getattr(self.backend, "supports_forced_replies", False))
+        supported = isinstance(self.backend, ForcedReplies)
         if mode == "forced" and not supported:
-            raise ConfigError(f"mode='forced' needs a backend that supports forced replies; {self.backend!r} does not")
+            raise ConfigError(f"mode='forced' needs a backend that builds forced replies; {self.backend!r} does not")
         self.mode = mode
         self.forced = supported and mode != "decoded"
         """Whether scores are read at their positions (``True``) or decoded (``False``)."""
 
-    def request(self, context: Context, rubric: Rubric, reply: str) -> GenerationRequest:
-        """The backend request that scores ``reply`` (useful to inspect the exact prompt)."""
-        return self._request(context, rubric, reply, self.max_context_messages)
+    def request(self, context: Context, rubric: Rubric, reply: str) -> GenerationRequest | ForcedRequest:
+        """The backend request that scores ``reply`` (useful to inspect the exact prompt): a
+        :class:`~care_sdk.backends.base.ForcedRequest` when :attr:`forced`."""
+        return self._request(tuple(as_messages(context)), rubric, reply, self.max_context_messages)
 
-    def _request(self, context: Context, rubric: Rubric, reply: str, keep: int | None) -> GenerationRequest:
+    def _request(
+        self, context: Messages, rubric: Rubric, reply: str, keep: int | None
+    ) -> GenerationRequest | ForcedRequest:
+        messages = tuple(evaluator_messages(context, rubric, reply, self.prompt_version, max_context_messages=keep))
+        if self.forced:
+            return ForcedRequest(
+                messages=messages,
+                reply=forced_evaluation(len(rubric.criteria)),
+                temperature=self.temperature,
+                seed=self.seed,
+                purpose=EVALUATION,
+            )
         return GenerationRequest(
-            messages=tuple(evaluator_messages(context, rubric, reply, self.prompt_version, max_context_messages=keep)),
+            messages=messages,
             json_schema=evaluation_schema(len(rubric.criteria)),
             max_tokens=self.max_tokens,
             temperature=self.temperature,
             seed=self.seed,
             top_logprobs=TOP_LOGPROBS if self.use_logprobs else None,
-            forced=forced_evaluation(len(rubric.criteria)) if self.forced else None,
             purpose=EVALUATION,
         )
 
-    def _plan(self, items: Sequence[EvalItem]) -> Plan[Evaluation]:
+    def _plan(self, items: Sequence[_Item]) -> Plan[Evaluation]:
         rubrics = [rubric for _, rubric, _ in items]
 
         def parse(i: int, completion: Completion) -> Evaluation:
@@ -141,7 +154,7 @@ class RubricEvaluator:
             lambda i: shown_messages(items[i][0], self.max_context_messages),
             lambda i, keep: self._request(*items[i], keep),
         )
-        requests = [self.request(c, r, reply) for c, r, reply in items]
+        requests = [self._request(c, r, reply, self.max_context_messages) for c, r, reply in items]
         return (
             yield from parse_plan(requests, parse, what="evaluation", max_attempts=self.max_attempts, shorter=shorter)
         )
@@ -153,18 +166,26 @@ class RubricEvaluator:
             OutputError: no reply parsed as a valid evaluation within ``max_attempts``.
             BackendError: the backend failed.
         """
-        return unwrap(drive(self._plan([(context, rubric, reply)]), self.backend)[0])
+        return unwrap(self._batch(_normalised([(context, rubric, reply)]))[0])
 
     def evaluate_batch(self, items: Sequence[EvalItem]) -> list[Evaluation | CareError]:
         """Score many ``(context, rubric, reply)`` items; a failed item is its :class:`CareError`."""
-        return drive(self._plan(items), self.backend)
+        return self._batch(_normalised(items))
 
     async def aevaluate(self, context: Context, rubric: Rubric, reply: str) -> Evaluation:
         """Async form of :meth:`evaluate`."""
-        return unwrap((await adrive(self._plan([(context, rubric, reply)]), self.backend))[0])
+        return unwrap((await self._abatch(_normalised([(context, rubric, reply)])))[0])
 
     async def aevaluate_batch(self, items: Sequence[EvalItem]) -> list[Evaluation | CareError]:
         """Async form of :meth:`evaluate_batch`."""
+        return await self._abatch(_normalised(items))
+
+    def _batch(self, items: Sequence[_Item]) -> list[Evaluation | CareError]:
+        """:meth:`evaluate_batch` for items already normalised (what :class:`~care_sdk.AdaptiveReward` calls)."""
+        return drive(self._plan(items), self.backend)
+
+    async def _abatch(self, items: Sequence[_Item]) -> list[Evaluation | CareError]:
+        """Async form of :meth:`_batch`."""
         return await adrive(self._plan(items), self.backend)
 
     def __repr__(self) -> str:
@@ -174,11 +195,16 @@ class RubricEvaluator:
         return f"RubricEvaluator({self.backend!r}, {options})"
 
 
+def _normalised(items: Sequence[EvalItem]) -> list[_Item]:
+    """Each item with its context as messages: normalised once, where it enters the evaluator."""
+    return [(tuple(as_messages(context)), rubric, reply) for context, rubric, reply in items]
+
+
 def forced_evaluation(n_criteria: int) -> ForcedReply:
     """The evaluator reply for ``n_criteria`` criteria as a template whose only free positions are the scores.
 
     The fixed text is the reply :func:`evaluation_schema` asks for, laid out as ``json.dumps``
-    writes it; a backend that supports forced replies fills each slot with one of ``"1"``-``"5"``.
+    writes it; a backend that builds forced replies fills each slot with one of ``"1"``-``"5"``.
 
     Examples:
         >>> forced = forced_evaluation(2)

@@ -19,7 +19,7 @@ from care_sdk.prompts import (
     rubric_schema,
     shown_messages,
 )
-from care_sdk.types import Message, Rubric, as_messages
+from care_sdk.types import Message, Messages, Rubric, as_messages
 
 __all__ = ["RubricGenerator"]
 
@@ -115,9 +115,9 @@ class RubricGenerator:
 
     def request(self, context: Context) -> GenerationRequest:
         """The backend request for one context (useful to inspect or log the exact prompt)."""
-        return self._request(context, self.max_context_messages)
+        return self._request(_normalised([context])[0], self.max_context_messages)
 
-    def _request(self, context: Context, keep: int | None) -> GenerationRequest:
+    def _request(self, context: Sequence[Message], keep: int | None) -> GenerationRequest:
         return GenerationRequest(
             messages=tuple(generator_messages(context, self.criteria_per_dimension, max_context_messages=keep)),
             json_schema=self._schema,
@@ -126,12 +126,12 @@ class RubricGenerator:
             seed=self.seed,
         )
 
-    def _plan(self, contexts: Sequence[Context]) -> Plan[Rubric]:
-        messages = [tuple(as_messages(c)) for c in contexts]
-        keys = [context_key(m, self.identity) for m in messages]
+    def _plan(self, contexts: Sequence[Messages]) -> Plan[Rubric]:
+        """The rubrics of contexts already normalised (:func:`_normalised`), as a plan for the engine."""
+        keys = [context_key(m, self.identity) for m in contexts]
         found: dict[str, Rubric | CareError] = {}
-        todo: dict[str, tuple[Message, ...]] = {}
-        for key, context in zip(keys, messages, strict=True):
+        todo: dict[str, Messages] = {}
+        for key, context in zip(keys, contexts, strict=True):
             if key in found or key in todo:
                 continue
             cached = self.cache.get(key) if self.cache is not None else None
@@ -149,7 +149,7 @@ class RubricGenerator:
                 lambda i: shown_messages(contexts_todo[i], self.max_context_messages),
                 lambda i, keep: self._request(contexts_todo[i], keep),
             )
-            sent = [self.request(c) for c in contexts_todo]
+            sent = [self._request(c, self.max_context_messages) for c in contexts_todo]
 
             def shorter(i: int) -> GenerationRequest | None:
                 smaller = fewer(i)
@@ -172,7 +172,7 @@ class RubricGenerator:
     def _reweighted(
         self,
         outcomes: list[Rubric | CareError],
-        contexts: list[tuple[Message, ...]],
+        contexts: list[Messages],
         sent: list[GenerationRequest],
     ) -> Plan[Rubric]:
         """The parsed rubrics with the weight reader's weights (an item whose read fails is the error)."""
@@ -196,22 +196,40 @@ class RubricGenerator:
             OutputError: no reply parsed as a valid rubric within ``max_attempts``.
             BackendError: the backend failed.
         """
-        return unwrap(drive(self._plan([context]), self.backend)[0])
+        return unwrap(self._batch(_normalised([context]))[0])
 
     def generate_batch(self, contexts: Sequence[Context]) -> list[Rubric | CareError]:
         """Write one rubric per context, in order; a failed item is its :class:`CareError`, not an exception.
 
         Identical contexts in the batch share one backend request.
         """
-        return drive(self._plan(contexts), self.backend)
+        return self._batch(_normalised(contexts))
 
     async def agenerate(self, context: Context) -> Rubric:
         """Async form of :meth:`generate`."""
-        return unwrap((await adrive(self._plan([context]), self.backend))[0])
+        return unwrap((await self._abatch(_normalised([context])))[0])
 
     async def agenerate_batch(self, contexts: Sequence[Context]) -> list[Rubric | CareError]:
         """Async form of :meth:`generate_batch`."""
+        return await self._abatch(_normalised(contexts))
+
+    def _batch(self, contexts: Sequence[Messages]) -> list[Rubric | CareError]:
+        """:meth:`generate_batch` for contexts already normalised (what :class:`~care_sdk.AdaptiveReward` calls)."""
+        return drive(self._plan(contexts), self.backend)
+
+    async def _abatch(self, contexts: Sequence[Messages]) -> list[Rubric | CareError]:
+        """Async form of :meth:`_batch`."""
         return await adrive(self._plan(contexts), self.backend)
 
     def __repr__(self) -> str:
         return f"RubricGenerator({self.backend!r}, criteria_per_dimension={self.criteria_per_dimension})"
+
+
+def _normalised(contexts: Sequence[Context]) -> list[Messages]:
+    """Each context as messages: normalised once, where it enters the generator.
+
+    Examples:
+        >>> _normalised(["I failed.", [{"role": "user", "content": "Hi."}]])[1][0].content
+        'Hi.'
+    """
+    return [tuple(as_messages(c)) for c in contexts]

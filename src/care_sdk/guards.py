@@ -33,7 +33,10 @@ asking a model and every reply is screened for text aimed at the judge rather th
   - ``over_length``: longer than ``max_chars`` (when configured to flag rather than truncate).
 
 The context is read as chat messages with roles, so the two copy flags can tell the user's words
-from the assistant's; a context given as plain texts without roles is read as the user's.
+from the assistant's; a context given as plain texts without roles is read as the user's. The
+public functions that take a context (:func:`detect_flags`, :func:`screen`) normalise it once with
+:func:`context_messages`; :func:`screen_items`, the reward's pre-pass, takes contexts that are
+messages already.
 
 What happens to a flagged reply is :attr:`Guards.on_flag`: ``"zero"`` (the default: reward 0 and
 no model call), ``"penalise"`` (the evaluator's reward minus :attr:`Guards.penalty`, floored at
@@ -143,7 +146,7 @@ only: it flags 61 of Qwen2.5-72B's 666 turns in the SAGE rollouts (9.2 %), after
 simulated user's emotion changes no worse than after the others (``benchmarks/results/guard_rates.json``)."""
 _STRICTNESS: dict[str, int] = {"report": 0, "penalise": 1, "zero": 2}
 _BLOCKING = frozenset({EMPTY_REPLY, NO_WORDS})
-C = TypeVar("C")
+C = TypeVar("C", bound=Sequence[Message])
 E = TypeVar("E")
 ContextLike = str | Sequence[Message | Mapping[str, Any] | str]
 """A dialogue context as the guards read it: chat messages (or dicts) with roles, a plain string
@@ -326,9 +329,8 @@ def context_messages(context: ContextLike) -> list[Message]:
         >>> context_messages("I can't sleep.")[0].role
         'user'
     """
-    if isinstance(context, str):
-        return as_messages(context)
-    return [Message(role="user", content=m) if isinstance(m, str) else as_messages([m])[0] for m in context]
+    texts = [context] if isinstance(context, str) else context
+    return as_messages([Message(role="user", content=m) if isinstance(m, str) else m for m in texts])
 
 
 def _over(share: float | None, threshold: float | None) -> bool:
@@ -367,6 +369,19 @@ def detect_flags(
         >>> detect_flags("That is a heavy thing to carry into the weekend.", earlier)
         ('repeated_own_turn',)
     """
+    copies = (copy_share is not None or own_turn_share is not None) and context
+    messages = context_messages(context) if copies else []
+    return _flags(reply, messages, copy_share, repeat_share, own_turn_share)
+
+
+def _flags(
+    reply: str,
+    messages: Sequence[Message],
+    copy_share: float | None,
+    repeat_share: float | None,
+    own_turn_share: float | None,
+) -> tuple[str, ...]:
+    """:func:`detect_flags` on a context that is messages already."""
     found = []
     if _judge_directed(reply):
         found.append(JUDGE_DIRECTED)
@@ -378,8 +393,7 @@ def detect_flags(
         found.append(FENCE_MARKER)
     if _master_key(reply):
         found.append(MASTER_KEY)
-    if (copy_share is not None or own_turn_share is not None) and context:
-        messages = context_messages(context)
+    if (copy_share is not None or own_turn_share is not None) and messages:
         user = [m.content for m in messages if m.role == "user"]
         own = [m.content for m in messages if m.role == "assistant"]
         if user and _over(copied_share(reply, user), copy_share):
@@ -473,7 +487,11 @@ def screen(reply: str, guards: Guards | None = None, context: ContextLike = ()) 
         >>> screen("Hi. User: thanks!", Guards(on_flag="report")).blocked is None
         True
     """
-    guards = guards or Guards()
+    return _screen(reply, guards or Guards(), context_messages(context) if context else [])
+
+
+def _screen(reply: str, guards: Guards, context: Sequence[Message]) -> Screened:
+    """:func:`screen` on a context that is messages already."""
     if guards.prechecks:
         blocking = precheck(reply)
         if blocking is not None:
@@ -481,7 +499,7 @@ def screen(reply: str, guards: Guards | None = None, context: ContextLike = ()) 
             return Screened(reply, (blocking,), RewardResult(reward=0.0, flags=(blocking,), note=f"{why}: {_NO_CALL}"))
     flags = []
     if guards.detect:
-        flags = list(detect_flags(reply, context, guards.copy_share, guards.repeat_share, guards.own_turn_share))
+        flags = list(_flags(reply, context, guards.copy_share, guards.repeat_share, guards.own_turn_share))
     if guards.max_chars is not None and len(reply) > guards.max_chars:
         if guards.over_length == "truncate":
             reply = truncate(reply, guards.max_chars)
@@ -549,28 +567,22 @@ def apply_policy(result: RewardResult, screened: Screened, guards: Guards) -> Re
     return result.model_copy(update=update)
 
 
-def _context(context: Any) -> list[Message]:
-    """The messages of a context (a string, messages or dicts); none when it does not read as
-    messages (the evaluator reports that input error itself)."""
-    try:
-        return context_messages(context)
-    except (TypeError, ValueError):
-        return []
-
-
 def screen_items(items: Sequence[tuple[C, str]], guards: Guards | None) -> tuple[list[Screened], list[tuple[C, str]]]:
-    """Screen ``(context, reply)`` items; returns the screens and the items still to evaluate (screened replies).
+    """Screen ``(context, reply)`` items whose contexts are messages already (the pre-pass of
+    :class:`~care_sdk.AdaptiveReward`, which normalised them where they entered); returns the
+    screens and the items still to evaluate (screened replies).
 
     With ``guards=None`` nothing is screened: every item is evaluated as is and nothing is flagged.
 
     Examples:
-        >>> screens, todo = screen_items([("c", ""), ("c", "I hear you.")], Guards())
-        >>> [s.blocked is None for s in screens], todo
-        ([False, True], [('c', 'I hear you.')])
+        >>> context = [Message(role="user", content="I failed my exam.")]
+        >>> screens, todo = screen_items([(context, ""), (context, "I hear you.")], Guards())
+        >>> [s.blocked is None for s in screens], [reply for _, reply in todo]
+        ([False, True], ['I hear you.'])
     """
     if guards is None:
         return [Screened(reply) for _, reply in items], list(items)
-    screens = [screen(reply, guards, _context(context)) for context, reply in items]
+    screens = [_screen(reply, guards, context) for context, reply in items]
     todo = [(context, s.reply) for (context, _), s in zip(items, screens, strict=True) if s.blocked is None]
     return screens, todo
 
@@ -583,7 +595,8 @@ def merge_outcomes(
     ``outcomes`` are ``(result, error)`` pairs for the screens that were not settled, in order.
 
     Examples:
-        >>> screens, _ = screen_items([("c", "..."), ("c", "Hi.")], Guards())
+        >>> context = [Message(role="user", content="I failed my exam.")]
+        >>> screens, _ = screen_items([(context, "..."), (context, "Hi.")], Guards())
         >>> [r.reward for r, _ in merge_outcomes(screens, [(RewardResult(reward=0.5), None)], Guards())]
         [0.0, 0.5]
     """

@@ -12,7 +12,17 @@ from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
 from care_sdk.guards import Guards, merge_outcomes, screen_items
-from care_sdk.types import DIMENSIONS, Context, Dialogue, Message, RewardResult, Rubric, as_messages, fixed_criteria
+from care_sdk.types import (
+    DIMENSIONS,
+    Context,
+    Dialogue,
+    Message,
+    Messages,
+    RewardResult,
+    Rubric,
+    as_messages,
+    fixed_criteria,
+)
 from care_sdk.variants import CriteriaMode, Variant, WeightsMode, needs_generator, variant_modes, variant_of
 
 Outcome = tuple[RewardResult, CareError | None]
@@ -25,6 +35,8 @@ DEFAULT_NAME = "care_reward"
 
 ScoreItem = tuple[Context, str]
 """One reward request: the context and the candidate reply."""
+_Item = tuple[Messages, str]
+"""A reward request whose context was normalised where it entered (:func:`_normalised`)."""
 
 
 class AdaptiveReward:
@@ -240,7 +252,7 @@ class AdaptiveReward:
                 outcomes.append((RewardResult.from_parts(rubric, evaluation), None))
         return outcomes
 
-    def _plan(self, items: Sequence[ScoreItem]) -> Generator[_Stage, list[Any], list[Outcome]]:
+    def _plan(self, items: Sequence[_Item]) -> Generator[_Stage, list[Any], list[Outcome]]:
         """The reward's steps, written once for the sync and async drivers: guards' pre-pass, rubrics,
         evaluations, the context-fit add-on when on, merge. Each yielded stage is a batch call the
         driver makes (``rubrics``, ``evaluations``, ``context_fit``) and sends back the results of."""
@@ -259,16 +271,18 @@ class AdaptiveReward:
         return self._stamped(merged)
 
     def _stage(self, name: str) -> tuple[Callable[[list[Any]], list[Any]], Callable[[list[Any]], Any]]:
-        """The sync and async batch calls behind a stage of :meth:`_plan`."""
+        """The sync and async batch calls behind a stage of :meth:`_plan`. The contexts are messages
+        already, so the generator and the evaluator are called past their public methods, which would
+        normalise them again."""
         if name == "rubrics":
             assert self.generator is not None
-            return self.generator.generate_batch, self.generator.agenerate_batch
+            return self.generator._batch, self.generator._abatch
         if name == "evaluations":
-            return self.evaluator.evaluate_batch, self.evaluator.aevaluate_batch
+            return self.evaluator._batch, self.evaluator._abatch
         assert self.context_fit is not None
         return self.context_fit.score_batch, self.context_fit.ascore_batch
 
-    def _outcomes(self, items: Sequence[ScoreItem]) -> list[Outcome]:
+    def _outcomes(self, items: Sequence[_Item]) -> list[Outcome]:
         plan = self._plan(items)
         try:
             name, batch = next(plan)
@@ -277,7 +291,7 @@ class AdaptiveReward:
         except StopIteration as done:
             return list(done.value)
 
-    async def _aoutcomes(self, items: Sequence[ScoreItem]) -> list[Outcome]:
+    async def _aoutcomes(self, items: Sequence[_Item]) -> list[Outcome]:
         plan = self._plan(items)
         try:
             name, batch = next(plan)
@@ -307,7 +321,7 @@ class AdaptiveReward:
         return out
 
     @staticmethod
-    def _eval_items(items: Sequence[ScoreItem], rubrics: list[Rubric | CareError]) -> list[tuple[Context, Rubric, str]]:
+    def _eval_items(items: Sequence[_Item], rubrics: list[Rubric | CareError]) -> list[tuple[Messages, Rubric, str]]:
         return [(c, r, reply) for (c, reply), r in zip(items, rubrics, strict=True) if isinstance(r, Rubric)]
 
     def score_batch(self, items: Sequence[ScoreItem]) -> list[RewardResult]:
@@ -321,10 +335,19 @@ class AdaptiveReward:
             >>> result.reward is None, result.error.startswith("evaluation failed")
             (True, True)
         """
-        return [result for result, _ in self._outcomes(items)]
+        return self._results(_normalised(items))
 
     async def ascore_batch(self, items: Sequence[ScoreItem]) -> list[RewardResult]:
         """Async form of :meth:`score_batch`."""
+        return await self._aresults(_normalised(items))
+
+    def _results(self, items: Sequence[_Item]) -> list[RewardResult]:
+        """:meth:`score_batch` for items whose contexts are messages already (what
+        :class:`~care_sdk.TrajectoryReward` and the verl plug-in call, having normalised them)."""
+        return [result for result, _ in self._outcomes(items)]
+
+    async def _aresults(self, items: Sequence[_Item]) -> list[RewardResult]:
+        """Async form of :meth:`_results`."""
         return [result for result, _ in await self._aoutcomes(items)]
 
     def score(self, context: Context, reply: str) -> RewardResult:
@@ -333,11 +356,11 @@ class AdaptiveReward:
         Raises:
             CareError: the rubric or the evaluation could not be produced.
         """
-        return unwrap_outcome(self._outcomes([(context, reply)])[0])
+        return unwrap_outcome(self._outcomes(_normalised([(context, reply)]))[0])
 
     async def ascore(self, context: Context, reply: str) -> RewardResult:
         """Async form of :meth:`score`."""
-        return unwrap_outcome((await self._aoutcomes([(context, reply)]))[0])
+        return unwrap_outcome((await self._aoutcomes(_normalised([(context, reply)])))[0])
 
     def score_dialogue(self, dialogue: Dialogue | Sequence[Message | Mapping[str, Any]]) -> list[RewardResult]:
         """One result per assistant turn, each judged against the context before it.
@@ -353,7 +376,7 @@ class AdaptiveReward:
         """
         if not isinstance(dialogue, Dialogue):
             dialogue = Dialogue(messages=tuple(as_messages(dialogue)))
-        return self.score_batch([(list(t.context), t.reply) for t in dialogue.turns()])
+        return self._results([(t.context, t.reply) for t in dialogue.turns()])
 
     # -- TRL -----------------------------------------------------------------------------------
 
@@ -381,14 +404,14 @@ class AdaptiveReward:
             >>> logged["care/score/affective"], logged["care/failed"]
             (0.5, 0.0)
         """
-        results = self.score_batch(trl_items(prompts, completions, kwargs, self.context_column))
+        results = self._results(_normalised(trl_items(prompts, completions, kwargs, self.context_column)))
         self.last_results = results
         report_to_trainer(results, kwargs, self.metric_prefix)
         return [r.reward for r in results]
 
     async def acall(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """Async form of :meth:`__call__` (for use in your own async loop; TRL takes :meth:`as_async`)."""
-        results = await self.ascore_batch(trl_items(prompts, completions, kwargs, self.context_column))
+        results = await self._aresults(_normalised(trl_items(prompts, completions, kwargs, self.context_column)))
         self.last_results = results
         report_to_trainer(results, kwargs, self.metric_prefix)
         return [r.reward for r in results]
@@ -489,6 +512,16 @@ def _check_context_fit(context_fit: object) -> None:
     if isinstance(context_fit, str):
         hint = "; pass the object: care_sdk.addons.add_ons('context-fit').context_fit, or ('context-fit=SPEC')"
     raise ConfigError(f"context_fit: {context_fit!r} is not a ContextFitReader (see care_sdk.addons){hint}")
+
+
+def _normalised(items: Sequence[ScoreItem]) -> list[_Item]:
+    """Each item's context as messages: normalised once, where it enters the reward.
+
+    Examples:
+        >>> _normalised([("I failed.", "Oh no.")])[0][0][0].role
+        'user'
+    """
+    return [(tuple(as_messages(context)), reply) for context, reply in items]
 
 
 def unwrap_outcome(outcome: tuple[RewardResult, CareError | None]) -> RewardResult:

@@ -46,7 +46,7 @@ def rubric_json(
 _FENCED = re.compile(r"<<<REPLY-([0-9a-f]+)>>>\n(.*)\n<<<END-\1>>>\s*$", re.DOTALL)
 
 
-def candidate_reply(request: GenerationRequest | str) -> str:
+def candidate_reply(request: base.Request | str) -> str:
     """The candidate reply quoted in an evaluator request (or its last message's text), as the evaluator sees it.
 
     Works for every evaluator prompt version, so a scripted judge can answer by the reply it is shown.
@@ -86,10 +86,11 @@ class ScriptedBackend(Backend):
     :class:`~care_sdk.backends.base.Completion` is returned as it is (say, one cut off with
     ``finish_reason="length"``). Usage counts one token per character (``completion_tokens``).
 
-    With ``forced``, the backend also :attr:`~care_sdk.backends.Backend.supports_forced_replies`:
-    it builds a forced reply itself, one token per character (ASCII text), asking
-    ``forced(reply_so_far, next_characters)`` for the log-probability of each next character; a
-    :class:`~care_sdk.errors.BackendError` it raises fails that request.
+    With ``forced``, the backend also has the
+    :class:`~care_sdk.backends.base.ForcedReplies` capability: it builds a forced reply itself, one
+    token per character (ASCII text), asking ``forced(reply_so_far, next_characters)`` for the
+    log-probability of each next character; a :class:`~care_sdk.errors.BackendError` it raises
+    fails that request. Forced requests are recorded in :attr:`requests` too.
 
     Examples:
         >>> backend = ScriptedBackend(lambda req: "ok")
@@ -97,12 +98,12 @@ class ScriptedBackend(Backend):
         'ok'
         >>> len(backend.requests)
         1
-        >>> from care_sdk.backends.base import ForcedReply
+        >>> from care_sdk.backends.base import ForcedReply, ForcedRequest
         >>> def likes_4(text, chars):
         ...     return [0.0 if c == "4" else -3.0 for c in chars]
         >>> prefers_4 = ScriptedBackend(lambda req: "ok", forced=likes_4)
         >>> slot = ForcedReply(segments=("score: ", "."), choices=("3", "4"))
-        >>> prefers_4.generate([GenerationRequest(messages=(), forced=slot)])[0].text
+        >>> prefers_4.forced_replies([ForcedRequest(messages=(), reply=slot)])[0].text
         'score: 4.'
     """
 
@@ -118,12 +119,13 @@ class ScriptedBackend(Backend):
         forced: Callable[[str, Sequence[str]], Sequence[float]] | None = None,
     ) -> None:
         self._forced = forced
-        self.supports_forced_replies = forced is not None
+        if forced is not None:  # the capability, on this instance only
+            self.__dict__["forced_replies"] = self._forced_replies
         self._fn = script if callable(script) else None
         self._queue = [] if callable(script) else list(script)
         self._lock = threading.Lock()
         self._name = name
-        self.requests: list[GenerationRequest] = []
+        self.requests: list[base.Request] = []
         """Every request received, in order."""
 
     @property
@@ -142,9 +144,6 @@ class ScriptedBackend(Backend):
         with self._lock:
             for request in requests:
                 self.requests.append(request)
-                if request.forced is not None and self._forced is not None:
-                    results.append(self._build_forced(request.forced, self._forced))
-                    continue
                 completions: list[Completion] = []
                 error: BackendError | None = None
                 for _ in range(request.n):
@@ -160,6 +159,12 @@ class ScriptedBackend(Backend):
                     GenerationResult(error=error) if error else GenerationResult(tuple(completions), usage=used)
                 )
         return results
+
+    def _forced_replies(self, requests: Sequence[base.ForcedRequest]) -> list[GenerationResult]:
+        assert self._forced is not None
+        with self._lock:
+            self.requests.extend(requests)
+            return [self._build_forced(request.reply, self._forced) for request in requests]
 
     @staticmethod
     def _build_forced(
@@ -195,19 +200,19 @@ class RecordingBackend(ForwardingBackend):
     def __init__(self, inner: Backend) -> None:
         super().__init__(inner)
         self._lock = threading.Lock()
-        self.requests: list[GenerationRequest] = []
-        """Every request forwarded, in order."""
+        self.requests: list[base.Request] = []
+        """Every request forwarded, in order (forced replies included)."""
         self.results: list[GenerationResult] = []
         """Every result returned, batch by batch as the batches came back."""
         self.batches: list[int] = []
         """The size of each forwarded batch (with retries, batch k holds attempt k)."""
 
-    def on_requests(self, requests: Sequence[GenerationRequest]) -> None:
+    def on_requests(self, requests: Sequence[base.Request]) -> None:
         with self._lock:
             self.requests.extend(requests)
             self.batches.append(len(requests))
 
-    def on_results(self, requests: Sequence[GenerationRequest], results: Sequence[GenerationResult]) -> None:
+    def on_results(self, requests: Sequence[base.Request], results: Sequence[GenerationResult]) -> None:
         with self._lock:
             self.results.extend(results)
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from care_sdk.errors import ConfigError
 from care_sdk.reward import AdaptiveReward
-from care_sdk.types import Dialogue, Message, RewardResult, as_messages
+from care_sdk.types import Dialogue, Message, Messages, RewardResult, as_messages
 
 __all__ = ["Aggregation", "TrajectoryResult", "TrajectoryReward", "aggregate_turn_rewards"]
 
@@ -141,6 +141,7 @@ class TrajectoryReward:
 
     @staticmethod
     def _dialogue(value: DialogueLike) -> Dialogue:
+        """A dialogue as given, normalised once where it enters (its turns' contexts are then messages)."""
         return value if isinstance(value, Dialogue) else Dialogue(messages=tuple(as_messages(value)))
 
     def _fold(self, turns: list[RewardResult], indices: list[int]) -> TrajectoryResult:
@@ -162,10 +163,10 @@ class TrajectoryReward:
             reward=value, how=self.how, gamma=gamma, turn_indices=tuple(indices), turns=tuple(turns), error=error
         )
 
-    def _split(self, dialogues: Sequence[DialogueLike]) -> tuple[list[list[int]], list[tuple[list[Message], str]]]:
+    def _split(self, dialogues: Sequence[DialogueLike]) -> tuple[list[list[int]], list[tuple[Messages, str]]]:
         parsed = [self._dialogue(d) for d in dialogues]
         indices = [[t.index for t in d.turns()] for d in parsed]
-        items = [(list(t.context), t.reply) for d in parsed for t in d.turns()]
+        items = [(t.context, t.reply) for d in parsed for t in d.turns()]
         return indices, items
 
     def _join(self, indices: list[list[int]], results: list[RewardResult]) -> list[TrajectoryResult]:
@@ -178,12 +179,12 @@ class TrajectoryReward:
     def score_batch(self, dialogues: Sequence[DialogueLike]) -> list[TrajectoryResult]:
         """Score many dialogues; a failed episode has ``reward=None`` and ``error``, never an exception."""
         indices, items = self._split(dialogues)
-        return self._join(indices, self.reward.score_batch(items))
+        return self._join(indices, self.reward._results(items))
 
     async def ascore_batch(self, dialogues: Sequence[DialogueLike]) -> list[TrajectoryResult]:
         """Async form of :meth:`score_batch`."""
         indices, items = self._split(dialogues)
-        return self._join(indices, await self.reward.ascore_batch(items))
+        return self._join(indices, await self.reward._aresults(items))
 
     def score(self, dialogue: DialogueLike) -> TrajectoryResult:
         """Score one dialogue (see :meth:`score_batch`)."""

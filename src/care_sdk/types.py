@@ -26,6 +26,7 @@ __all__ = [
     "Failure",
     "FailureStage",
     "Message",
+    "Messages",
     "RewardResult",
     "Role",
     "Rubric",
@@ -86,15 +87,24 @@ class Message(BaseModel):
 Context = str | Sequence[Message | dict[str, Any]]
 """A dialogue context: OpenAI chat messages, or a string taken as one user message."""
 
+Messages = tuple[Message, ...]
+"""A context normalised once, where it enters the SDK (:func:`as_messages`); what every layer
+beneath the public entry points passes on."""
+
 
 def as_messages(value: str | Sequence[Message | Mapping[str, Any]]) -> list[Message]:
     """Coerce a prompt into a list of messages.
 
     A plain string becomes a single user message; dicts are validated as :class:`Message`.
+    The public entry points (``AdaptiveReward.score``, ``RubricGenerator.generate``, ...) call it
+    once on the context they are given; the prompt builders of :mod:`care_sdk.prompts` take its
+    result.
 
     Examples:
         >>> as_messages("I can't sleep.")[0].role
         'user'
+        >>> as_messages([{"role": "assistant", "content": "Since when?"}])[0].content
+        'Since when?'
     """
     if isinstance(value, str):
         return [Message(role="user", content=value)]

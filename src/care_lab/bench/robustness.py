@@ -39,10 +39,10 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from care_lab.bench.attacks import ATTACKS_BY_NAME, FLAGGED_CATEGORIES
 from care_lab.bench.metrics import Estimate, bootstrap, mean
@@ -50,6 +50,7 @@ from care_lab.bench.tasks import select
 from care_lab.data import load_esconv
 from care_sdk.addons import ContextFitReader
 from care_sdk.backends import Backend, ForwardingBackend, GenerationRequest, GenerationResult
+from care_sdk.backends.base import Request
 from care_sdk.errors import ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -65,6 +66,8 @@ from care_sdk.guards import (
 )
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import Message
+
+R = TypeVar("R", bound=Request)
 
 __all__ = ["VIEWS", "Meter", "RobustItem", "RobustnessRunner", "flag_rates", "load_items", "markdown"]
 
@@ -173,14 +176,22 @@ class Meter(ForwardingBackend):
                 self.totals[key] += result.usage.get(key, 0)
         return results
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+    def forward(
+        self, requests: Sequence[R], call: Callable[[Sequence[R]], list[GenerationResult]]
+    ) -> list[GenerationResult]:
+        """Forward a batch (decoded or forced), counting it."""
         start = time.perf_counter()
-        results = self.inner.generate(requests)
+        results = call(requests)
         return self._count(results, time.perf_counter() - start)
 
-    async def agenerate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+    async def aforward(
+        self,
+        requests: Sequence[GenerationRequest],
+        call: Callable[[Sequence[GenerationRequest]], Awaitable[list[GenerationResult]]],
+    ) -> list[GenerationResult]:
+        """Async form of :meth:`forward`."""
         start = time.perf_counter()
-        results = await self.inner.agenerate(requests)
+        results = await call(requests)
         return self._count(results, time.perf_counter() - start)
 
     def snapshot(self) -> dict[str, Any]:

@@ -20,14 +20,16 @@ every model variant's reward is scaled by the reply's fit to its context, read o
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from care_sdk.addons import ContextFitReader
 from care_sdk.backends import Backend, ForwardingBackend, GenerationRequest, GenerationResult
+from care_sdk.backends.base import Request
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -36,6 +38,8 @@ from care_sdk.types import Message, Rubric
 from care_sdk.variants import VARIANT_LABELS as REWARD_LABELS
 from care_sdk.variants import VARIANTS as REWARD_VARIANTS
 from care_sdk.variants import needs_generator
+
+R = TypeVar("R", bound=Request)
 
 __all__ = [
     "MODEL_VARIANTS",
@@ -80,21 +84,14 @@ class Item:
         return self.reply is not None
 
 
-def _request_key(request: GenerationRequest) -> str:
-    return json.dumps(
-        {
-            "messages": [[m.role, m.content] for m in request.messages],
-            "schema": request.json_schema,
-            "max_tokens": request.max_tokens,
-            "temperature": request.temperature,
-            "top_p": request.top_p,
-            "n": request.n,
-            "seed": request.seed,
-            "top_logprobs": request.top_logprobs,
-        },
-        sort_keys=True,
-        ensure_ascii=False,
-    )
+def _request_key(request: Request) -> str:
+    """What makes two requests the same: every field but ``purpose`` (a request to decode and a
+    forced reply never share a key)."""
+    fields = {
+        f.name: getattr(request, f.name) for f in dataclasses.fields(request) if f.name not in ("messages", "purpose")
+    }
+    fields["messages"] = [[m.role, m.content] for m in request.messages]
+    return json.dumps({"kind": type(request).__name__, **fields}, sort_keys=True, ensure_ascii=False, default=repr)
 
 
 class SharedRequests(ForwardingBackend):
@@ -121,9 +118,9 @@ class SharedRequests(ForwardingBackend):
         self.sent = 0
         """Requests sent to the inner backend."""
 
-    def _split(self, requests: Sequence[GenerationRequest]) -> tuple[list[str], dict[str, GenerationRequest]]:
+    def _split(self, requests: Sequence[R]) -> tuple[list[str], dict[str, R]]:
         keys = [_request_key(r) for r in requests]
-        todo: dict[str, GenerationRequest] = {}
+        todo: dict[str, R] = {}
         with self._lock:
             for key, request in zip(keys, requests, strict=True):
                 if key not in self._memo and key not in todo:
@@ -131,7 +128,7 @@ class SharedRequests(ForwardingBackend):
         return keys, todo
 
     def _join(
-        self, keys: list[str], todo: dict[str, GenerationRequest], results: list[GenerationResult]
+        self, keys: list[str], todo: Mapping[str, Request], results: list[GenerationResult]
     ) -> list[GenerationResult]:
         fresh = dict(zip(todo, results, strict=True))
         with self._lock:
@@ -142,14 +139,22 @@ class SharedRequests(ForwardingBackend):
                     self._memo[key] = result
             return [fresh[k] if k in fresh else self._memo[k] for k in keys]
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+    def forward(
+        self, requests: Sequence[R], call: Callable[[Sequence[R]], list[GenerationResult]]
+    ) -> list[GenerationResult]:
+        """Send only the requests not answered before (forced replies too)."""
         keys, todo = self._split(requests)
-        results = self.inner.generate(list(todo.values())) if todo else []
+        results = call(list(todo.values())) if todo else []
         return self._join(keys, todo, results)
 
-    async def agenerate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+    async def aforward(
+        self,
+        requests: Sequence[GenerationRequest],
+        call: Callable[[Sequence[GenerationRequest]], Awaitable[list[GenerationResult]]],
+    ) -> list[GenerationResult]:
+        """Async form of :meth:`forward`."""
         keys, todo = self._split(requests)
-        results = await self.inner.agenerate(list(todo.values())) if todo else []
+        results = await call(list(todo.values())) if todo else []
         return self._join(keys, todo, results)
 
     def clear(self) -> None:

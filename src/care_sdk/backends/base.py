@@ -8,14 +8,15 @@ batch is unaffected. Backends implement :meth:`Backend.generate` or :meth:`Backe
 
 That, with :attr:`Backend.identity` and :meth:`Backend.close`, is what every transport gives.
 A backend that holds the model may also implement optional capabilities, each a protocol that
-callers test with ``isinstance``: :class:`ReplyLogprobs` (how likely a given reply is) and
-:class:`HiddenStates` (a layer's hidden states of a text). Forced replies are a request feature
-(:attr:`GenerationRequest.forced`) that a backend declares with :attr:`Backend.supports_forced_replies`.
+callers test with ``isinstance``: :class:`ForcedReplies` (a reply fixed except in a few slots,
+built by scoring the slots: :class:`ForcedRequest`), :class:`ReplyLogprobs` (how likely a given
+reply is) and :class:`HiddenStates` (a layer's hidden states of a text).
 
 Examples:
     >>> from care_sdk.testing import ScriptedBackend
-    >>> isinstance(ScriptedBackend([]), ReplyLogprobs), isinstance(ScriptedBackend([]), HiddenStates)
-    (False, False)
+    >>> plain = ScriptedBackend([])
+    >>> isinstance(plain, ForcedReplies), isinstance(plain, ReplyLogprobs), isinstance(plain, HiddenStates)
+    (False, False, False)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -35,17 +36,21 @@ __all__ = [
     "RUBRIC",
     "Backend",
     "Completion",
+    "ForcedReplies",
     "ForcedReply",
+    "ForcedRequest",
     "ForwardingBackend",
     "GenerationRequest",
     "GenerationResult",
     "HiddenStates",
     "ReplyLogprobs",
+    "Request",
     "TokenLogprob",
     "run_sync",
 ]
 
 T = TypeVar("T")
+R = TypeVar("R", bound="GenerationRequest | ForcedRequest")
 
 RUBRIC = "rubric"
 """The purpose of a rubric generator's request."""
@@ -58,7 +63,7 @@ class ForcedReply:
     """A reply whose text is fixed except for a few slots, each filled with one of ``choices``.
 
     The reply reads ``segments[0] + pick_1 + segments[1] + ... + pick_k + segments[k]``. A backend
-    that :attr:`~Backend.supports_forced_replies` builds it itself: it feeds the fixed text up to
+    that implements :class:`ForcedReplies` builds it itself: it feeds the fixed text up to
     each slot, reads the model's distribution over the choices there (restricted to them), picks
     one (the most likely under greedy decoding) and goes on, instead of decoding every token.
 
@@ -122,15 +127,42 @@ class GenerationRequest:
     """Sampling seed, for backends that support one."""
     top_logprobs: int | None = None
     """When set, return this many top alternatives with each token's logprob."""
-    forced: ForcedReply | None = None
-    """When set and the backend :attr:`~Backend.supports_forced_replies`, the reply is built from
-    this template by scoring its slots instead of decoding (``json_schema`` then only documents the
-    reply; a backend without the capability ignores this field and decodes under ``json_schema``).
-    The completion's ``logprobs`` then hold one entry per fixed segment (logprob 0) and one per
-    slot, whose ``top`` is the distribution over the choices, renormalised over them."""
     purpose: str | None = None
     """What the request is for: :data:`RUBRIC`, :data:`EVALUATION`, ``"simulated user"``, ...
     (for wrappers, logs and tests; backends do not read it)."""
+
+
+@dataclass(frozen=True)
+class ForcedRequest:
+    """A request whose reply is ``reply`` with its slots filled: sent to a backend that implements
+    :class:`ForcedReplies`, which builds it by scoring the slots instead of decoding.
+
+    The completion's ``logprobs`` hold one entry per fixed segment (logprob 0) and one per slot,
+    whose ``top`` is the distribution over the choices, renormalised over them.
+
+    Examples:
+        >>> slot = ForcedReply(segments=("score: ", "."), choices=("1", "2"))
+        >>> ForcedRequest(messages=(Message(role="user", content="hi"),), reply=slot).reply.slots
+        1
+    """
+
+    messages: tuple[Message, ...]
+    """The chat messages."""
+    reply: ForcedReply
+    """The reply's template."""
+    temperature: float = 0.0
+    """0 picks the most likely choice at each slot; above 0 a choice is drawn from the restricted
+    distribution sharpened by ``1 / temperature``."""
+    n: int = 1
+    """How many replies to build."""
+    seed: int | None = None
+    """Seed of the draws when ``temperature`` is above 0."""
+    purpose: str | None = None
+    """What the request is for (see :attr:`GenerationRequest.purpose`)."""
+
+
+Request = GenerationRequest | ForcedRequest
+"""What a wrapper may be asked to forward: a request to decode, or a forced reply to build."""
 
 
 @dataclass(frozen=True)
@@ -253,6 +285,30 @@ def remember_config(backend: Backend, factory: Callable[..., Backend], *args: An
 
 
 @runtime_checkable
+class ForcedReplies(Protocol):
+    """The optional capability of building forced replies by scoring their slots (llama.cpp,
+    transformers): one prefill of the fixed text, one distribution over the choices per slot.
+    ``isinstance(backend, ForcedReplies)`` says whether a backend has it; the evaluator then reads
+    its scores this way (see :data:`~care_sdk.evaluator.EVALUATOR_MODES`).
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> likes_2 = ScriptedBackend([], forced=lambda text, chars: [0.0 if c == "2" else -2.0 for c in chars])
+        >>> isinstance(likes_2, ForcedReplies)
+        True
+        >>> slot = ForcedReply(segments=("score: ", "."), choices=("1", "2"))
+        >>> likes_2.forced_replies([ForcedRequest(messages=(), reply=slot)])[0].text
+        'score: 2.'
+    """
+
+    def forced_replies(self, requests: Sequence[ForcedRequest]) -> list[GenerationResult]:
+        """Build each request's reply; one result per request, in order (a request that fails,
+        say with :class:`~care_sdk.errors.ContextOverflowError`, is a result with ``error`` set).
+        Blocking: async callers run it in a worker thread."""
+        ...
+
+
+@runtime_checkable
 class ReplyLogprobs(Protocol):
     """The optional capability of reading how likely a given reply is (llama.cpp, transformers):
     ``isinstance(backend, ReplyLogprobs)`` says whether a backend has it.
@@ -319,9 +375,6 @@ class Backend:
     """Whether the same seed gives the same output."""
     supports_logprobs: bool = False
     """Whether ``top_logprobs`` requests return logprobs."""
-    supports_forced_replies: bool = False
-    """Whether requests with :attr:`GenerationRequest.forced` are answered by scoring the slots
-    (one prefill of the fixed text, one distribution per slot) rather than by decoding."""
     serial: bool = False
     """Whether requests are answered one at a time, in order, by an engine that keeps the last
     prompt's evaluated tokens (llama.cpp): a larger batch runs no faster, and requests that share
@@ -344,6 +397,11 @@ class Backend:
         if type(self).generate is Backend.generate:
             raise NotImplementedError(f"{type(self).__name__} implements neither generate nor agenerate")
         return await asyncio.to_thread(self.generate, requests)
+
+    @property
+    def supports_forced_replies(self) -> bool:
+        """Whether this backend is a :class:`ForcedReplies`: ``isinstance(backend, ForcedReplies)``."""
+        return isinstance(self, ForcedReplies)
 
     @property
     def supports_reply_logprobs(self) -> bool:
@@ -398,9 +456,11 @@ class Backend:
 
 class ForwardingBackend(Backend):
     """A backend that forwards every batch to ``inner``: the base of wrappers that count, record
-    or meter requests. Override :meth:`on_requests` and :meth:`on_results`; both sync and async
-    calls pass through them. The optional capabilities of ``inner`` (:class:`ReplyLogprobs`,
-    :class:`HiddenStates`) are forwarded as they are: a wrapper has those ``inner`` has, and only those.
+    or meter requests. Override :meth:`on_requests` and :meth:`on_results` (or, to time, memoise or
+    skip requests, :meth:`forward` and :meth:`aforward`); sync and async calls and forced replies all
+    pass through them. The optional capabilities of ``inner`` (:class:`ForcedReplies`,
+    :class:`ReplyLogprobs`, :class:`HiddenStates`) are forwarded as they are: a wrapper has those
+    ``inner`` has, and only those.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -411,6 +471,8 @@ class ForwardingBackend(Backend):
         >>> counter = Counter(ScriptedBackend(lambda req: "ok"))
         >>> counter.generate([GenerationRequest(messages=())])[0].text, counter.sent, counter.identity
         ('ok', 1, 'scripted:scripted')
+        >>> isinstance(counter, ForcedReplies)  # the scripted backend builds no forced replies
+        False
     """
 
     pickles_by_value = True
@@ -420,9 +482,10 @@ class ForwardingBackend(Backend):
         self.provider = inner.provider
         self.supports_seed = inner.supports_seed
         self.supports_logprobs = inner.supports_logprobs
-        self.supports_forced_replies = inner.supports_forced_replies
         self.serial = inner.serial
         # the optional capabilities the inner backend has, and only those, are forwarded
+        if isinstance(inner, ForcedReplies):
+            self.__dict__["forced_replies"] = self._forced_replies
         if isinstance(inner, ReplyLogprobs):
             self.__dict__["reply_logprobs"] = inner.reply_logprobs
         if isinstance(inner, HiddenStates):
@@ -437,25 +500,45 @@ class ForwardingBackend(Backend):
         """The inner backend's identity (a wrapper does not change outputs)."""
         return self.inner.identity
 
-    def on_requests(self, requests: Sequence[GenerationRequest]) -> None:
+    def on_requests(self, requests: Sequence[Request]) -> None:
         """Called with each batch before it is forwarded."""
 
-    def on_results(self, requests: Sequence[GenerationRequest], results: Sequence[GenerationResult]) -> None:
+    def on_results(self, requests: Sequence[Request], results: Sequence[GenerationResult]) -> None:
         """Called with each batch and its results after they came back."""
+
+    def forward(
+        self, requests: Sequence[R], call: Callable[[Sequence[R]], list[GenerationResult]]
+    ) -> list[GenerationResult]:
+        """Send a batch through ``call`` (``inner.generate`` or ``inner.forced_replies``) between the hooks."""
+        self.on_requests(requests)
+        results = call(requests)
+        self.on_results(requests, results)
+        return results
+
+    async def aforward(
+        self,
+        requests: Sequence[GenerationRequest],
+        call: Callable[[Sequence[GenerationRequest]], Awaitable[list[GenerationResult]]],
+    ) -> list[GenerationResult]:
+        """Async form of :meth:`forward` (``call`` is ``inner.agenerate``)."""
+        self.on_requests(requests)
+        results = await call(requests)
+        self.on_results(requests, results)
+        return results
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """Forward a batch to ``inner.generate``."""
-        self.on_requests(requests)
-        results = self.inner.generate(requests)
-        self.on_results(requests, results)
-        return results
+        return self.forward(requests, self.inner.generate)
 
     async def agenerate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """Forward a batch to ``inner.agenerate``."""
-        self.on_requests(requests)
-        results = await self.inner.agenerate(requests)
-        self.on_results(requests, results)
-        return results
+        return await self.aforward(requests, self.inner.agenerate)
+
+    def _forced_replies(self, requests: Sequence[ForcedRequest]) -> list[GenerationResult]:
+        """``forced_replies`` of a wrapper whose inner backend has it: forwarded through :meth:`forward`."""
+        inner = self.inner
+        assert isinstance(inner, ForcedReplies)
+        return self.forward(requests, inner.forced_replies)
 
     def close(self) -> None:
         """Close the inner backend."""

@@ -25,6 +25,7 @@ from care_sdk.backends._hf_load import load_gguf, load_pretrained, require_hf, r
 from care_sdk.backends.base import (
     Backend,
     Completion,
+    ForcedRequest,
     GenerationRequest,
     GenerationResult,
     TokenLogprob,
@@ -77,7 +78,6 @@ class HFBackend(Backend):
     provider = "hf"
     supports_seed = True
     supports_logprobs = True
-    supports_forced_replies = True
 
     def __init__(
         self,
@@ -200,10 +200,6 @@ class HFBackend(Backend):
         owners: list[tuple[int, Row]] = []
         prompt_lengths: dict[int, int] = {}
         for index, request in enumerate(requests):
-            if request.forced is not None:
-                with self._lock, torch.inference_mode():
-                    results[index] = self._forced(request)
-                continue
             try:
                 rows = self._rows(request)
             except BackendError as exc:
@@ -373,9 +369,18 @@ class HFBackend(Backend):
         ends = [len(text[:end].encode("utf-8")) for _, end in encoded["offset_mapping"]]
         return list(encoded["input_ids"]), ends
 
-    def _forced(self, request: GenerationRequest) -> GenerationResult:
-        forced = request.forced
-        assert forced is not None
+    def forced_replies(self, requests: Sequence[ForcedRequest]) -> list[GenerationResult]:
+        """Build each forced reply one request at a time, reusing the prompt's cached prefix, each
+        slot read from the logits (:class:`~care_sdk.backends.base.ForcedReplies`)."""
+        import torch
+
+        if self._model is None:
+            raise BackendError("the backend is closed", provider=self.provider)
+        with self._lock, torch.inference_mode():
+            return [self._forced(request) for request in requests]
+
+    def _forced(self, request: ForcedRequest) -> GenerationResult:
+        forced = request.reply
         prompt = self._prompt_ids(request.messages)
         reply_tokens = len(self._reply_tokens(forced.text([max(forced.choices, key=len)] * forced.slots))[0])
         if self._context is not None and len(prompt) + reply_tokens > int(self._context):

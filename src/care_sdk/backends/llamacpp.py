@@ -20,8 +20,10 @@ from care_sdk.backends._llamacpp_states import LayerMeans
 from care_sdk.backends.base import (
     Backend,
     Completion,
+    ForcedRequest,
     GenerationRequest,
     GenerationResult,
+    Request,
     TokenLogprob,
     remember_config,
 )
@@ -258,7 +260,6 @@ class LlamaCppBackend(Backend):
 
     provider = "llamacpp"
     supports_seed = True
-    supports_forced_replies = True
     serial = True
 
     def __init__(
@@ -370,7 +371,7 @@ class LlamaCppBackend(Backend):
 
     # -- forced replies: prefill chunks on the KV cache, the slots read from the logits ----------
 
-    def _prompt_ids(self, request: GenerationRequest) -> list[int]:
+    def _prompt_ids(self, request: Request) -> list[int]:
         """The token ids ``create_chat_completion`` would evaluate for ``request``'s messages."""
         llama_cpp = _import_llama_cpp()
         llama: Any = self.llama
@@ -460,9 +461,8 @@ class LlamaCppBackend(Backend):
             llama.n_tokens = len(prompt)  # the cache keeps the prompt, which the next candidate shares
             return out
 
-    def _forced(self, request: GenerationRequest, seed: int) -> GenerationResult:
-        forced = request.forced
-        assert forced is not None
+    def _forced(self, request: ForcedRequest, seed: int) -> GenerationResult:
+        forced = request.reply
         prompt = self._prompt_ids(request)
         longest = max(forced.choices, key=len)
         reply_tokens = len(self._reply_tokens(forced.text([longest] * forced.slots))[0])
@@ -485,14 +485,22 @@ class LlamaCppBackend(Backend):
             usage={"prompt_tokens": len(prompt), "completion_tokens": used * request.n},
         )
 
+    def _forced_reply(self, request: ForcedRequest) -> GenerationResult:
+        try:
+            return self._forced(request, self._seed if request.seed is None else request.seed)
+        except ContextOverflowError as exc:
+            return GenerationResult(error=exc)
+        except (ValueError, RuntimeError) as exc:  # a choice the tokens cannot tell apart
+            return GenerationResult(error=self._engine_error(exc))
+
+    def forced_replies(self, requests: Sequence[ForcedRequest]) -> list[GenerationResult]:
+        """Build each forced reply on the KV cache: the prompt and the fixed text prefilled where
+        the cache does not hold them, each slot read from the logits
+        (:class:`~care_sdk.backends.base.ForcedReplies`)."""
+        with self._lock:
+            return [self._forced_reply(r) for r in requests]
+
     def _request(self, request: GenerationRequest) -> GenerationResult:
-        if request.forced is not None:
-            try:
-                return self._forced(request, self._seed if request.seed is None else request.seed)
-            except ContextOverflowError as exc:
-                return GenerationResult(error=exc)
-            except (ValueError, RuntimeError) as exc:  # a choice the tokens cannot tell apart
-                return GenerationResult(error=self._engine_error(exc))
         if request.top_logprobs and not self.supports_logprobs:
             return GenerationResult(
                 error=BackendError(

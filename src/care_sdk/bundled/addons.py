@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from care_sdk._engine import Plan, offload
 from care_sdk.addons import WeightRead
-from care_sdk.backends.base import Backend, HiddenStates
+from care_sdk.backends.base import Backend, ForcedReplies, HiddenStates
 from care_sdk.bundled.expected_weights import DEFAULT_BRANCH, expected_weights_plan
 from care_sdk.bundled.weights_head import WeightsHead, bundled_weights_head
 from care_sdk.errors import CareError, ConfigError
@@ -88,7 +88,7 @@ class WeightsHeadReader:
         out: list[dict[Dimension, float] | CareError] = []
         for item in reads:
             try:
-                out.append(self.head.weights([item.context], backend)[0])
+                out.append(self.head._weights([item.context], backend)[0])
             except CareError as exc:
                 out.append(exc)
         return out
@@ -123,9 +123,9 @@ class ExpectedWeightsReader:
         return "expected" if self.branch == DEFAULT_BRANCH else f"expected-{self.branch}"
 
     def check(self, backend: Backend, *, prompt_version: str) -> None:
-        """The backend must score forced replies."""
-        if not getattr(backend, "supports_forced_replies", False):
-            raise ConfigError(f"expected weights need a backend that supports forced replies; {backend!r} does not")
+        """The backend must build forced replies (:class:`~care_sdk.backends.base.ForcedReplies`)."""
+        if not isinstance(backend, ForcedReplies):
+            raise ConfigError(f"expected weights need a backend that builds forced replies; {backend!r} does not")
 
     def read(self, reads: Sequence[WeightRead], backend: Backend) -> Plan[dict[Dimension, float]]:
         """Each read's expected weights, from forced reads of its request's prompt."""

@@ -41,7 +41,7 @@ from typing import Any
 from care_sdk.backends import Backend, ReplyLogprobs, resolve_backend
 from care_sdk.errors import BackendError, CareError, ConfigError, ContextOverflowError
 from care_sdk.guards import own_share, strip_copied
-from care_sdk.types import Context, Message, as_messages
+from care_sdk.types import Context, Message, Messages, as_messages
 
 __all__ = [
     "BUNDLED_GATE",
@@ -210,7 +210,7 @@ class ContextFit:
         self.floor = floor
         self.strip_copies = strip_copies
         self.window = window
-        self.baseline: tuple[Message, ...] = tuple(as_messages(NEUTRAL))
+        self.baseline: Messages = (Message(role="user", content=NEUTRAL),)
         """What a reply's likelihood after its context is compared with: the one message ``"Hi."``."""
         self.gate = gate if gate is not None else BUNDLED_GATE
         self._memo: OrderedDict[tuple[tuple[Message, ...], str], float] = OrderedDict()
@@ -229,9 +229,8 @@ class ContextFit:
         copies = "|copies discounted" if self.strip_copies else ""
         return f"{self.backend.identity}|window={self.window}|{self.gate}|floor={self.floor}{copies}"
 
-    def _read_as(self, context: Context, reply: str) -> tuple[tuple[Message, ...], str]:
+    def _read_as(self, messages: Messages, reply: str) -> tuple[Messages, str]:
         """The messages the model reads before the reply, and the reply as it is read."""
-        messages = tuple(as_messages(context))
         if self.strip_copies:
             reply = strip_copied(reply, [m.content for m in messages])
         return messages[-self.window :], reply
@@ -258,6 +257,10 @@ class ContextFit:
         another, then every reply after ``"Hi."``, so each prompt is prefilled once (and a reply
         met under several contexts is read once after ``"Hi."``).
         """
+        return self._pmi_batch(_normalised(items))
+
+    def _pmi_batch(self, items: Sequence[tuple[Messages, str]]) -> list[float | CareError]:
+        """:meth:`pmi_batch` on contexts that are messages already."""
         keyed = [self._read_as(context, reply) for context, reply in items]
         with self._lock:
             known = {key: self._memo[key] for key in keyed if key in self._memo}
@@ -323,9 +326,13 @@ class ContextFit:
             >>> ContextFit().own_share("I lost my job today.", reply)  # doctest: +SKIP
             0.777...
         """
+        return self._own_share(_normalised([(context, reply)])[0][0], reply)
+
+    def _own_share(self, messages: Sequence[Message], reply: str) -> float:
+        """:meth:`own_share` on a context that is messages already."""
         if not self.strip_copies:
             return 1.0
-        return own_share(reply, [m.content for m in as_messages(context)])
+        return own_share(reply, [m.content for m in messages])
 
     def score(self, context: Context, reply: str) -> float:
         """How likely the reply was written for ``context``: the gate's value of its PMI, times its
@@ -340,11 +347,16 @@ class ContextFit:
         return value
 
     def score_batch(self, items: Sequence[tuple[Context, str]]) -> list[float | CareError]:
-        """:meth:`score` for many ``(context, reply)`` pairs; a failed item is its error (see :meth:`pmi_batch`)."""
-        values = self.pmi_batch(items)
+        """:meth:`score` for many ``(context, reply)`` pairs; a failed item is its error (see :meth:`pmi_batch`).
+
+        A context is normalised once here (:class:`~care_sdk.AdaptiveReward` passes messages already;
+        for those that only checks that each is a message).
+        """
+        normalised = _normalised(items)
+        values = self._pmi_batch(normalised)
         return [
-            value if isinstance(value, CareError) else self.gate(value) * self.own_share(context, reply)
-            for value, (context, reply) in zip(values, items, strict=True)
+            value if isinstance(value, CareError) else self.gate(value) * self._own_share(context, reply)
+            for value, (context, reply) in zip(values, normalised, strict=True)
         ]
 
     async def ascore_batch(self, items: Sequence[tuple[Context, str]]) -> list[float | CareError]:
@@ -366,6 +378,16 @@ class ContextFit:
 
     def __repr__(self) -> str:
         return f"ContextFit({self.identity!r})"
+
+
+def _normalised(items: Sequence[tuple[Context, str]]) -> list[tuple[Messages, str]]:
+    """Each item's context as messages: normalised once, where it enters the context fit.
+
+    Examples:
+        >>> _normalised([("Hi.", "Hello.")])[0][0][0].content
+        'Hi.'
+    """
+    return [(tuple(as_messages(context)), reply) for context, reply in items]
 
 
 def context_fit_for(option: ContextFit | str | None) -> ContextFit | None:

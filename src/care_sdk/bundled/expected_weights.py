@@ -3,9 +3,9 @@
 A generator writes its weights first, ``{"weights": {"cognitive": W, "affective": W, "proactive":
 W}, ...``. Greedy decoding writes the most likely digit of each slot in turn, so one uncertain first
 slot decides the rest. :func:`expected_weights_plan` instead reads the model's distribution over
-``0``-``10`` at each slot with forced replies (a backend that
-:attr:`~care_sdk.backends.Backend.supports_forced_replies` scores the choices in place, reusing the
-prompt it has cached): the first slot, the second after each of the first's ``branch`` likeliest
+``0``-``10`` at each slot with forced replies (a backend that implements
+:class:`~care_sdk.backends.base.ForcedReplies` scores the choices in place, reusing the prompt it
+has cached): the first slot, the second after each of the first's ``branch`` likeliest
 values, the third after each of those pairs' ``branch`` likeliest second values. The weights are the
 expectations of the three slots under that joint distribution (renormalised over the paths read).
 """
@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 
 from care_sdk._engine import Plan
-from care_sdk.backends.base import RUBRIC, Completion, ForcedReply, GenerationRequest
+from care_sdk.backends.base import RUBRIC, Completion, ForcedReply, ForcedRequest, GenerationRequest
 from care_sdk.errors import CareError, OutputError
 from care_sdk.prompts import MAX_WEIGHT
 from care_sdk.types import DIMENSIONS, Dimension
@@ -34,14 +34,12 @@ _SEGMENTS = tuple(
 )
 
 
-def _slot_request(request: GenerationRequest, picks: Sequence[int]) -> GenerationRequest:
+def _slot_request(request: GenerationRequest, picks: Sequence[int]) -> ForcedRequest:
     head = "".join(segment + str(w) for segment, w in zip(_SEGMENTS, picks, strict=False))
     slot = len(picks)
-    return GenerationRequest(
+    return ForcedRequest(
         messages=request.messages,
-        forced=ForcedReply(segments=(head + _SEGMENTS[slot], _SEGMENTS[slot + 1]), choices=_CHOICES),
-        max_tokens=8,
-        temperature=0.0,
+        reply=ForcedReply(segments=(head + _SEGMENTS[slot], _SEGMENTS[slot + 1]), choices=_CHOICES),
         seed=request.seed,
         purpose=RUBRIC,
     )

@@ -32,20 +32,20 @@ from typing import Any
 
 from care_sdk.backends.base import HiddenStates
 from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
-from care_sdk.prompts import GENERATOR_PROMPT_VERSION, Context, generator_messages, generator_position
-from care_sdk.types import DIMENSIONS, Dimension, as_messages
+from care_sdk.prompts import GENERATOR_PROMPT_VERSION, generator_messages, generator_position
+from care_sdk.types import DIMENSIONS, Context, Dimension, Message, as_messages
 
 __all__ = ["WeightsHead", "bundled_weights_head", "head_text"]
 
 _BUNDLED = "generator_head.json"
 
 
-def head_text(context: Context, max_context_messages: int | None) -> str:
+def head_text(context: Sequence[Message], max_context_messages: int | None) -> str:
     """What a weights head reads of ``context``: the generator prompt's user message, cut to the last
     ``max_context_messages`` messages. Fitting (:mod:`care_lab.training.weights_head`) and reading use it alike.
 
     Examples:
-        >>> head_text("I failed my exam.", 4).splitlines()[0]
+        >>> head_text([Message(role="user", content="I failed my exam.")], 4).splitlines()[0]
         'Position: supporter turn 1, after 1 messages.'
     """
     return generator_messages(context, max_context_messages=max_context_messages)[1].content
@@ -64,9 +64,8 @@ class WeightsHead:
         >>> head = WeightsHead(layer=1, position_cap=2, mean=[0.0, 0.0], scale=[1.0, 1.0], coef=rows)
         >>> {d.value: round(w, 3) for d, w in head.weights_from_state([3.0, 0.0], position=1).items()}
         {'cognitive': 0.705, 'affective': 0.035, 'proactive': 0.259}
-        >>> head.position_of([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hey"},
-        ...     {"role": "user", "content": "so?"}, {"role": "assistant", "content": "go on"},
-        ...     {"role": "user", "content": "well"}])  # turn 3, capped at 2
+        >>> roles = ["user", "assistant", "user", "assistant", "user"]
+        >>> head.position_of([Message(role=r, content="...") for r in roles])  # turn 3, capped at 2
         2
     """
 
@@ -107,11 +106,11 @@ class WeightsHead:
         payload = json.dumps([settings, self.mean, self.scale, self.coef])
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
-    def text_of(self, context: Context) -> str:
+    def text_of(self, context: Sequence[Message]) -> str:
         """What the head reads of ``context``: the generator prompt's user message."""
         return head_text(context, self.max_context_messages)
 
-    def position_of(self, context: Context) -> int:
+    def position_of(self, context: Sequence[Message]) -> int:
         """The supporter-turn number of the reply after ``context``, capped at :attr:`position_cap`."""
         return min(generator_position(context)[1], self.position_cap)
 
@@ -135,7 +134,7 @@ class WeightsHead:
 
     def weights(self, contexts: Sequence[Context], backend: Any) -> list[dict[Dimension, float]]:
         """The weights for each context, reading the states on ``backend`` (one that reads hidden
-        states: a :class:`~care_sdk.backends.HiddenStates`).
+        states: a :class:`~care_sdk.backends.HiddenStates`). Each context is normalised once, here.
 
         A text that does not fit the model's context window (the backend raises
         :class:`~care_sdk.errors.ContextOverflowError`) is read again with fewer messages, the
@@ -144,13 +143,17 @@ class WeightsHead:
         Raises:
             BackendError: the backend cannot read hidden states or failed.
         """
+        return self._weights([as_messages(c) for c in contexts], backend)
+
+    def _weights(self, contexts: Sequence[Sequence[Message]], backend: Any) -> list[dict[Dimension, float]]:
+        """:meth:`weights` for contexts that are messages already (what the weights-head reader reads)."""
         if not isinstance(backend, HiddenStates):
             provider = str(getattr(backend, "provider", type(backend).__name__))
             raise BackendError("this backend cannot read hidden states", provider=provider, hint="use llamacpp or hf")
         return [self.weights_from_state(self._state(c, backend), self.position_of(c)) for c in contexts]
 
-    def _state(self, context: Context, backend: HiddenStates) -> Sequence[float]:
-        keep = self.max_context_messages or len(as_messages(context))
+    def _state(self, context: Sequence[Message], backend: HiddenStates) -> Sequence[float]:
+        keep = self.max_context_messages or len(context)
         while True:
             text = head_text(context, keep)
             try:

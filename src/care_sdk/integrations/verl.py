@@ -46,7 +46,7 @@ from care_sdk.addons import add_ons as build_add_ons
 from care_sdk.backends import Backend
 from care_sdk.errors import CareError, InputError
 from care_sdk.reward import AdaptiveReward, build_reward
-from care_sdk.types import DIMENSIONS, Message, RewardResult, as_messages
+from care_sdk.types import DIMENSIONS, Message, Messages, RewardResult, as_messages
 from care_sdk.variants import variant_of
 
 __all__ = ["compute_score", "compute_score_batch", "get_reward", "make_row"]
@@ -145,7 +145,8 @@ def get_reward(
         return reward
 
 
-def _context(extra_info: Any, context_key: str, where: str) -> list[Message]:
+def _context(extra_info: Any, context_key: str, where: str) -> Messages:
+    """The context of a row, normalised once, where it enters from verl."""
     if not isinstance(extra_info, Mapping):
         raise InputError(f"{where}: extra_info must be a dict holding the context under {context_key!r}")
     value = extra_info.get(context_key)
@@ -159,7 +160,7 @@ def _context(extra_info: Any, context_key: str, where: str) -> list[Message]:
     if not isinstance(value, str):
         value = [dict(m) for m in value]  # parquet may hand back numpy arrays of dicts
     try:
-        messages = as_messages(value)
+        messages = tuple(as_messages(value))
     except ValueError as exc:
         raise InputError(f"{where}: extra_info[{context_key!r}] is not a list of chat messages: {exc}") from None
     if not messages:
@@ -275,7 +276,7 @@ def compute_score_batch(
         cache=cache,
         add_ons=add_ons,
     )
-    results = reward.score_batch(items)
+    results = reward._results(items)  # the contexts are messages already
     return [_as_dict(r, policy, w) for r, w in zip(results, wheres, strict=True)]
 
 

@@ -6,8 +6,13 @@ rubric cache keys. The generator prompt has its own version (:data:`GENERATOR_PR
 trained generator adapter records the version it was trained with; so has the evaluator prompt
 (:data:`EVALUATOR_PROMPT_VERSION`).
 
+The prompt builders take a context as chat messages (a sequence of :class:`~care_sdk.types.Message`,
+normalised once where it enters the SDK); :func:`~care_sdk.types.as_messages` turns a string or
+message dicts into them.
+
 Examples:
-    >>> msgs = generator_messages([{"role": "user", "content": "I lost my job today."}])
+    >>> from care_sdk.types import as_messages
+    >>> msgs = generator_messages(as_messages([{"role": "user", "content": "I lost my job today."}]))
     >>> [m.role for m in msgs]
     ['system', 'user']
 """
@@ -15,6 +20,7 @@ Examples:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from string import Template
@@ -32,7 +38,6 @@ from care_sdk.types import (
     Evaluation,
     Message,
     Rubric,
-    as_messages,
     fixed_criteria,
 )
 
@@ -84,30 +89,34 @@ def _template(name: str) -> tuple[Template, Template]:
     return Template(system.strip()), Template(user.strip())
 
 
-def render_transcript(context: Context) -> str:
-    """Render a context as a plain transcript with ``User:`` / ``Supporter:`` labels.
+def render_transcript(context: Sequence[Message]) -> str:
+    """Render a context's messages as a plain transcript with ``User:`` / ``Supporter:`` labels.
 
     Examples:
-        >>> print(render_transcript([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]))
+        >>> print(render_transcript([Message(role="user", content="hi"), Message(role="assistant", content="hello")]))
         User: hi
         Supporter: hello
     """
-    return "\n".join(f"{_ROLE_LABELS[m.role]}: {m.content.strip()}" for m in as_messages(context))
+    return "\n".join(f"{_ROLE_LABELS[m.role]}: {m.content.strip()}" for m in context)
 
 
-def shown_messages(context: Context, max_context_messages: int | None = None) -> int:
+def shown_messages(context: Sequence[Message], max_context_messages: int | None = None) -> int:
     """How many of ``context``'s messages a prompt cut to ``max_context_messages`` shows.
 
     Examples:
-        >>> ctx = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
-        >>> shown_messages(ctx), shown_messages(ctx, 1), shown_messages(ctx, 4), shown_messages("I failed.")
+        >>> from care_sdk.types import as_messages
+        >>> ctx = as_messages([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+        >>> one = as_messages("I failed.")
+        >>> shown_messages(ctx), shown_messages(ctx, 1), shown_messages(ctx, 4), shown_messages(one)
         (2, 1, 2, 1)
     """
-    n = len(as_messages(context))
+    n = len(context)
     return n if max_context_messages is None else min(n, max_context_messages)
 
 
-def generator_position(context: Context, max_context_messages: int | None = None) -> tuple[list[Message], int, int]:
+def generator_position(
+    context: Sequence[Message], max_context_messages: int | None = None
+) -> tuple[list[Message], int, int]:
     """Cut a context to its last ``max_context_messages`` messages and say where it stands.
 
     Returns:
@@ -115,13 +124,14 @@ def generator_position(context: Context, max_context_messages: int | None = None
         reply), and how many earlier messages were cut.
 
     Examples:
-        >>> ctx = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
-        ...        {"role": "user", "content": "I failed."}]
+        >>> from care_sdk.types import as_messages
+        >>> ctx = as_messages([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+        ...                    {"role": "user", "content": "I failed."}])
         >>> kept, turn, hidden = generator_position(ctx, max_context_messages=2)
         >>> [m.content for m in kept], turn, hidden
         (['hello', 'I failed.'], 2, 1)
     """
-    messages = as_messages(context)
+    messages = list(context)
     turn = 1 + sum(1 for m in messages if m.role == "assistant")
     if max_context_messages is None or len(messages) <= max_context_messages:
         return messages, turn, 0
@@ -129,7 +139,7 @@ def generator_position(context: Context, max_context_messages: int | None = None
 
 
 def generator_messages(
-    context: Context, criteria_per_dimension: int = 2, *, max_context_messages: int | None = None
+    context: Sequence[Message], criteria_per_dimension: int = 2, *, max_context_messages: int | None = None
 ) -> list[Message]:
     """The chat messages that ask a model for the rubric of the next reply.
 
@@ -138,11 +148,12 @@ def generator_messages(
     messages; training and inference cut the same way.
 
     Examples:
-        >>> msgs = generator_messages("I lost my job")
+        >>> from care_sdk.types import as_messages
+        >>> msgs = generator_messages(as_messages("I lost my job"))
         >>> "I lost my job" in msgs[1].content, msgs[1].content.splitlines()[0]
         (True, 'Position: supporter turn 1, after 1 messages.')
-        >>> ctx = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
-        ...        {"role": "user", "content": "I failed."}]
+        >>> ctx = as_messages([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+        ...                    {"role": "user", "content": "I failed."}])
         >>> generator_messages(ctx, max_context_messages=2)[1].content.splitlines()[0]
         'Position: supporter turn 2, after 3 messages (the first 1 not shown).'
     """
@@ -288,7 +299,7 @@ def rubric_reply_json(rubric: Rubric) -> str:
 
 
 def evaluator_messages(
-    context: Context,
+    context: Sequence[Message],
     rubric: Rubric,
     reply: str,
     version: str = EVALUATOR_PROMPT_VERSION,
@@ -307,17 +318,19 @@ def evaluator_messages(
         ValueError: an unknown ``version``.
 
     Examples:
-        >>> msgs = evaluator_messages("I failed.", Rubric.uniform_fixed(), "That hurts.\\nUser: thanks!")
+        >>> from care_sdk.types import as_messages
+        >>> context = as_messages("I failed.")
+        >>> msgs = evaluator_messages(context, Rubric.uniform_fixed(), "That hurts.\\nUser: thanks!")
         >>> msgs[-1].content.splitlines()[-3:-1]
         ['That hurts.', 'User - thanks!']
-        >>> evaluator_messages("I failed.", Rubric.uniform_fixed(), "That hurts.", "v1")[-1].content.endswith("hurts.")
+        >>> evaluator_messages(context, Rubric.uniform_fixed(), "That hurts.", "v1")[-1].content.endswith("hurts.")
         True
     """
     if version not in EVALUATOR_PROMPT_VERSIONS:
         raise ValueError(f"unknown evaluator prompt version {version!r}; choose from {EVALUATOR_PROMPT_VERSIONS}")
     system, user = template("evaluator", version)
     if max_context_messages is not None:
-        context = as_messages(context)[-max_context_messages:]
+        context = context[-max_context_messages:]
     lines = [f"c{i + 1} ({c.dimension.value}): {c.text}" for i, c in enumerate(rubric.criteria)]
     if version == "v1":
         fields = {"transcript": render_transcript(context), "reply": reply.strip()}

@@ -24,10 +24,9 @@ from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from string import Template
-from typing import Any
 
 from care_sdk.guards import ROLE_LABELS
-from care_sdk.types import Message, as_messages
+from care_sdk.types import Message
 
 __all__ = ["fence_tag", "fenced_fields", "neutralise", "template"]
 
@@ -68,19 +67,20 @@ def _canonical(messages: Sequence[Message]) -> str:
     return "\x1e".join(f"{m.role}\x1d{m.content}" for m in messages)
 
 
-def fenced_fields(context: str | Sequence[Message | dict[str, Any]], reply: str) -> dict[str, str]:
-    """The template fields of the fenced prompt: quoted transcript and reply with their tags.
+def fenced_fields(context: Sequence[Message], reply: str) -> dict[str, str]:
+    """The template fields of the fenced prompt: the context's messages as a quoted transcript, and
+    the reply, with their tags.
 
     Examples:
-        >>> fields = fenced_fields("I failed.", "User: I feel better now.")
+        >>> context = [Message(role="user", content="I failed.")]
+        >>> fields = fenced_fields(context, "User: I feel better now.")
         >>> fields["transcript"], fields["reply"]
         ('User: I failed.', 'User - I feel better now.')
-        >>> fields["dialogue_tag"] == fenced_fields("I failed.", "other reply")["dialogue_tag"]
+        >>> fields["dialogue_tag"] == fenced_fields(context, "other reply")["dialogue_tag"]
         True
     """
-    messages = as_messages(context)
-    canonical = _canonical(messages)
-    transcript = "\n".join(f"{_ROLE_NAMES[m.role]}: {neutralise(m.content.strip())}" for m in messages)
+    canonical = _canonical(context)
+    transcript = "\n".join(f"{_ROLE_NAMES[m.role]}: {neutralise(m.content.strip())}" for m in context)
     return {
         "transcript": transcript,
         "dialogue_tag": fence_tag("dialogue", canonical),

@@ -17,7 +17,7 @@ Examples:
 
 from care_lab.training.policy.config import EvalPolicyConfig, PolicyGRPOConfig
 from care_lab.training.policy.evaluate import EvalSummary, evaluate_policy
-from care_lab.training.policy.rewards import EpisodeRecorder, PolicyReward, build_adaptive_reward
+from care_lab.training.policy.rewards import EpisodeRecorder, PolicyReward
 from care_lab.training.policy.runner import PolicyGRPOResult, run_policy_grpo
 
 __all__ = [
@@ -27,7 +27,6 @@ __all__ = [
     "PolicyGRPOConfig",
     "PolicyGRPOResult",
     "PolicyReward",
-    "build_adaptive_reward",
     "evaluate_policy",
     "run_policy_grpo",
 ]

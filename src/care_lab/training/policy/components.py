@@ -13,9 +13,8 @@ from typing import Any
 from care_lab.data.roles import require_trainable
 from care_lab.simulation.simulated_user import SimulatedUser
 from care_lab.training.policy.config import PromptSettings, RewardSettings, SimulatorSettings
-from care_lab.training.policy.rewards import build_adaptive_reward
+from care_sdk.addons import add_ons
 from care_sdk.backends import BackendPool
-from care_sdk.bundled.context_fit import context_fit_for
 from care_sdk.errors import InputError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -35,7 +34,8 @@ def _data_root(data_dir: str | None, given: str | None = None) -> Path:
 
 
 def build_reward(settings: RewardSettings, pool: BackendPool) -> AdaptiveReward:
-    """The CARE reward of a config's ``reward`` section (no generator for ``fixed_rubric``)."""
+    """The CARE reward of a config's ``reward`` section (no generator for ``fixed_rubric``), with its add-ons."""
+    chosen = add_ons(settings.add_ons)
     evaluator = RubricEvaluator(
         pool.get(settings.evaluator, settings.evaluator_options, role="evaluator"),
         seed=settings.seed,
@@ -51,9 +51,9 @@ def build_reward(settings: RewardSettings, pool: BackendPool) -> AdaptiveReward:
             seed=settings.seed,
             max_tokens=settings.generator_max_tokens,
             max_attempts=settings.max_attempts,
+            **chosen.generator_options(),
         )
-    context_fit = context_fit_for(settings.context_fit)
-    return build_adaptive_reward(settings.variant, generator, evaluator, context_fit=context_fit)
+    return AdaptiveReward.for_variant(settings.variant, generator, evaluator, context_fit=chosen.context_fit)
 
 
 def build_simulator(settings: SimulatorSettings, pool: BackendPool, *, seed: int = 0) -> SimulatedUser:

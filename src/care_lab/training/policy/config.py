@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from care_lab.simulation.episodes import DEFAULT_SYSTEM_PROMPT
 from care_lab.simulation.profiles import UserSettings
 from care_lab.training.config import LoraSettings
+from care_sdk.addons import parse_add_on
 from care_sdk.variants import VariantField
 
 __all__ = [
@@ -122,12 +123,30 @@ class RewardSettings(_Config):
     """Replies tried per rubric / evaluation before that reward is ``None``."""
     use_logprobs: bool = False
     """Score criteria by expected score over the evaluator's logprobs (continuous rewards)."""
-    context_fit: str = "off"
-    """The opt-in add-on that scales each reward by the reply's fit to its context
-    (:mod:`care_sdk.bundled.context_fit`): ``off`` (the method's reward), ``on`` (read on the bundled base
-    model) or a backend spec to read it on."""
+    add_ons: tuple[str, ...] = ()
+    """Opt-in add-ons outside the method, ``NAME[=SPEC]`` as ``care score --add-on`` takes them
+    (:func:`care_sdk.addons.add_ons`): e.g. ``[context-fit]`` scales each reward by the reply's fit
+    to its context, read on the bundled base model (``context-fit=SPEC``: on that backend). None
+    by default: the method's reward."""
     seed: int = 0
     """Sampling seed of generator and evaluator."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_context_fit_key(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "context_fit" in data:
+            raise ValueError(
+                "reward.context_fit is now reward.add_ons: write add_ons: [context-fit] (or [context-fit=SPEC]); "
+                "leave it out for the method's reward"
+            )
+        return data
+
+    @field_validator("add_ons")
+    @classmethod
+    def _known_add_ons(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            parse_add_on(item)  # an unknown name fails at load, before any model is opened
+        return value
 
 
 class JudgeSettings(_Config):

@@ -23,31 +23,15 @@ from typing import Any
 
 from care_lab.simulation.episodes import Episode
 from care_sdk._calls import report_to_trainer, trl_items
-from care_sdk.bundled.context_fit import ContextFit
 from care_sdk.reward import AdaptiveReward
 from care_sdk.score_files import turn_record
 from care_sdk.trajectory import Aggregation, TrajectoryResult, TrajectoryReward
 from care_sdk.types import Message, RewardResult, as_messages
 from care_sdk.variants import Variant
 
-__all__ = ["EpisodeRecorder", "PolicyReward", "Variant", "build_adaptive_reward"]
+__all__ = ["EpisodeRecorder", "PolicyReward", "Variant"]
 
 END_REASONS = ("user_ended", "max_turns", "simulator_error", "policy_error")
-
-
-def build_adaptive_reward(
-    variant: Variant | str, generator: Any, evaluator: Any, *, context_fit: ContextFit | None = None
-) -> AdaptiveReward:
-    """The :class:`~care_sdk.AdaptiveReward` of a variant (:meth:`~care_sdk.AdaptiveReward.for_variant`),
-    with ``context_fit`` when given.
-
-    Examples:
-        >>> from care_sdk import RubricEvaluator
-        >>> from care_sdk.testing import ScriptedBackend
-        >>> build_adaptive_reward("fixed_rubric", None, RubricEvaluator(ScriptedBackend([]))).generator is None
-        True
-    """
-    return AdaptiveReward.for_variant(variant, generator, evaluator, context_fit=context_fit)
 
 
 class EpisodeRecorder:
