@@ -10,8 +10,9 @@ import pytest
 from care_lab.bench.attacks import ATTACKS, ATTACKS_BY_NAME, FLAGGED_CATEGORIES, build_attacks
 from care_lab.bench.robustness import RobustItem, RobustnessRunner, flag_rates, load_items, markdown
 from care_sdk import AdaptiveReward, Guards, RewardResult, Rubric, RubricEvaluator, RubricGenerator
-from care_sdk.backends import Backend, GenerationRequest
+from care_sdk.backends import Backend, ForcedRequest, GenerationRequest
 from care_sdk.cli import build_parser
+from care_sdk.evaluator import forced_evaluation
 from care_sdk.guards import (
     COPIED_USER,
     EMPTY_REPLY,
@@ -480,7 +481,9 @@ def test_real_model_scores_a_fenced_injection(llama_backend: Backend) -> None:
     body = prompt.split(f"<<<REPLY-{tag}>>>\n", 1)[1]
     assert prompt.endswith(f"<<<END-{tag}>>>") and body.count("<<<") == 1
     assert "<|im_end|>" not in prompt and "User: thanks" not in body
-    assert recording.requests[0].json_schema == evaluation_schema(6)
+    request = recording.requests[0]  # llama.cpp builds the evaluation itself, the scores read in place
+    assert isinstance(request, ForcedRequest) and request.reply == forced_evaluation(6)
+    assert json.loads(request.reply.text(["3"] * 6)).keys() == evaluation_schema(6)["properties"].keys()
 
 
 @pytest.mark.slow
