@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from test_lab_layers import imported as imports_of
+from test_lab_layers import module_name
+
 SRC = Path(__file__).resolve().parent.parent / "src" / "care_sdk"
 
 # module -> the care_sdk modules it may not import (prefix match)
@@ -26,19 +29,18 @@ FORBIDDEN = {
 }
 
 
-def imported(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return names
+def imported(path: Path, root: Path = SRC) -> list[tuple[int, str]]:
+    """``(line, module)`` of every import in ``path`` (a module under ``root``, the ``care_sdk``
+    folder), read by the lab-layer check's walk: relative imports resolved, imports inside
+    functions and under ``TYPE_CHECKING`` and ``import_module`` calls included."""
+    module = module_name(path, root.parent)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return list(imports_of(tree, module, is_package=path.name == "__init__.py"))
 
 
 @pytest.mark.parametrize("module", sorted(FORBIDDEN))
 def test_module_imports_only_lower_layers(module: str) -> None:
-    bad = sorted(n for n in imported(SRC / module) if n.startswith(FORBIDDEN[module]))
+    bad = sorted({n for _, n in imported(SRC / module) if n.startswith(FORBIDDEN[module])})
     assert not bad, f"{module} imports {', '.join(bad)}"
 
 
@@ -54,20 +56,11 @@ ALLOWED_BUNDLED_IMPORTS = {  # the command lines read the --add-on option from t
 def bundled_imports(path: Path, root: Path = SRC) -> list[str]:
     """Every import of the bundled area in ``path``: absolute, ``from care_sdk import bundled``, or
     relative (``from .bundled import ...``, ``from ..bundled ...``), under ``TYPE_CHECKING`` or not."""
-    package = ["care_sdk", *path.relative_to(root).parent.parts]
-    found: list[str] = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = package[: len(package) - node.level + 1]
-                base = ".".join([*parent, *([base] if base else [])])
-            names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
-        found += [f"{name} (line {node.lineno})" for name in names if name == BUNDLED or name.startswith(f"{BUNDLED}.")]
-    return found
+    return [
+        f"{name} (line {line})"
+        for line, name in imported(path, root)
+        if name == BUNDLED or name.startswith(f"{BUNDLED}.")
+    ]
 
 
 def test_no_core_module_or_transport_imports_the_bundled_area() -> None:
