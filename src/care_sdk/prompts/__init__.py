@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from care_sdk._core import CRITERION_MAX_CHARS, CRITERION_MIN_CHARS, SCORES
-from care_sdk.prompts.fence import fenced_fields, template
+from care_sdk.prompts.fence import ROLE_NAMES, fenced_fields, template
 from care_sdk.types import (
     DIMENSIONS,
     Context,
@@ -77,7 +77,6 @@ EVALUATOR_PROMPT_VERSIONS = ("v1", "v2")
 
 # Context, SCORES, the criterion length bounds and fixed_criteria live in care_sdk.types and
 # care_sdk._core (below this module); they stay importable from here.
-_ROLE_LABELS = {"user": "User", "assistant": "Supporter", "system": "System"}
 
 
 @cache
@@ -97,7 +96,7 @@ def render_transcript(context: Sequence[Message]) -> str:
         User: hi
         Supporter: hello
     """
-    return "\n".join(f"{_ROLE_LABELS[m.role]}: {m.content.strip()}" for m in context)
+    return "\n".join(f"{ROLE_NAMES[m.role]}: {m.content.strip()}" for m in context)
 
 
 def shown_messages(context: Sequence[Message], max_context_messages: int | None = None) -> int:

@@ -30,7 +30,8 @@ from care_sdk.types import Message
 
 __all__ = ["fence_tag", "fenced_fields", "neutralise", "template"]
 
-_ROLE_NAMES = {"user": "User", "assistant": "Supporter", "system": "System"}
+ROLE_NAMES = {"user": "User", "assistant": "Supporter", "system": "System"}
+"""How the prompts' transcripts name each role (fenced and plain)."""
 _LABEL = re.compile(rf"\b({ROLE_LABELS})(\s*)[:：]", re.IGNORECASE)
 _ANGLES = re.compile(r"<{2,}|>{2,}")
 _TEMPLATE_TOKEN = re.compile(r"<\||\|>")
@@ -80,7 +81,7 @@ def fenced_fields(context: Sequence[Message], reply: str) -> dict[str, str]:
         True
     """
     canonical = _canonical(context)
-    transcript = "\n".join(f"{_ROLE_NAMES[m.role]}: {neutralise(m.content.strip())}" for m in context)
+    transcript = "\n".join(f"{ROLE_NAMES[m.role]}: {neutralise(m.content.strip())}" for m in context)
     return {
         "transcript": transcript,
         "dialogue_tag": fence_tag("dialogue", canonical),
