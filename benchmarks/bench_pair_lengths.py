@@ -15,9 +15,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from care_lab.data import data_dir, default_strategy_map, load_judged_turns
 from care_lab.data.judged_pairs import HUMAN_SYSTEMS
+from care_lab.data.mint import JudgedResponse
+from care_lab.data.records import SupportDialogue
 from care_lab.data.results import write_results
 from care_lab.training.build_data import _load
 from care_lab.training.build_report import BuildReport
@@ -29,33 +32,36 @@ from care_sdk.backends import BackendPool
 JUDGED = Path("mint_lend_an_ear") / "judged_turns" / "judged_turn_responses_gold_and_qwen3-4b_systems.jsonl"
 
 
-def balance(ratio: float | None, pairs_per_turn: int) -> dict[str, float]:
-    """The train conversations' pairs at this length ratio (``None``: no limit)."""
-    config = BuildDataConfig(
-        output_dir="unused",
-        esconv_splits=(),
-        teacher=None,
-        target_judges=None,
-        annotator=None,
-        max_pairs_per_turn=pairs_per_turn,
-        mint_max_length_ratio=ratio,
+def _config(**settings: Any) -> BuildDataConfig:
+    return BuildDataConfig(
+        output_dir="unused", esconv_splits=(), teacher=None, target_judges=None, annotator=None, **settings
     )
+
+
+def train_data() -> tuple[list[tuple[SupportDialogue, str]], list[JudgedResponse]]:
+    """The train conversations (as build-data loads them) and the judged replies, read once."""
+    dialogues = [(d, split) for d, split in _load(_config(), default_strategy_map(), BuildReport()) if split == "train"]
+    return dialogues, load_judged_turns(data_dir() / JUDGED).records
+
+
+def balance(
+    ratio: float | None, pairs_per_turn: int, dialogues: list[tuple[SupportDialogue, str]], judged: list[JudgedResponse]
+) -> dict[str, float]:
+    """The train conversations' pairs at this length ratio (``None``: no limit)."""
+    config = _config(max_pairs_per_turn=pairs_per_turn, mint_max_length_ratio=ratio)
     mapping, report = default_strategy_map(), BuildReport()
-    dialogues = [(d, split) for d, split in _load(config, mapping, report) if split == "train"]
-    judged = load_judged_turns(data_dir() / JUDGED).records
     pairs = mint_pairs(dialogues, judged, BuildContext(config, mapping, BackendPool(), report, lambda s: None))
     out = length_balance(pairs).get("mint-judge", {"pairs": 0})
     out["dropped for length"] = report.pairs["mint: dropped (length ratio above mint_max_length_ratio)"]
     return out
 
 
-def human_ranks() -> dict[str, int]:
+def human_ranks(dialogues: list[tuple[SupportDialogue, str]], judged: list[JudgedResponse]) -> dict[str, int]:
     """Over the judged turns of the train conversations: how many replies the judge scores strictly
     above the human supporter's, as counts of turns (bottom half: more than half of the others above it)."""
-    config = BuildDataConfig(output_dir="unused", esconv_splits=(), teacher=None, target_judges=None, annotator=None)
-    train = {d.id for d, split in _load(config, default_strategy_map(), BuildReport()) if split == "train"}
+    train = {d.id for d, _ in dialogues}
     turns: dict[tuple[str, int], list[tuple[str, float]]] = {}
-    for response in load_judged_turns(data_dir() / JUDGED).records:
+    for response in judged:
         if response.conversation_id in train:
             turns.setdefault((response.conversation_id, response.turn_index), []).append(
                 (response.system, response.aggregated_empathy)
@@ -78,10 +84,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/pair_lengths.json"))
     parser.add_argument("--pairs-per-turn", type=int, default=2, help="max_pairs_per_turn (the paper config's 2)")
     args = parser.parse_args()
+    dialogues, judged = train_data()
     metrics: dict[str, dict[str, float]] = {
-        f"max length ratio {r}": balance(r, args.pairs_per_turn) for r in (None, 3.0, 2.0, 1.5)
+        f"max length ratio {r}": balance(r, args.pairs_per_turn, dialogues, judged) for r in (None, 3.0, 2.0, 1.5)
     }
-    metrics["human reply rank"] = {k: float(v) for k, v in human_ranks().items()}
+    metrics["human reply rank"] = {k: float(v) for k, v in human_ranks(dialogues, judged).items()}
     for name, row in metrics.items():
         print(f"{name:24s} {row}")
     write_results(
