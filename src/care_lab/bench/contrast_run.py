@@ -1,0 +1,198 @@
+"""Running the contrast benchmark: the samples the rule fixes, the scoring arms, the records.
+
+``care bench contrast`` (and ``benchmarks/bench_contrast.py``) score every context's replies
+(:func:`care_lab.bench.contrast.contrast_replies`) with each arm and keep one JSON line per context
+and arm in ``OUT/<arm>.jsonl``, so a run resumes where it stopped. The arms:
+
+- ``method``: the bundled ``default`` computing the method's formula. Its records also hold each
+  reply's PMI with its context and its own share (the two reads of context fit), so the context-fit
+  arms are read from the same evaluations: ``fit_<gate>`` pays ``fit * (0.5 + 0.5 * r)`` with that
+  gate (:func:`fit_scores`).
+- ``base``: the untrained base model as generator and evaluator, the method's formula.
+
+:func:`merge_records` joins the arms' records with the no-model baselines (length, feeling words)
+into the records :func:`care_lab.bench.contrast.summarise` reads.
+
+Examples:
+    >>> from care_sdk.bundled.context_fit import Gate
+    >>> rec = {"scores": [0.5, 0.0], "evaluated": [True, False], "pmi": [20.0, 1.0], "own_share": [1.0, 1.0]}
+    >>> [round(x, 3) for x in fit_scores(rec, Gate(slope=0.25, intercept=-2.0))]
+    [0.714, 0.0]
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from care_lab.bench.contrast import (
+    ContrastItem,
+    ContrastReply,
+    asks_open_question,
+    baseline_scores,
+    contrast_replies,
+    names_feeling,
+    order_key,
+)
+from care_sdk.bundled.context_fit import DEFAULT_FLOOR, Gate, fitted_reward
+
+__all__ = [
+    "MODEL_ARMS",
+    "esconv_items",
+    "fit_scores",
+    "merge_records",
+    "read_records",
+    "score_arm",
+]
+
+MODEL_ARMS = ("method", "base")
+"""The arms that run a model; the context-fit arms are read from ``method``'s records."""
+
+MIN_REAL_WORDS = 12
+"""The rule's smallest real reply (words) for an ESConv context."""
+
+
+def esconv_items(path: str | Path, limit: int = 60) -> list[ContrastItem]:
+    """The rule's ESConv sample: per dialogue, the first supporter turn with two user messages before
+    it and a real reply of at least :data:`MIN_REAL_WORDS` words; ordered by
+    :func:`~care_lab.bench.contrast.order_key`, the first ``limit``. The file is read for selection.
+
+    Raises:
+        InputError: the file may not be read for selection (a test or undeclared file).
+    """
+    from care_lab.data.esconv import load_esconv
+    from care_lab.data.roles import require_role
+
+    require_role(path, "select")
+    items = []
+    for dialogue in load_esconv(path).records:
+        for turn in dialogue.supporter_turns():
+            users = sum(1 for m in turn.context if m.role == "user")
+            if users >= 2 and len(turn.reply.split()) >= MIN_REAL_WORDS:
+                context = [m.model_dump(mode="json", include={"role", "content"}) for m in turn.context]
+                items.append(ContrastItem(f"{turn.dialogue_id}#{turn.index}", context, turn.reply))
+                break
+    return sorted(items, key=lambda item: order_key(item.id))[:limit]
+
+
+def read_records(path: Path) -> dict[str, dict[str, Any]]:
+    """The records of one arm's file, by context id (empty when the file does not exist)."""
+    if not path.is_file():
+        return {}
+    rows = (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    return {row["id"]: row for row in rows}
+
+
+def _dimensions(result: Any) -> dict[str, float] | None:
+    if result.dimension_scores is None:
+        return None
+    return {d.value: float(s) for d, s in result.dimension_scores.items()}
+
+
+def _scorer(arm: str) -> Callable[[ContrastItem, list[ContrastReply]], dict[str, Any]]:
+    from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
+
+    if arm == "base":
+        reward = AdaptiveReward(RubricGenerator("base"), RubricEvaluator("base"))
+        fit = None
+    elif arm == "method":
+        from care_sdk.bundled.context_fit import ContextFit
+
+        reward = AdaptiveReward.from_backend("default")
+        fit = ContextFit()
+    else:
+        raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(MODEL_ARMS)}")
+
+    def score(item: ContrastItem, replies: list[ContrastReply]) -> dict[str, Any]:
+        pairs = [(item.context, r.text) for r in replies]
+        results = reward.score_batch(pairs)
+        record: dict[str, Any] = {
+            "scores": [r.reward for r in results],
+            "criteria": [_dimensions(r) for r in results],
+            "evaluated": [r.evaluation is not None for r in results],
+            "flags": [list(r.flags) for r in results],
+            "errors": [r.error for r in results],
+            "criteria_text": [[c.text for c in rubric.criteria] for rubric in [results[0].rubric] if rubric],
+        }
+        if fit is not None:
+            pmis = fit.pmi_batch(pairs)
+            record["pmi"] = [p if isinstance(p, float) else None for p in pmis]
+            record["own_share"] = [fit.own_share(item.context, r.text) for r in replies]
+        return record
+
+    return score
+
+
+def score_arm(
+    arm: str, items: Sequence[ContrastItem], out: Path, progress: Callable[[str], None] = print
+) -> dict[str, dict[str, Any]]:
+    """Score every context's replies with ``arm``, appending to ``OUT/<arm>.jsonl``; contexts already
+    there are kept (a resumed run). Returns the arm's records by context id."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{arm}.jsonl"
+    done = read_records(path)
+    todo = [
+        (item, replies) for item, replies in zip(items, contrast_replies(items), strict=True) if item.id not in done
+    ]
+    if not todo:
+        return done
+    score = _scorer(arm)
+    with path.open("a", encoding="utf-8") as sink:
+        for n, (item, replies) in enumerate(todo, start=1):
+            start = time.perf_counter()
+            record = {"id": item.id, "families": [r.family for r in replies], **score(item, replies)}
+            record["seconds"] = round(time.perf_counter() - start, 2)
+            sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+            sink.flush()
+            done[item.id] = record
+            progress(f"{arm} {n}/{len(todo)} {item.id} {record['seconds']} s")
+    return done
+
+
+def fit_scores(record: dict[str, Any], gate: Gate, floor: float = DEFAULT_FLOOR) -> list[float | None]:
+    """The context-fit reward of every reply of a ``method`` record under ``gate``: replies the guards
+    settled keep their reward, the others get ``fit * (floor + (1 - floor) * r)`` with
+    ``fit = gate(pmi) * own_share``, as ``AdaptiveReward(context_fit=...)`` computes it."""
+    out: list[float | None] = []
+    for reward, evaluated, pmi, own in zip(
+        record["scores"], record["evaluated"], record["pmi"], record["own_share"], strict=True
+    ):
+        if reward is None or not evaluated:
+            out.append(reward)
+        elif pmi is None:
+            out.append(None)
+        else:
+            out.append(fitted_reward(reward, gate(pmi) * own, floor))
+    return out
+
+
+def merge_records(
+    items: Sequence[ContrastItem], arms: dict[str, dict[str, dict[str, Any]]], gates: dict[str, Gate]
+) -> list[dict[str, Any]]:
+    """One record per context for :func:`~care_lab.bench.contrast.summarise`: every arm's scores, the
+    ``fit_<name>`` arms of ``gates`` read from ``method``, the baselines, the real reply's properties."""
+    merged = []
+    for item, replies in zip(items, contrast_replies(items), strict=True):
+        record: dict[str, Any] = {
+            "id": item.id,
+            "group": item.group,
+            "families": [r.family for r in replies],
+            "scores": dict(baseline_scores(replies)),
+            "criteria": {},
+            "asks_question": asks_open_question(item.reply),
+            "names_feeling": names_feeling(item.reply),
+        }
+        for arm, records in arms.items():
+            row = records.get(item.id)
+            if row is None:
+                continue
+            record["scores"][arm] = row["scores"]
+            record["criteria"][arm] = row["criteria"]
+            if arm == "method" and "pmi" in row:
+                for name, gate in gates.items():
+                    record["scores"][f"fit_{name}"] = fit_scores(row, gate)
+        merged.append(record)
+    return merged
