@@ -132,6 +132,41 @@ def test_known_files_cannot_be_relabelled(tmp_path: Path, data_dir: Path) -> Non
     assert data_role(test_file) == "selection"  # agreeing with the known role is fine
 
 
+def test_a_renamed_copy_of_a_test_file_is_refused_for_fitting(tmp_path: Path, data_dir: Path) -> None:
+    source = data_dir / "empatheticdialogues_intents" / "annotated_subset" / "sad.csv"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    whole = mine / "dialogues.csv"
+    whole.write_bytes(source.read_bytes())  # the same bytes under another name
+    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    (mine / "slice.csv").write_text("".join(lines[:1] + lines[200:260]), encoding="utf-8")  # some rows
+    converted = [{"id": f"{row.split(',')[0]}#1", "messages": []} for row in lines[1:4]]  # its ids, as JSONL
+    (mine / "converted.jsonl").write_text("".join(json.dumps(r) + "\n" for r in converted), encoding="utf-8")
+    esconv = (data_dir / "esconv" / "test.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (mine / "esconv_rows.jsonl").write_text("".join(esconv[5:8]), encoding="utf-8")  # selection rows
+    write_roles(mine, {"*": "train"})
+    for name, role in (("dialogues.csv", "test"), ("slice.csv", "test"), ("converted.jsonl", "test")):
+        with pytest.raises(InputError, match=rf"published file whose role is fixed \({role}\)") as info:
+            require_role(mine / name, "fit")
+        assert str(info.value).startswith(str(mine / "roles.json")) and "annotated_subset/sad.csv" in str(info.value)
+    with pytest.raises(InputError, match=r"fixed \(selection\): it holds rows of the published esconv/test\.jsonl"):
+        require_role(mine / "esconv_rows.jsonl", "fit")
+    (mine / "roles.json").unlink()  # with no roles.json the content alone decides
+    assert data_role(whole) == data_role(mine / "converted.jsonl") == "test"
+    with pytest.raises(InputError, match="refusing to fit on test data"):
+        require_role(whole, "fit")
+    with pytest.raises(InputError, match=r"read it through care_lab\.data\.results\.record_test_read"):
+        require_role(whole, "evaluate")
+
+
+def test_the_table_of_published_files_is_the_shared_data(data_dir: Path) -> None:
+    from care_lab.data._content import build_known_files
+    from care_lab.data.roles import KNOWN_ROLES
+
+    committed = Path(__file__).parents[1] / "src" / "care_lab" / "data" / "known_files.json"
+    assert build_known_files(data_dir, KNOWN_ROLES) == json.loads(committed.read_text(encoding="utf-8"))
+
+
 def test_lend_an_ear_held_out_conversations_are_selection_and_the_expert_task_reads_only_them(data_dir: Path) -> None:
     from care_lab.bench._task_base import DataPaths, Settings
     from care_lab.bench.dialogue_tasks import ExpertTask

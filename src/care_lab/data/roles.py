@@ -12,16 +12,23 @@ What each role may be used for (``use`` of :func:`require_role`):
 
 ``valid`` is accepted everywhere as another name for ``selection``. A file's role comes from:
 
-1. the published layout of the corpora the recipes know (:data:`KNOWN_ROLES`); a ``roles.json``
-   that gives such a file another role is an error naming both files;
-2. else a ``roles.json`` in its directory or a parent directory (up to three levels), mapping
+1. its content: a published file of the corpora the recipes know, byte for byte (the table
+   ``known_files.json``, by sha256), or a file holding rows or dialogue ids of one (a slice, a
+   renamed or converted copy) takes that file's role, the strictest where several match; a
+   ``roles.json`` that gives it another role is an error naming both files;
+2. else its place in the published layout (:data:`KNOWN_ROLES`): a file whose content matches no
+   published file or row but lies at a published path (a toy file, another release) takes that
+   path's role, which a ``roles.json`` cannot change either;
+3. else a ``roles.json`` in its directory or a parent directory (up to three levels), mapping
    paths relative to that directory (or glob patterns) to roles; ``care train build-data`` writes
    one next to its outputs.
 
-Some known files hold records of several roles (``by-record``: Lend-an-Ear's conversations, the
-SAGE rollouts); their readers pass the records, each with its own ``role`` (or ``split``) field.
-A file with no declared role is an error too: write a ``roles.json`` next to your own data, e.g.
-``{"my_dialogues.jsonl": "train"}``. docs/data.md lists every file's role and why.
+So renaming or moving a copy of a test file, even with a ``roles.json`` saying ``train`` next to
+it, does not make it trainable. Some known files hold records of several roles (``by-record``:
+Lend-an-Ear's conversations, the SAGE rollouts); their readers pass the records, each with its own
+``role`` (or ``split``) field. A file with no declared role is an error too: write a ``roles.json``
+next to your own data, e.g. ``{"my_dialogues.jsonl": "train"}``. docs/data.md lists every file's
+role and why.
 """
 
 from __future__ import annotations
@@ -30,8 +37,9 @@ import fnmatch
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
+from care_lab.data._content import KnownMatch, known_match
 from care_sdk.errors import InputError
 
 __all__ = [
@@ -97,7 +105,11 @@ KNOWN_ROLES: dict[str, FileRole] = {
     "mint_lend_an_ear/judged_turns/*": BY_RECORD,
     "empatheticdialogues_intents/*": "test",
 }
-"""Roles of the corpora in their published layout, by the file's trailing path (glob patterns).
+"""Roles of the corpora in their published layout, by the file's path under the data directory (glob patterns).
+
+The table of published files by content (``known_files.json``) is built from these patterns; at
+read time a file is recognised by its content first, and by its trailing path only when its
+content matches no published file or row.
 
 ESConv test and the held-out Lend-an-Ear conversations gated many design choices, so they are
 ``selection``, like ESConv valid. The SAGE/RLVER profiles are benchmark users (eval-only). The
@@ -141,40 +153,53 @@ def _declared(path: Path) -> tuple[Role, Path] | None:
     return None
 
 
-def _known(path: Path) -> FileRole | None:
+def _by_path(path: Path) -> KnownMatch | None:
     posix = path.as_posix()
     for pattern, role in KNOWN_ROLES.items():
         if fnmatch.fnmatchcase(posix, f"*/{pattern}"):
-            return role
+            return KnownMatch(role, pattern, "path")
     return None
+
+
+def _fixed(path: Path) -> KnownMatch | None:
+    """The role a file cannot be given another of: by its content, else by its published path."""
+    return known_match(path) or _by_path(path)
 
 
 def data_role(path: str | Path) -> FileRole | None:
     """The role of a data file (``None``: not declared anywhere; ``by-record``: see its records).
 
+    Decided by the file's content first (see the module docstring), so a renamed copy of a
+    published file keeps that file's role.
+
     Raises:
-        InputError: a ``roles.json`` gives a known file another role (naming both files), or
-            holds an unknown role.
+        InputError: a ``roles.json`` gives a known file another role (naming both files and why
+            the file is known), or holds an unknown role.
 
     Examples:
-        >>> data_role("/data/esconv/test.jsonl"), data_role("/data/sage_rlver/profiles/users.jsonl")
-        ('selection', 'eval-only')
-        >>> data_role("/data/empatheticdialogues_intents/annotated_subset/sad.csv")
-        'test'
+        >>> import os, pathlib, shutil, tempfile
+        >>> root = pathlib.Path(os.environ.get("CARE_DATA_DIR", "/no-data"))
+        >>> if (root / "esconv").is_dir():
+        ...     copy = pathlib.Path(tempfile.mkdtemp()) / "mine.jsonl"
+        ...     _ = shutil.copy(root / "esconv" / "valid.jsonl", copy)
+        ...     assert data_role(copy) == "selection"  # a renamed copy keeps its role
+        >>> data_role("/data/sage_rlver/profiles/users.jsonl")  # no such file: its published path decides
+        'eval-only'
         >>> data_role("/tmp/nowhere/mine.jsonl") is None
         True
     """
     path = Path(path).absolute()
-    known = _known(path)
+    fixed = _fixed(path)
     declared = _declared(path)
-    if known is not None:
-        if declared is not None and declared[0] != known:
+    if fixed is not None:
+        if declared is not None and declared[0] != fixed.role:
             raise InputError(
-                f"relabels {path} as {declared[0]}, but it is a published file whose role is fixed ({known}); "
+                f"relabels {path} as {declared[0]}, but it is a published file whose role is fixed ({fixed.role}): "
+                f"{fixed.why if fixed.how != 'path' else f'it lies at the published path {fixed.published}'}; "
                 f"remove it from {declared[1].name}",
                 location=str(declared[1]),
             )
-        return known
+        return cast(FileRole, fixed.role)
     return declared[0] if declared is not None else None
 
 
