@@ -96,12 +96,12 @@ def _scorer(arm: str) -> Callable[[ContrastItem, list[ContrastReply]], dict[str,
     from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
 
     if arm == "base":
-        reward = AdaptiveReward(RubricGenerator("base"), RubricEvaluator("base"))
+        reward = AdaptiveReward(RubricGenerator("base"), RubricEvaluator("base"), context_fit=None)
         fit = None
     elif arm == "method":
         from care_sdk.bundled.context_fit import ContextFit
 
-        reward = AdaptiveReward.from_backend("default")
+        reward = AdaptiveReward.from_backend("default", context_fit=None)  # the method's formula alone
         fit = ContextFit()
     else:
         raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(MODEL_ARMS)}")
