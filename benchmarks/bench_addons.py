@@ -10,15 +10,23 @@ rewards are read from the same rubric and evaluation (only the weights or the fi
     CARE_DATA_DIR=../shared/data python benchmarks/bench_addons.py --set intents --out runs/addons
     python benchmarks/bench_addons.py --report --out runs/addons   # writes benchmarks/results/addons.json
 
-A run records its test read in the ledger (``benchmarks/results/test_reads.json``) when it starts,
-keeps one JSON line per item in ``OUT/<set>.jsonl`` and resumes from it (a resumed run is the same
-read). ``--report`` reads the records only.
+A run records its test read in the ledger (``benchmarks/results/test_reads.json``) when it starts:
+the committed rule's hash, the commit, every model file's hash and the ids of the items it reads.
+It keeps one JSON line per item in ``OUT/<set>.jsonl`` and resumes from it (a resumed run is the
+same read); when the set is done, the records go beside the ledger, compressed
+(``benchmarks/results/reads/``). ``--report`` reads the records only.
+
+    python benchmarks/bench_addons.py --labels-only --force-test-read   # the sample's label baselines
+
+``--labels-only`` reads the EmpatheticIntents sample's labels alone, with no model (a forced read,
+marked ``labels_only`` in the ledger), and adds the baselines any classifier of that sample must
+beat to ``addons.json``: the majority class of the sample and the turn-position prior fitted on
+ESConv train.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -29,6 +37,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from _addons_samples import intent_items, intent_sample, sage_items, sage_sample_keys, smoke_items
+
 from care_lab.bench.metrics import bootstrap, spearman
 from care_lab.data.locations import data_dir as default_data_dir
 from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
@@ -38,19 +48,12 @@ from care_sdk.bundled.weights_head import bundled_weights_head
 from care_sdk.types import DIMENSIONS, Dimension, RewardResult
 
 RULE = "benchmarks/rules/addons.md"
-SALT = "addons-v1:"
-SAGE_PER_SYSTEM = 30
-INTENT_TURNS = 150
 RESAMPLES = 2000
 FEELING = re.compile(r"\b(feel\w*|understand\w*|sounds|hard|tough)\b", re.IGNORECASE)
 """The five feeling words whose count orders the Lend-an-Ear judge's pairs (the bundled evaluator's page)."""
 ADDONS = ("weights_head", "expected_weights", "context_fit")
 """The add-ons the rule kept (the shift check, read in the committed results file, was removed)."""
 WEIGHT_READERS = ("written", "weights_head", "expected_weights", "uniform", "base")
-
-
-def _order(key: str) -> str:
-    return hashlib.sha256((SALT + key).encode()).hexdigest()
 
 
 def feeling_words(text: str) -> int:
@@ -87,54 +90,6 @@ def align(weights: dict[str, float], dimension: str) -> float:
     violations = 0 if top_match(weights, dimension) else 1
     violations += sum(1 for d, w in weights.items() if d != dimension and w > weights[dimension])
     return max(0.0, 1.0 - 0.5 * violations)
-
-
-# -- the samples (fixed by the rule) --------------------------------------------------------------------
-
-
-def sage_items(data: Path) -> list[dict[str, Any]]:
-    from care_lab.data.sage_turns import sage_rollout_files, sage_test_turns
-
-    by_model: dict[str, list[Any]] = {}
-    for turn in sage_test_turns(sage_rollout_files(data)):
-        by_model.setdefault(turn.model, []).append(turn)
-    samples = [sorted(by_model[m], key=lambda t: _order(t.key))[:SAGE_PER_SYSTEM] for m in sorted(by_model)]
-    items = []
-    for turn in (t for group in zip(*samples, strict=True) for t in group):  # the systems in turn, each in its order
-        items.append(
-            {
-                "id": turn.key,
-                "system": turn.model,
-                "context": [m.model_dump(mode="json") for m in turn.context],
-                "reply": turn.reply,
-                "delta": turn.delta,
-            }
-        )
-    return items
-
-
-def intent_items(data: Path, test_read: Any) -> list[dict[str, Any]]:
-    from care_lab.data.intents import load_intent_turns
-
-    first: dict[str, Any] = {}
-    for turn in load_intent_turns(data / "empatheticdialogues_intents", test_read=test_read).records:
-        if turn.dimension is not None and turn.context and turn.dialogue_id not in first:
-            first[turn.dialogue_id] = turn
-    chosen = sorted(first.values(), key=lambda t: _order(t.id))[:INTENT_TURNS]
-    items = []
-    for i, turn in enumerate(chosen):
-        other = chosen[(i + 1) % len(chosen)]
-        items.append(
-            {
-                "id": turn.id,
-                "dimension": turn.dimension.value,
-                "intent": turn.intent,
-                "context": [m.model_dump(mode="json") for m in turn.context],
-                "reply": turn.reply,
-                "other": other.reply,
-            }
-        )
-    return items
 
 
 # -- scoring ---------------------------------------------------------------------------------------------
@@ -229,68 +184,52 @@ def _done(path: Path) -> set[str]:
     return {json.loads(line)["id"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
 
 
-def _artifact() -> str:
-    from care_lab.data.results import artifact_identity
+ARTIFACT = "bundled-default+addons"
+
+
+def model_files() -> list[Path]:
+    """Every model file the run loads: the base GGUF, both adapters and the weights head (the context-fit
+    gate's two numbers are code in ``care_sdk.bundled.context_fit``)."""
     from care_sdk.backends.llamacpp import default_model_path
     from care_sdk.bundled.adapters import bundled_adapter
 
     root = Path(bundled_adapter("generator") or "").parent
-    files = [default_model_path(), root / "generator.gguf", root / "evaluator.gguf", root / "generator_head.json"]
-    return artifact_identity("bundled-default+addons", *files)
+    return [default_model_path(), root / "generator.gguf", root / "evaluator.gguf", root / "generator_head.json"]
 
 
 LEDGER_NAMES = {"sage": "sage_rlver/test_turns", "intents": "empatheticdialogues_intents"}
 
 
-def smoke_items(data: Path, which: str) -> list[dict[str, Any]]:
-    """Two items shaped like ``which``'s from selection data (SAGE turns already scored, ESConv test), to
-    check the scoring path without a test read."""
-    if which == "sage":
-        from care_lab.data.sage_turns import sage_rollout_files, sage_turns
-
-        turns = [t for t in sage_turns(sage_rollout_files(data)) if t.role == "selection"][:2]
-        return [
-            {
-                "id": t.key,
-                "system": t.model,
-                "context": [m.model_dump(mode="json") for m in t.context][-2:],
-                "reply": t.reply[:300],
-                "delta": t.delta,
-            }
-            for t in turns
-        ]
-    from care_lab.data.esconv import load_esconv
-
-    turns = load_esconv(data / "esconv" / "test.jsonl").records[0].supporter_turns()[:3]
-    return [
-        {
-            "id": f"{t.dialogue_id}#{t.index}",
-            "dimension": "affective",
-            "intent": None,
-            "context": [m.model_dump(mode="json") for m in t.context],
-            "reply": t.reply,
-            "other": turns[i + 1].reply,
-        }
-        for i, t in enumerate(turns[:2])
-    ]
-
-
 def run(which: str, data: Path, out: Path, *, force: bool, smoke: bool = False) -> None:
-    from care_lab.data.results import record_test_read
+    from care_lab.data.results import attach_records, ledger_entry, record_test_read, set_items
 
     out.mkdir(parents=True, exist_ok=True)
     records = out / f"{which}.jsonl"
     read_file = out / f"{which}.read.json"
+    read: Any = None
     if smoke:
-        read = {"data": "smoke (selection data)", "artifact": "", "reads": 0, "date": ""}
-        read_file.write_text(json.dumps(read, indent=2) + "\n", encoding="utf-8")
-    elif read_file.is_file():
-        read = json.loads(read_file.read_text(encoding="utf-8"))  # a resumed run is the same read
+        read_file.write_text(
+            json.dumps({"data": "smoke (selection data)", "reads": 0}, indent=2) + "\n", encoding="utf-8"
+        )
+    elif read_file.is_file():  # a resumed run is the same read
+        read = ledger_entry(LEDGER_NAMES[which], json.loads(read_file.read_text(encoding="utf-8"))["reads"])
     else:
-        entry = record_test_read(LEDGER_NAMES[which], artifact=_artifact(), command=" ".join(sys.argv), force=force)
-        read = {"data": entry.data, "artifact": entry.artifact, "reads": entry.reads, "date": entry.date}
-        read_file.write_text(json.dumps(read, indent=2) + "\n", encoding="utf-8")
-    items = smoke_items(data, which) if smoke else sage_items(data) if which == "sage" else intent_items(data, read)
+        read = record_test_read(
+            LEDGER_NAMES[which],
+            artifact=ARTIFACT,
+            command=" ".join(sys.argv),
+            rule=RULE,
+            items=sage_sample_keys(data) if which == "sage" else (),
+            artifact_files=model_files(),
+            force=force,
+        )
+        summary = {"data": read.data, "artifact": read.artifact, "reads": read.reads, "time": read.time}
+        read_file.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    items = (
+        smoke_items(data, which) if smoke else sage_items(data, read) if which == "sage" else intent_items(data, read)
+    )
+    if read is not None and not read.items:
+        read = set_items(read, [item["id"] for item in items])  # the sample is drawn from the data: named now
     done = _done(records)
     scorer = Scorer()
     with records.open("a", encoding="utf-8") as sink:
@@ -305,19 +244,40 @@ def run(which: str, data: Path, out: Path, *, force: bool, smoke: bool = False) 
             sink.write(json.dumps(record, ensure_ascii=False) + "\n")
             sink.flush()
             print(f"{which} {n}/{len(items)} {item['id']} {record['seconds']} s", flush=True)
+    if read is not None:
+        regenerate = f"git checkout {read.commit} && python benchmarks/bench_addons.py --set {which} --force-test-read"
+        attach_records(read, _records(records), regenerate=regenerate)
 
 
 # -- the report ------------------------------------------------------------------------------------------
 
 
+Has = Callable[[dict[str, Any], str], bool]
+
+
 def _paired(
-    units: Sequence[dict[str, Any]], value: Callable[[Sequence[dict[str, Any]], str], float | None], a: str, b: str
+    units: Sequence[dict[str, Any]],
+    value: Callable[[Sequence[dict[str, Any]], str], float | None],
+    a: str,
+    b: str,
+    has: Has,
 ) -> dict[str, Any]:
+    """The paired bootstrap of ``a`` minus ``b`` over the items where both arms have a value (its n says how many)."""
+    both = [u for u in units if has(u, a) and has(u, b)]
+
     def diff(sample: Sequence[dict[str, Any]]) -> float | None:
         x, y = value(sample, a), value(sample, b)
         return None if x is None or y is None else x - y
 
-    return bootstrap(units, diff, resamples=RESAMPLES, seed=0).to_json()
+    return bootstrap(both, diff, resamples=RESAMPLES, seed=0).to_json()
+
+
+def _sage_has(record: dict[str, Any], name: str) -> bool:
+    return name in ("length", "feeling_words") or record["replies"][0]["rewards"].get(name) is not None
+
+
+def _weights_has(record: dict[str, Any], name: str) -> bool:
+    return name in record["weights"]
 
 
 def _one(
@@ -376,8 +336,41 @@ def _prior() -> str:
     return max(sorted(counts), key=lambda d: counts[d])
 
 
+def label_baselines(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What a classifier of these items must beat, from their labels alone: always naming the sample's
+    majority dimension, and the project's turn-position prior (fitted on ESConv train) at each item's
+    supporter-turn number. Both as top-dimension match and as r_align with one count."""
+    from care_lab.data.esconv import load_esconv
+    from care_lab.data.priorities import fit_top_priors
+    from care_lab.data.roles import require_role
+
+    train = default_data_dir() / "esconv" / "train.jsonl"
+    require_role(train, "fit", what="the turn-position prior's training data")
+    priors = fit_top_priors(t for d in load_esconv(train).records for t in d.supporter_turns())
+    shares = {d.value: sum(r["dimension"] == d.value for r in rows) / len(rows) for d in DIMENSIONS}
+    majority = max(sorted(shares), key=lambda d: shares[d])
+
+    def one_hot(dimension: str) -> dict[str, float]:
+        return {d.value: float(d.value == dimension) for d in DIMENSIONS}
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, metric in (("top_dimension_match", lambda w, d: float(top_match(w, d))), ("r_align", align)):
+        prior = [metric(one_hot(priors.top(r["turn_number"]).value), r["dimension"]) for r in rows]
+        out[name] = {
+            "majority_of_sample": {
+                "value": sum(metric(one_hot(majority), r["dimension"]) for r in rows) / len(rows),
+                "dimension": majority,
+                "n": len(rows),
+                "note": "the sample's own majority class: a reference, not a method",
+            },
+            "turn_position_prior": {"value": sum(prior) / len(prior), "n": len(rows), "fitted_on": str(train.name)},
+            "dimension_shares": shares,
+        }
+    return out
+
+
 def report(out: Path, results: Path) -> dict[str, Any]:
-    from care_lab.data.results import write_results
+    from care_lab.data.results import ledger_entry, write_results
 
     metrics: dict[str, Any] = {}
     baselines: dict[str, Any] = {}
@@ -385,18 +378,19 @@ def report(out: Path, results: Path) -> dict[str, Any]:
     reads: dict[str, Any] = {}
     sage_path, intents_path = out / "sage.jsonl", out / "intents.jsonl"
     outside: dict[str, list[dict[str, Any]]] = {a: [] for a in ADDONS}
+    order: list[str] = []
     if sage_path.is_file():
         sage = _records(sage_path)
         reads["sage"] = json.loads((out / "sage.read.json").read_text(encoding="utf-8"))
-        groups = {"pooled": sage} | {
-            s: [r for r in sage if r["system"] == s] for s in sorted({r["system"] for r in sage})
-        }
+        systems = sorted({r["system"] for r in sage})
+        groups = {s: [r for r in sage if r["system"] == s] for s in systems} | {"pooled": sage}  # within first
         for group, units in groups.items():
             key = f"sage/{group}/spearman_vs_emotion_change"
+            order.append(key)
             metrics[key] = {"care": _one(units, _sage_spearman, "written"), "n": len(units)}
             for addon in ADDONS:
                 metrics[key][addon] = _one(units, _sage_spearman, addon)
-                paired = _paired(units, _sage_spearman, addon, "written")
+                paired = _paired(units, _sage_spearman, addon, "written", _sage_has)
                 metrics[key][f"{addon} - care"] = paired
                 outside[addon].append({"measure": key, **paired})
             baselines[key] = {b: _one(units, _sage_spearman, b) for b in ("length", "feeling_words", "uniform", "base")}
@@ -404,13 +398,15 @@ def report(out: Path, results: Path) -> dict[str, Any]:
         intents = _records(intents_path)
         reads["intents"] = json.loads((out / "intents.read.json").read_text(encoding="utf-8"))
         prior = _prior()
+        labels = label_baselines(intents) if all("turn_number" in r for r in intents) else {}
         for name, metric in (("top_dimension_match", lambda w, d: float(top_match(w, d))), ("r_align", align)):
             key = f"intents/{name}"
+            order.append(key)
             value = _intent_mean(metric)
             metrics[key] = {"care": _one(intents, value, "written"), "n": len(intents)}
             for addon in ("weights_head", "expected_weights"):
                 metrics[key][addon] = _one(intents, value, addon)
-                paired = _paired(intents, value, addon, "written")
+                paired = _paired(intents, value, addon, "written", _weights_has)
                 metrics[key][f"{addon} - care"] = paired
                 outside[addon].append({"measure": key, **paired})
             prior_w = {d.value: (1.0 if d.value == prior else 0.0) for d in DIMENSIONS}
@@ -419,6 +415,7 @@ def report(out: Path, results: Path) -> dict[str, Any]:
                 "value": sum(metric(prior_w, r["dimension"]) for r in intents) / len(intents),
                 "dimension": prior,
             }
+            baselines[key] |= labels.get(name, {})
         key = "intents/reference_over_other_conversation (the fit's construct: reported only)"
         metrics[key] = {"care": _one(intents, _pair_wins, "written"), "n": len(intents)}
         for addon in ADDONS:
@@ -434,6 +431,7 @@ def report(out: Path, results: Path) -> dict[str, Any]:
             "measures": len(measures),
         }
     data = [LEDGER_NAMES[k] for k in reads]
+    entries = [ledger_entry(LEDGER_NAMES[k], r["reads"]) for k, r in reads.items() if r.get("reads")]
     test_reads = max((r["reads"] for r in reads.values()), default=0)
     command = "python benchmarks/bench_addons.py --report --out " + str(out)
     write_results(
@@ -444,9 +442,55 @@ def report(out: Path, results: Path) -> dict[str, Any]:
         test_reads=test_reads,
         metrics=metrics,
         baselines=baselines,
-        extra={"rule": RULE, "reads": reads, "decisions": decisions, "resamples": RESAMPLES},
+        extra={"rule": RULE, "reads": reads, "decisions": decisions, "resamples": RESAMPLES, "order": order},
+        reads=entries,
     )
     return decisions
+
+
+def labels_only(data: Path, results: Path, *, force: bool) -> dict[str, Any]:
+    """Read the EmpatheticIntents sample's labels alone (no model) and add their baselines to ``results``."""
+    from care_lab.data.results import attach_records, ledger_entry, record_test_read, set_items, write_results
+    from care_sdk.prompts import generator_position
+
+    read = record_test_read(
+        LEDGER_NAMES["intents"],
+        artifact="labels-only",
+        command=" ".join(["python", *sys.argv]),
+        rule=RULE,
+        labels_only=True,
+        force=force,
+    )
+    chosen = intent_sample(data, read)
+    read = set_items(read, [t.id for t in chosen])
+    rows = [
+        {
+            "id": t.id,
+            "dimension": t.dimension.value,
+            "intent": t.intent,
+            "turn_number": generator_position(t.context)[1],
+        }
+        for t in chosen
+    ]
+    attach_records(read, rows)
+    labels = label_baselines(rows)
+    payload = json.loads(results.read_text(encoding="utf-8"))
+    for name, values in labels.items():
+        payload["baselines"][f"intents/{name}"] |= values | {"read": read.reads}
+    reads = [ledger_entry(LEDGER_NAMES[k], r["reads"]) for k, r in payload["extra"]["reads"].items()]
+    payload["extra"]["labels_only_read"] = {"data": read.data, "reads": read.reads, "time": read.time}
+    write_results(
+        results,
+        payload["command"],
+        data=payload["data"],
+        role=payload["role"],
+        test_reads=max(payload["test_reads"], read.reads),
+        metrics=payload["metrics"],
+        baselines=payload["baselines"],
+        extra=payload["extra"],
+        reads=[*reads, read],
+    )
+    return labels
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -457,7 +501,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=Path("benchmarks/results/addons.json"))
     parser.add_argument("--force-test-read", action="store_true", help="read again for an artifact already read")
     parser.add_argument("--smoke", action="store_true", help="score two selection items shaped like --set's")
+    parser.add_argument("--labels-only", action="store_true", help="the intents sample's label baselines (no model)")
     args = parser.parse_args(argv)
+    if args.labels_only:
+        print(json.dumps(labels_only(default_data_dir(), args.results, force=args.force_test_read), indent=2))
+        return 0
     if args.report:
         print(json.dumps(report(args.out, args.results), indent=2))
         return 0

@@ -3,17 +3,41 @@ behind the guard, known files that cannot be relabelled, the test-read ledger an
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import inspect
 import json
+import pkgutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import care_lab.data
 from care_lab.data import intent_map, lend_an_ear_role, load_intent_annotations, load_intent_turns
-from care_lab.data.results import record_test_read, test_reads, write_results
+from care_lab.data.results import (
+    TestRead,
+    attach_records,
+    items_sha256,
+    ledger_entry,
+    record_test_read,
+    set_items,
+    test_reads,
+    write_results,
+)
 from care_lab.data.roles import data_role, require_role, write_roles
-from care_lab.data.sage_turns import sage_rollout_files, sage_scored_keys, sage_test_turns, sage_turns
+from care_lab.data.sage import load_sage_rollouts
+from care_lab.data.sage_turns import (
+    load_sage_turns,
+    rollout_test_turns,
+    sage_rollout_files,
+    sage_scored_keys,
+    sage_test_turns,
+    sage_turn_count,
+    sage_turns,
+)
 from care_lab.simulation import UserSettings, load_profiles
 from care_lab.training._common import read_records
 from care_lab.training.policy.components import prompt_rows
@@ -177,17 +201,20 @@ def test_lend_an_ear_held_out_conversations_are_selection_and_the_expert_task_re
     assert {lend_an_ear_role(c) for c in conversations} == {"selection"}
 
 
-def test_sage_turns_outside_the_400_scored_are_test(data_dir: Path) -> None:
+def test_sage_turns_outside_the_400_scored_are_test(data_dir: Path, repo: Path) -> None:
     from care_lab.bench._task_base import DataPaths, Settings
     from care_lab.bench.dialogue_tasks import SimulatedTask
 
     files = sage_rollout_files(data_dir)
-    turns = sage_turns(files)
     scored = sage_scored_keys(files)
     # exactly the turns `care bench quality --limit 400 --tasks simulated` (seed 0) scored, in its order
     quality = SimulatedTask().load(DataPaths(data_dir), Settings(limit=400, seed=0))
     assert [item.key for item in quality.items] == scored and len(set(scored)) == 400
-    test = sage_test_turns(files)
+    assert [t.key for t in sage_turns(files)] == sorted(scored, key=[t.key for t in sage_turns(files)].index)
+    assert {t.key for t in sage_turns(files)} == set(scored) and sage_turn_count(files) == 1489
+    read = _read(repo, "sage_rlver/test_turns", items=["all"])
+    turns = sage_turns(files, test_read=read)
+    test = sage_test_turns(files, test_read=read)
     assert len(turns) == 1489 and len(test) == 1089 and not {t.key for t in test} & set(scored)
     assert {t.key for t in turns if t.role == "selection"} == set(scored)
     # the quality task reads the selection turns only, whatever its limit
@@ -197,7 +224,8 @@ def test_sage_turns_outside_the_400_scored_are_test(data_dir: Path) -> None:
 # -- EmpatheticIntents -------------------------------------------------------------------------------
 
 
-def test_intent_mapping_covers_every_intent_and_the_loader_needs_a_ledger_entry(data_dir: Path, tmp_path: Path) -> None:
+def test_intent_mapping_covers_every_intent_and_the_loader_needs_a_ledger_entry(data_dir: Path, repo: Path) -> None:
+    tmp_path = repo
     mapping = intent_map()
     automatic = ["questioning", "acknowledging", "agreeing", "consoling", "encouraging", "sympathizing"]
     automatic += ["suggesting", "wishing", "neutral"]
@@ -215,9 +243,7 @@ def test_intent_mapping_covers_every_intent_and_the_loader_needs_a_ledger_entry(
     root = data_dir / "empatheticdialogues_intents"
     with pytest.raises(InputError, match="EmpatheticIntents is a test set"):
         load_intent_turns(root, test_read=None)
-    read = record_test_read(
-        "empatheticdialogues_intents", artifact="loader-test@0", command="pytest", ledger=tmp_path / "reads.json"
-    )
+    read = _read(tmp_path, "empatheticdialogues_intents")
     turns = load_intent_turns(root / "annotated_subset" / "sad.csv", test_read=read)
     assert turns.ok and len(turns) > 1000
     first = turns[0]
@@ -229,34 +255,179 @@ def test_intent_mapping_covers_every_intent_and_the_loader_needs_a_ledger_entry(
 # -- the test-read ledger and results files ------------------------------------------------------------
 
 
-def test_a_test_set_is_read_once_per_artifact_and_every_read_is_recorded(tmp_path: Path, data_dir: Path) -> None:
-    ledger = tmp_path / "results" / "test_reads.json"
-    files = [data_dir / "empatheticdialogues_intents" / "annotated_subset" / "sad.csv"]
-    first = record_test_read(
-        "empatheticdialogues_intents", artifact="a@1", command="bench x", files=files, ledger=ledger, date="2026-12-05"
+def _git(repo: Path, *args: str) -> None:
+    identity = ["-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "-C", str(repo), *identity, *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git repository with a committed rule (``rule.md``) and two model files."""
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "rule.md").write_text("# Rule\nWritten before the read.\n", encoding="utf-8")
+    (tmp_path / "generator.gguf").write_bytes(b"generator weights")
+    (tmp_path / "gate.json").write_bytes(b'{"slope": 0.1}')
+    _git(tmp_path, "add", "rule.md", "generator.gguf", "gate.json")
+    _git(tmp_path, "commit", "-qm", "the rule")
+    return tmp_path
+
+
+def _read(repo: Path, data: str, *, items: list[str] | None = None, **options: Any) -> TestRead:
+    return record_test_read(
+        data,
+        artifact=options.pop("artifact", "bundled"),
+        command=options.pop("command", "pytest"),
+        rule=options.pop("rule", repo / "rule.md"),
+        items=["i1", "i2"] if items is None else items,
+        artifact_files=options.pop("artifact_files", [repo / "generator.gguf"]),
+        ledger=options.pop("ledger", repo / "results" / "test_reads.json"),
+        **options,
     )
-    assert (first.reads, first.forced) == (1, False)
-    with pytest.raises(InputError, match=r"read for a@1 on 2026-12-05 by `bench x`"):
-        record_test_read("empatheticdialogues_intents", artifact="a@1", command="bench y", ledger=ledger)
-    assert test_reads("empatheticdialogues_intents", ledger) == 1  # the refused read is not recorded
-    other = record_test_read("empatheticdialogues_intents", artifact="b@2", command="bench y", ledger=ledger)
-    forced = record_test_read("empatheticdialogues_intents", artifact="a@1", command="z", ledger=ledger, force=True)
-    assert (other.reads, forced.reads, forced.forced) == (2, 3, True)
-    table = json.loads(ledger.read_text())
-    assert [e["artifact"] for e in table["empatheticdialogues_intents"]] == ["a@1", "b@2", "a@1"]
-    assert table["empatheticdialogues_intents"][2]["forced"] is True
+
+
+def test_a_test_read_proves_its_order_and_scope(repo: Path, data_dir: Path) -> None:
+    files = [data_dir / "empatheticdialogues_intents" / "annotated_subset" / "sad.csv"]
+    first = _read(
+        repo, "empatheticdialogues_intents", files=files, artifact_files=[repo / "generator.gguf", repo / "gate.json"]
+    )
+    entry = json.loads((repo / "results" / "test_reads.json").read_text())["empatheticdialogues_intents"][0]
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    rule_bytes = (repo / "rule.md").read_bytes()
+    assert entry["commit"] == entry["rule_commit"] == head and entry["rule"] == "rule.md"
+    assert entry["rule_sha256"] == hashlib.sha256(rule_bytes).hexdigest() and entry["time"].endswith("Z")
+    assert entry["artifact_files"] == {
+        "generator.gguf": hashlib.sha256(b"generator weights").hexdigest(),
+        "gate.json": hashlib.sha256(b'{"slope": 0.1}').hexdigest(),
+    }
+    assert entry["items"] == 2 and entry["items_sha256"] == items_sha256(["i1", "i2"]) == first.items_sha256
+    assert (first.reads, first.forced, first.labels_only) == (1, False, False)
+    # the same models, or some of them, read again: refused, whatever the artifact is called
+    for models in ([repo / "generator.gguf", repo / "gate.json"], [repo / "generator.gguf"]):
+        with pytest.raises(InputError, match=r"read for bundled@\w+ on .* with the same models"):
+            _read(repo, "empatheticdialogues_intents", artifact="renamed", artifact_files=models, items=["i9"])
+    assert test_reads("empatheticdialogues_intents", repo / "results" / "test_reads.json") == 1  # refusals not recorded
+    (repo / "retrained.gguf").write_bytes(b"new weights")  # another artifact reads once
+    other = _read(repo, "empatheticdialogues_intents", artifact_files=[repo / "retrained.gguf"])
+    forced = _read(repo, "empatheticdialogues_intents", force=True)
+    labels = _read(
+        repo, "empatheticdialogues_intents", artifact="labels", artifact_files=[], labels_only=True, force=True
+    )
+    assert (other.reads, other.forced, forced.reads, forced.forced) == (2, False, 3, True)
+    assert (labels.reads, labels.forced, labels.labels_only, labels.artifact) == (4, True, True, "labels")
+    with pytest.raises(InputError, match="same models"):  # a labels-only read is a read too
+        _read(repo, "empatheticdialogues_intents", artifact="labels", artifact_files=[], labels_only=True)
+    with pytest.raises(InputError, match="name every model file"):
+        _read(repo, "sage_rlver/test_turns", artifact_files=[])
     with pytest.raises(InputError, match="not a test file"):
-        record_test_read("x", artifact="a", command="c", files=[data_dir / "esconv" / "test.jsonl"], ledger=ledger)
+        _read(repo, "x", files=[data_dir / "esconv" / "test.jsonl"])
     # an evaluation read of a test file needs its ledger entry
     with pytest.raises(InputError, match=r"read it through care_lab\.data\.results\.record_test_read"):
         require_role(files[0], "evaluate")
     assert require_role(files[0], "evaluate", test_read=first) == "test"
+    assert ledger_entry("empatheticdialogues_intents", 1, first.ledger) == first  # a resumed run is the same read
 
 
-def test_the_committed_ledger_names_the_fresh_test_sets() -> None:
-    ledger = json.loads((Path(__file__).parents[1] / "benchmarks" / "results" / "test_reads.json").read_text())
-    assert {"empatheticdialogues_intents", "sage_rlver/test_turns"} <= set(ledger)
-    assert all(isinstance(reads, list) for reads in ledger.values())
+def test_a_read_needs_its_rule_committed_and_unchanged(repo: Path) -> None:
+    (repo / "draft.md").write_text("# Not committed\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"draft\.md: the rule is not committed"):
+        _read(repo, "sage_rlver/test_turns", rule=repo / "draft.md")
+    (repo / "rule.md").write_text("# Rule\nChanged after the fact.\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"rule\.md: the rule has changed since its last commit"):
+        _read(repo, "sage_rlver/test_turns")
+    _git(repo, "commit", "-qam", "an addendum")
+    assert _read(repo, "sage_rlver/test_turns").reads == 1
+
+
+def test_the_per_item_records_of_a_read_are_kept_with_their_hash(repo: Path) -> None:
+    read = _read(repo, "sage_rlver/test_turns")
+    records = [{"id": "i1", "reward": 0.5}, {"id": "i2", "reward": None}]
+    path = attach_records(read, records)
+    assert path == repo / "results" / "reads" / "sage_rlver_test_turns-1.jsonl.gz"
+    kept = json.loads((repo / "results" / "test_reads.json").read_text())["sage_rlver/test_turns"][0]["records"]
+    assert kept["file"] == "reads/sage_rlver_test_turns-1.jsonl.gz" and kept["n"] == 2
+    assert kept["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert [json.loads(line)["id"] for line in gzip.decompress(path.read_bytes()).splitlines()] == ["i1", "i2"]
+    assert attach_records(read, records) == path and path.read_bytes() == path.read_bytes()  # deterministic
+    assert attach_records(read, records, limit=10, regenerate="python bench.py --set sage") is None
+    kept = json.loads((repo / "results" / "test_reads.json").read_text())["sage_rlver/test_turns"][0]["records"]
+    assert kept["regenerate"] == "python bench.py --set sage" and "file" not in kept
+    with pytest.raises(InputError, match="pass regenerate="):
+        attach_records(read, records, limit=10)
+    # a sample drawn from the test data itself is named once it is loaded, before anything is scored
+    drawn = _read(repo, "empatheticdialogues_intents", items=[], artifact_files=[repo / "gate.json"])
+    assert (drawn.items, drawn.items_sha256) == (0, "")
+    named = set_items(drawn, ["d1#1", "d2#3"])
+    assert named.items == 2 and ledger_entry("empatheticdialogues_intents", 1, drawn.ledger) == named
+    with pytest.raises(InputError, match="names other items already"):
+        set_items(drawn, ["d9#1"])
+
+
+TEST_LOADERS: dict[str, Callable[[Path, object], Any]] = {
+    "load_intent_turns": lambda root, read: load_intent_turns(root / "empatheticdialogues_intents", test_read=read),
+    "load_intent_annotations": lambda root, read: load_intent_annotations(
+        root / "empatheticdialogues_intents", test_read=read
+    ),
+    "sage_test_turns": lambda root, read: sage_test_turns(sage_rollout_files(root), test_read=read),
+    "require_role": lambda root, read: require_role(
+        root / "empatheticdialogues_intents" / "annotated_subset" / "sad.csv", "evaluate", test_read=read
+    ),
+    "read_pairs_file": lambda root, read: _pairs(root, read),
+}
+"""Every reader that returns test data, by name: each must refuse without a recorded read."""
+
+WITHHOLDING: dict[str, Callable[[Path, object], Any]] = {
+    "load_sage_turns": lambda root, read: {t.role for t in load_sage_turns(sage_rollout_files(root), test_read=read)},
+    "sage_turns": lambda root, read: {t.role for t in sage_turns(sage_rollout_files(root), test_read=read)},
+    "load_sage_rollouts": lambda root, read: {_rollout_labels(f, read) for f in sage_rollout_files(root)},
+    "require_held_out": lambda root, read: {"selection"},
+}
+"""Readers of files holding test records: without a recorded read no test record (or label) comes out."""
+
+
+def _rollout_labels(path: Path, read: object) -> str:
+    """``test`` when the rollouts read give an emotion change of a test turn."""
+    test = rollout_test_turns(path) or {}
+    rollouts = load_sage_rollouts(path, test_read=read)
+    return "test" if any(i in test.get(r.id, ()) for r in rollouts for i in r.deltas) else "selection"
+
+
+def _pairs(root: Path, read: object) -> Any:
+    from care_lab.evals.pairs import read_pairs_file
+
+    return read_pairs_file(root / "empatheticdialogues_intents" / "annotated_subset" / "sad.csv", test_read=read)
+
+
+def test_no_test_loader_can_be_reached_without_a_ledger_entry(data_dir: Path, repo: Path) -> None:
+    with_test_read = set()
+    for module in pkgutil.walk_packages(care_lab.__path__, "care_lab."):
+        loaded = __import__(module.name, fromlist=["_"])
+        for name, value in vars(loaded).items():
+            if (
+                inspect.isfunction(value)
+                and value.__module__ == module.name
+                and not name.startswith("_")
+                and name != "check_test_read"  # the check every one of them calls
+                and "test_read" in inspect.signature(value).parameters
+            ):
+                with_test_read.add(name)
+    assert with_test_read == set(TEST_LOADERS) | set(WITHHOLDING)  # a new loader of test data is listed here
+    sage = _read(repo, "sage_rlver/test_turns", items=["all"])
+    forged = TestRead(
+        "empatheticdialogues_intents", "bundled@0", "pytest", "2026-12-05T10:00:00Z", False, 1, sage.ledger
+    )
+    for load in TEST_LOADERS.values():
+        for read in (None, forged, {"data": "empatheticdialogues_intents", "reads": 1}):
+            with pytest.raises(
+                InputError,
+                match=r"test data is read once|EmpatheticIntents is a test set|is not in the ledger|, not of ",
+            ):
+                load(data_dir, read)
+    for name in ("load_intent_turns", "load_intent_annotations", "require_role", "read_pairs_file"):
+        with pytest.raises(InputError, match=r"a read of sage_rlver/test_turns, not of empatheticdialogues_intents"):
+            TEST_LOADERS[name](data_dir, sage)
+    for name, load in WITHHOLDING.items():
+        assert load(data_dir, None) == {"selection"}, name
+    assert {_rollout_labels(f, sage) for f in sage_rollout_files(data_dir)} == {"test"}  # with the read
 
 
 def test_results_files_name_their_data_role_and_test_reads(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ from care_lab.bench.metrics import (
 from care_lab.bench.variants import VARIANTS, Item
 from care_lab.data import MINT_JUDGE_DIMENSIONS, SupportDialogue, load_esconv, load_lend_an_ear
 from care_lab.data.roles import require_role
-from care_lab.data.sage_turns import load_sage_turns
+from care_lab.data.sage_turns import load_sage_turns, sage_turn_count, scored_turns
 from care_lab.data.splits import lend_an_ear_role
 from care_sdk.errors import InputError
 from care_sdk.types import DIMENSIONS
@@ -302,8 +302,9 @@ class SimulatedTask(
             raise InputError(
                 "no SAGE rollout files (results_*/*_result.jsonl)", location=str(paths.root / "sage_rlver")
             )
-        loaded = load_sage_turns(files)
-        turns = [
+        loaded = load_sage_turns(files)  # the selection turns: a test turn needs a ledger entry
+        scored = scored_turns(loaded.records, sage_turn_count(files), limit=settings.limit, seed=settings.seed)
+        chosen = [
             Item(
                 key=t.key,
                 context=t.context,
@@ -316,12 +317,9 @@ class SimulatedTask(
                     "delta": t.delta,
                 },
             )
-            for t in loaded
+            for t in scored
         ]
-        roles = {t.key: t.role for t in loaded}
-        selection = [t for t in turns if roles[t.key] == "selection"]
-        chosen = [t for t in select(turns, settings.limit, settings.seed) if roles[t.key] == "selection"]
-        return TaskData(chosen, len(chosen), len(selection), list(files), list(loaded.issues))
+        return TaskData(chosen, len(chosen), len(loaded), list(files), list(loaded.issues))
 
     def evaluate(self, data: TaskData, records: Records, settings: Settings) -> TaskResult:
         rho: dict[str, Estimate] = {}

@@ -14,7 +14,8 @@ API summary (stable):
   ``load_judged_turns(path) -> Loaded[JudgedResponse]`` (12 systems' replies to the same turns,
   judge scores).
 - ``load_sage_profiles(path) -> Loaded[SageProfile]``,
-  ``load_sage_rollouts(path) -> Loaded[SageRollout]`` (Chinese; turn-level emotion deltas).
+  ``load_sage_rollouts(path) -> Loaded[SageRollout]`` (Chinese; turn-level emotion deltas, the
+  test turns' withheld without a test-read entry).
 - :class:`SupportDialogue`: ``id``, ``source``, ``messages`` (OpenAI messages, user = seeker,
   assistant = supporter, consecutive utterances merged), ``strategies`` (per message, ``None``
   when unlabelled), ``metadata``; ``.to_dialogue()`` and ``.supporter_turns(strategy_map)``.
@@ -26,15 +27,16 @@ API summary (stable):
 - :func:`~care_lab.data.splits.lend_an_ear_split`: the one split by conversation of Lend-an-Ear
   (train on ``train`` only; ``valid`` and ``test`` are held out everywhere, both data role
   ``selection``: :func:`lend_an_ear_role`).
-- The fresh ``test`` sets (read through the test-read ledger, :mod:`care_lab.data.results`):
-  ``load_intent_turns`` / ``load_intent_annotations`` (EmpatheticIntents listener turns, intent
-  and mapped dimension, :func:`intent_map`) and ``sage_test_turns`` (SAGE turns outside the 400
-  already scored; ``sage_turns`` and ``load_sage_turns`` list every turn with its role).
-- Data roles (:mod:`care_lab.data.roles`): :func:`data_role`, :func:`require_role` (every reader
-  that fits, selects or evaluates: ``fit`` reads train only, ``select`` train or selection, test
-  only through the test-read ledger), :func:`require_trainable`, :func:`require_held_out` and
-  :func:`write_roles`; results files and the ledger (:mod:`care_lab.data.results`):
-  :func:`write_results`, :func:`record_test_read`.
+- The fresh ``test`` sets, whose loaders ask for the entry of a read in the test-read ledger
+  (``test_read=``, :mod:`care_lab.data.results`): ``load_intent_turns`` / ``load_intent_annotations``
+  (EmpatheticIntents listener turns, intent and mapped dimension, :func:`intent_map`) and
+  ``sage_test_turns`` (SAGE turns outside the 400 already scored; ``sage_turns`` and
+  ``load_sage_turns`` give the selection turns, and every turn with its role given the entry).
+- Data roles (:mod:`care_lab.data.roles`, decided by a file's content): :func:`data_role`,
+  :func:`require_role` (every reader that fits, selects or evaluates: ``fit`` reads train only,
+  ``select`` train or selection, test only through the test-read ledger),
+  :func:`require_trainable`, :func:`require_held_out` and :func:`write_roles`; results files and
+  the ledger (:mod:`care_lab.data.results`): :func:`write_results`, :func:`record_test_read`.
 - What the labels say about priority (:mod:`care_lab.data.priorities`: r_align's rule, the
   turn-position prior) and the MINT judge's preference pairs (:mod:`care_lab.data.judged_pairs`),
   used by training and the benchmarks alike.

@@ -36,12 +36,14 @@ from pathlib import Path
 
 from care_lab.data._issues import IssueLog, Loaded
 from care_lab.data._read import iter_csv
+from care_lab.data.results import check_test_read
 from care_lab.data.strategies import StrategyMap
 from care_sdk.errors import InputError
 from care_sdk.types import Dimension, Message
 
 __all__ = [
     "INTENTS",
+    "LEDGER_NAME",
     "IntentTurn",
     "ManualIntent",
     "intent_map",
@@ -63,6 +65,8 @@ INTENTS: tuple[str, ...] = (
 """The intents of the automatic labels (listener utterances); the manual files add seven more."""
 
 _FOLDER = "empatheticdialogues_intents"
+LEDGER_NAME = "empatheticdialogues_intents"
+"""The set's name in the test-read ledger: the entry a loader here is given must be a read of it."""
 
 
 def intent_map() -> StrategyMap:
@@ -109,7 +113,7 @@ class IntentTurn:
 
 @dataclass(frozen=True)
 class ManualIntent:
-    """One of the 506 manually labelled listener utterances (no context).
+    """One of the manually labelled listener utterances (no context).
 
     Examples:
         >>> ManualIntent("Oh no!", "sympathizing", Dimension.AFFECTIVE, "sympathizing.txt:line 1").intent
@@ -140,6 +144,7 @@ def _require_read(test_read: object | None, where: Path) -> None:
             "care_lab.data.results.record_test_read returned for this read",
             location=str(where),
         )
+    check_test_read(test_read, LEDGER_NAME, where)
 
 
 def load_intent_turns(path: str | Path, *, test_read: object | None, strict: bool = False) -> Loaded[IntentTurn]:
@@ -206,7 +211,7 @@ def load_intent_turns(path: str | Path, *, test_read: object | None, strict: boo
 
 
 def load_intent_annotations(path: str | Path, *, test_read: object | None) -> list[ManualIntent]:
-    """The manually labelled listener utterances (``manual_intent_annotations/<intent>.txt``).
+    """The manually labelled listener utterances (``manual_intent_annotations/<intent>.txt``), a test set too.
 
     Raises:
         InputError: no ledger entry, no such folder, or a file names an intent the mapping lacks.

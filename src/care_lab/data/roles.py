@@ -161,6 +161,16 @@ def _by_path(path: Path) -> KnownMatch | None:
     return None
 
 
+_LEDGER_NAMES = {"empatheticdialogues_intents/": "empatheticdialogues_intents", "sage_rlver/": "sage_rlver/test_turns"}
+"""The test-read ledger's name of the test set a published file belongs to, by its folder."""
+
+
+def _ledger_name(path: Path) -> str | None:
+    known = _fixed(path)
+    published = known.published if known is not None else ""
+    return next((name for folder, name in _LEDGER_NAMES.items() if published.startswith(folder)), None)
+
+
 def _fixed(path: Path) -> KnownMatch | None:
     """The role a file cannot be given another of: by its content, else by its published path."""
     return known_match(path) or _by_path(path)
@@ -308,12 +318,16 @@ def require_role(
         resolved = "test" if "test" in roles else roles[0]
     else:
         resolved = role
-    if resolved == "test" and use == "evaluate" and test_read is None:
-        raise InputError(
-            "test data is read once per shipped artifact: read it through "
-            "care_lab.data.results.record_test_read, which records the read",
-            location=str(path),
-        )
+    if resolved == "test" and use == "evaluate":
+        if test_read is None:
+            raise InputError(
+                "test data is read once per shipped artifact: read it through "
+                "care_lab.data.results.record_test_read, which records the read",
+                location=str(path),
+            )
+        from care_lab.data.results import check_test_read  # results imports this module
+
+        check_test_read(test_read, _ledger_name(path), path)
     return resolved
 
 

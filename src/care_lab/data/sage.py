@@ -11,7 +11,7 @@ from care_lab.data._issues import IssueLog, Loaded
 from care_lab.data._read import iter_jsonl
 from care_sdk.types import Dialogue, Message
 
-__all__ = ["SageProfile", "SageRollout", "load_sage_profiles", "load_sage_rollouts"]
+__all__ = ["SageProfile", "SageRollout", "load_sage_profiles", "load_sage_rollouts", "read_sage_rollouts"]
 
 
 class _Frozen(BaseModel):
@@ -83,6 +83,8 @@ class SageRollout(_Frozen):
     """The hidden support goal."""
     character: str
     """The character type."""
+    withheld: tuple[int, ...] = ()
+    """Message indices of test turns whose emotion change is withheld (read without a ledger entry)."""
 
     def to_dialogue(self) -> Dialogue:
         """The dialogue as :class:`~care_sdk.types.Dialogue`."""
@@ -178,17 +180,16 @@ def _rollout(obj: dict[str, Any], pos: str, model: str, log: IssueLog) -> SageRo
     )
 
 
-def load_sage_rollouts(path: str | Path, *, strict: bool = False) -> Loaded[SageRollout]:
-    """Load simulated rollouts of one supporter model (``results_*/<model>_result.jsonl``).
-
-    The model name is the file name without ``_result.jsonl``.
+def read_sage_rollouts(path: str | Path, *, strict: bool = False) -> Loaded[SageRollout]:
+    """Every rollout of a file with every emotion change, test turns' included: for
+    :mod:`care_lab.data.sage_turns`, which gives each turn its role; read them with
+    :func:`load_sage_rollouts`.
 
     Examples:
-        >>> import os, pathlib
-        >>> root = pathlib.Path(os.environ.get("CARE_DATA_DIR", "/no-data"))
-        >>> p = root / "sage_rlver/results_deepseek-v3-simulator/gpt-4.1_result.jsonl"
-        >>> if p.exists():
-        ...     assert load_sage_rollouts(p)[0].model == "gpt-4.1"
+        >>> read_sage_rollouts("/nowhere/m_result.jsonl")
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.InputError: /nowhere/m_result.jsonl: no such file
     """
     path = Path(path)
     log = IssueLog(path, strict=strict)
@@ -199,3 +200,44 @@ def load_sage_rollouts(path: str | Path, *, strict: bool = False) -> Loaded[Sage
         if rollout is not None:
             records.append(rollout)
     return Loaded(records=records, issues=log.issues)
+
+
+def load_sage_rollouts(
+    path: str | Path, *, test_read: object | None = None, strict: bool = False
+) -> Loaded[SageRollout]:
+    """Load simulated rollouts of one supporter model (``results_*/<model>_result.jsonl``).
+
+    The model name is the file name without ``_result.jsonl``. The turns outside the 400 the
+    quality benchmark scored are a ``test`` set (:mod:`care_lab.data.sage_turns`): without
+    ``test_read``, the ledger entry of a read of them, their emotion changes (the labels) are
+    withheld (left out of ``deltas``, their indices in ``withheld``). Their replies stay in the
+    messages, since later turns' contexts hold them; a test turn as an item (reply and label)
+    comes only from :func:`care_lab.data.sage_turns.sage_test_turns`.
+
+    Raises:
+        InputError: the file is missing, or ``test_read`` is not a recorded read of the SAGE test turns.
+
+    Examples:
+        >>> import os, pathlib
+        >>> root = pathlib.Path(os.environ.get("CARE_DATA_DIR", "/no-data"))
+        >>> p = root / "sage_rlver/results_deepseek-v3-simulator/gpt-4.1_result.jsonl"
+        >>> if p.exists():
+        ...     rollouts = load_sage_rollouts(p)
+        ...     assert rollouts[0].model == "gpt-4.1" and not set(rollouts[0].deltas) & set(rollouts[0].withheld)
+    """
+    from care_lab.data.results import check_test_read
+    from care_lab.data.sage_turns import LEDGER_NAME, rollout_test_turns
+
+    loaded = read_sage_rollouts(path, strict=strict)
+    if test_read is not None:
+        check_test_read(test_read, LEDGER_NAME, path)
+        return loaded
+    hidden = rollout_test_turns(path)
+    records = []
+    for rollout in loaded:
+        test = set(rollout.deltas) if hidden is None else set(hidden.get(rollout.id, ()))
+        if test & set(rollout.deltas):
+            kept = {i: d for i, d in rollout.deltas.items() if i not in test}
+            rollout = rollout.model_copy(update={"deltas": kept, "withheld": tuple(sorted(test & set(rollout.deltas)))})
+        records.append(rollout)
+    return Loaded(records=records, issues=loaded.issues)
