@@ -430,6 +430,32 @@ def test_no_test_loader_can_be_reached_without_a_ledger_entry(data_dir: Path, re
     assert {_rollout_labels(f, sage) for f in sage_rollout_files(data_dir)} == {"test"}  # with the read
 
 
+def test_the_committed_ledger_proves_what_it_can_and_says_what_it_cannot() -> None:
+    root = Path(__file__).parents[1]
+    results = root / "benchmarks" / "results"
+    ledger = json.loads((results / "test_reads.json").read_text())
+    assert {"empatheticdialogues_intents", "sage_rlver/test_turns"} <= set(ledger)
+    for data, entries in ledger.items():
+        for number, entry in enumerate(entries, start=1):
+            where = f"{data} read {number}"
+            assert entry["rule"] and len(entry["rule_sha256"]) == 64 and entry["items"] and entry["items_sha256"], where
+            assert entry["artifact_files"] or entry.get("labels_only"), where
+            shown = subprocess.run(
+                ["git", "-C", str(root), "show", f"{entry['rule_commit']}:{entry['rule']}"], capture_output=True
+            )
+            if shown.returncode == 0:  # a checkout with its history: the rule's hash at its commit
+                assert hashlib.sha256(shown.stdout).hexdigest() == entry["rule_sha256"], where
+            if "time" in entry:  # recorded by the present ledger
+                assert entry["commit"] and entry["time"].endswith("Z"), where
+            else:  # re-recorded: what can be proven, and what cannot
+                assert entry["re_recorded"]["proven"] and entry["re_recorded"]["not_proven"], where
+            kept = entry.get("records") or {}
+            if "file" in kept:
+                packed = (results / kept["file"]).read_bytes()
+                assert hashlib.sha256(packed).hexdigest() == kept["sha256"], where
+                assert len(gzip.decompress(packed).splitlines()) == kept["n"], where
+
+
 def test_results_files_name_their_data_role_and_test_reads(tmp_path: Path) -> None:
     path = write_results(
         tmp_path / "r.json",
