@@ -5,13 +5,15 @@ dialogue so far, with the default ``Guards()``; a flag whose default policy chan
 (``zero`` or ``penalise``; the pre-checks always settle with 0) must flag under 1 % of every set
 (:mod:`care_lab.bench.guard_rates` lists the sets and their roles). For the SAGE rollouts it also
 reports the simulated user's mean emotion change after turns flagged ``repeated_own_turn`` and
-after the others.
+after the others (selection turns only).
 
 Usage:
     python benchmarks/bench_guard_rates.py [--data-dir ../shared/data] [--out benchmarks/results/guard_rates.json]
 
 Prints a markdown table (flag x data set: count / n, rate) and writes the JSON (the command, the
-data files and their roles, the policies, the rates, the flags that break the rule).
+data files and their roles, how many replies each set gave and, for SAGE, how many test turns it
+skipped, the policies, the rates, the flags that break the rule). No test turn is read: the SAGE
+sets hold the turns that are not test turns.
 """
 
 from __future__ import annotations
@@ -56,8 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     sets = honest_sets(root)
     report = measure(sets)
+    roles = sorted({s.role for s in sets})
     report = {
         "benchmark": "guard-rates",
+        "role": roles[0] if len(roles) == 1 else "per set: " + ", ".join(roles),
+        "test_reads": 0,
         "command": "python benchmarks/bench_guard_rates.py" + (" --data-dir DATA" if args.data_dir else ""),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(time.perf_counter() - started, 1),

@@ -70,8 +70,8 @@ def test_honest_sets_read_every_data_set_with_roles(tmp_path: Path) -> None:
         "sage_sys-b",
     ]
     assert [len(s.turns) for s in sets.values()] == [3, 3, 6, 6, 2, 2]
-    assert {s.role for n, s in sets.items() if n.startswith("sage")} == {"eval-only"}
-    assert {s.role for n, s in sets.items() if not n.startswith("sage")} == {"selection"}
+    assert {s.role for s in sets.values()} == {"selection"}  # the SAGE sets hold no test turn
+    assert [sets[n].meta["skipped_test_turns"] for n in ("sage_sys-a", "sage_sys-b")] == [0, 0]
     context, reply = sets["lend_an_ear_qwen3_4b"].turns[0]
     assert [m.role for m in context] == ["user", "assistant", "user"] and reply == OWN  # the human dialogue so far
     report = measure(list(sets.values()))
@@ -107,9 +107,20 @@ def test_the_rates_script_runs_and_writes_its_results_file(tmp_path: Path) -> No
     assert report["benchmark"] == "guard-rates" and report["command"].startswith(
         "python benchmarks/bench_guard_rates.py"
     )
-    assert [d["role"] for d in report["data"]] == ["selection"] * 4 + ["eval-only"] * 2
+    assert [d["role"] for d in report["data"]] == ["selection"] * 6 and report["role"] == "selection"
+    assert report["test_reads"] == 0 and [d["read"] for d in report["data"]] == [3, 3, 6, 6, 2, 2]
     assert all(d["files"] for d in report["data"])
     assert set(report["rates"]["esconv_valid"]) == {*COUNTED_FLAGS, REWARD_CHANGED}
     assert report["policies"]["copied_user"] == "zero" and report["policies"]["repeated_own_turn"] == "report"
     assert "| `copied_user` | zero | 1 / 3 (33.33%) |" in done.stdout
     assert "flags over 1 % of honest replies" in done.stdout
+
+
+def test_the_sage_sets_skip_every_test_turn_and_count_them(data_dir: Path) -> None:
+    from care_lab.data.sage_turns import sage_rollout_files, sage_turn_roles
+
+    sets = {s.name: s for s in honest_sets(data_dir) if s.name.startswith("sage_")}
+    roles = sage_turn_roles(sage_rollout_files(data_dir))
+    assert sum(s.meta["skipped_test_turns"] for s in sets.values()) == sum(r == "test" for r in roles.values())
+    changes = [d for s in sets.values() for d in s.meta["deltas"] if d is not None]
+    assert len(changes) == sum(r == "selection" for r in roles.values())  # the only emotion changes read

@@ -11,11 +11,15 @@ sets, each reply read against its own dialogue so far (messages with roles):
   ``gold`` replies of the judged turns; ``selection``);
 - ``lend_an_ear_qwen3_4b``: the 11 Qwen3-4B systems' judged replies to the same turns, each
   after the human dialogue so far (``selection``);
-- ``sage_<model>``: every assistant turn of the SAGE/RLVER simulated rollouts of one supporter
-  model (``eval-only``).
+- ``sage_<model>``: the assistant turns of the SAGE/RLVER simulated rollouts of one supporter
+  model that are not ``test`` turns (:mod:`care_lab.data.sage_turns`): the turns the quality
+  benchmark scored (``selection``) and the turns no simulated emotion change follows, which are no
+  item of either set. The test turns, and their emotion changes, are skipped and counted
+  (``meta["skipped_test_turns"]``); a test set is read once per shipped artifact, through the
+  test-read ledger.
 
-These are measurements: no threshold is chosen on the ones marked ``selection`` other than ESConv
-valid, nor on the ``eval-only`` rollouts. ``benchmarks/bench_guard_rates.py`` writes the table.
+These are measurements: no threshold is chosen on any of them other than ESConv valid.
+``benchmarks/bench_guard_rates.py`` writes the table.
 
 Examples:
     >>> from care_sdk.types import Message
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from care_lab.data import load_esconv, load_judged_turns, load_lend_an_ear, load_sage_rollouts
+from care_lab.data.sage_turns import rollout_test_turns
 from care_sdk.guards import (
     EMPTY_REPLY,
     NO_WORDS,
@@ -133,22 +138,29 @@ def honest_sets(root: str | Path) -> list[HonestSet]:
         )
     )
     for path in sorted(root.glob("sage_rlver/results_*/*_result.jsonl")):
-        rollouts = load_sage_rollouts(path)
-        turns, deltas = [], []
+        rollouts = load_sage_rollouts(path)  # no test-read entry: the test turns' emotion changes are withheld
+        test = rollout_test_turns(path)
+        turns, deltas, skipped = [], [], 0
         for rollout in rollouts:
+            hidden = set(rollout.withheld) | (set(test.get(rollout.id, ())) if test is not None else set())
             for i, message in enumerate(rollout.messages):
-                if message.role == "assistant":
-                    turns.append((rollout.messages[:i], message.content))
-                    deltas.append(rollout.deltas.get(i))
+                if message.role != "assistant":
+                    continue
+                if i in hidden or test is None:
+                    skipped += 1
+                    continue
+                turns.append((rollout.messages[:i], message.content))
+                deltas.append(rollout.deltas.get(i))
         model = path.name.removesuffix("_result.jsonl")
         sets.append(
             HonestSet(
                 f"sage_{model}",
-                "eval-only",
+                "selection",
                 (str(path.relative_to(root)),),
-                f"SAGE/RLVER simulated rollouts of {model}: every assistant turn",
+                f"SAGE/RLVER simulated rollouts of {model}: the assistant turns that are not test turns "
+                f"({skipped} test turns skipped)",
                 turns,
-                {"deltas": deltas},
+                {"deltas": deltas, "skipped_test_turns": skipped},
             )
         )
     return sets
@@ -226,7 +238,11 @@ def measure(sets: Sequence[HonestSet], guards: Guards | None = None) -> dict[str
         "guards": guards.model_dump(mode="json"),
         "policies": policies,
         "rule": f"every flag whose policy changes the reward flags under {MAX_HONEST_RATE:.0%} of each set",
-        "data": [{"name": s.name, "role": s.role, "files": list(s.files), "description": s.description} for s in sets],
+        "data": [
+            {"name": s.name, "role": s.role, "files": list(s.files), "description": s.description, "read": len(s.turns)}
+            | ({"skipped_test_turns": s.meta["skipped_test_turns"]} if "skipped_test_turns" in s.meta else {})
+            for s in sets
+        ],
         "rates": rates,
         "violations": violations,
         "emotion_after_repeated_own_turn": {s.name: e for s in sets if (e := emotion_after(s, guards=guards))},
