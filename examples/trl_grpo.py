@@ -1,7 +1,9 @@
 """GRPO on ESConv contexts with CARE rewards: `python examples/trl_grpo.py [POLICY] [STEPS]`.
 
 POLICY is `tiny` (a random SmolLM2-shaped model, for a smoke run), `bundled` (SmolLM2-135M) or a
-model directory. The judge is the bundled SmolLM2 on llama.cpp; swap in any backend spec.
+model directory. The judge is the bundled SmolLM2 on llama.cpp; swap in any backend spec. The
+prompts are ESConv train contexts: training reads train data only, and the role check refuses
+anything else (ESConv valid and test are selection data).
 """
 
 import sys
@@ -9,12 +11,14 @@ import sys
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
-from care_sdk import AdaptiveReward
-from care_lab.data import data_dir, load_esconv
+from care_lab.data import data_dir, load_esconv, require_trainable
 from care_lab.training.models import resolve_model
+from care_sdk import AdaptiveReward
 
 policy, steps = (sys.argv[1:] + ["tiny", "2"][len(sys.argv) - 1 :])[:2]
-turns = [t for d in load_esconv(data_dir() / "esconv" / "valid.jsonl").records for t in d.supporter_turns()]
+train = data_dir() / "esconv" / "train.jsonl"
+require_trainable(train, what="GRPO prompts")  # refuses selection, test and eval-only data
+turns = [t for d in load_esconv(train).records for t in d.supporter_turns()]
 dataset = Dataset.from_list([{"prompt": t.context_messages()[-6:]} for t in turns[:256]])
 reward = AdaptiveReward.from_backend("default")  # e.g. "openai:my-judge@http://127.0.0.1:8000/v1"
 args = GRPOConfig(
