@@ -142,8 +142,8 @@ Policy = Literal["zero", "penalise", "report"]
 """What happens to a flagged reply: reward 0 without a model call, the reward minus a penalty, or flags only."""
 DEFAULT_FLAG_POLICIES: dict[str, Policy] = {REPEATED_OWN_TURN: "report"}
 """Flags whose default policy is not :attr:`Guards.on_flag`. ``repeated_own_turn`` is reported
-only: it flags 61 of Qwen2.5-72B's 666 turns in the SAGE rollouts (9.2 %), after which the
-simulated user's emotion changes no worse than after the others (``benchmarks/results/guard_rates.json``)."""
+only: a strong system repeats its own earlier turns in multi-turn rollouts, and the simulated user
+fares no worse after those turns (the rates are in ``benchmarks/results/guard_rates.json``)."""
 _STRICTNESS: dict[str, int] = {"report": 0, "penalise": 1, "zero": 2}
 _BLOCKING = frozenset({EMPTY_REPLY, NO_WORDS})
 C = TypeVar("C", bound=Sequence[Message])
@@ -190,17 +190,16 @@ class Guards(BaseModel):
     """Flag ``copied_user`` when at least this share of the reply's word 4-grams occur in the
     context's user messages (first and second person made one); ``None`` turns that detector off.
     At 0.5 it flags every repeat of the user's last message, in their words or turned around ("I
-    lost my job" / "you lost your job"), and 0.2 % or fewer of the honest replies of ESConv,
-    Lend-an-Ear and the SAGE rollouts (``benchmarks/results/guard_rates.json``)."""
+    lost my job" / "you lost your job"), and few honest replies (the rates on ESConv, Lend-an-Ear
+    and the SAGE rollouts are in ``benchmarks/results/guard_rates.json``)."""
     own_turn_share: float | None = Field(default=0.5, gt=0.0, le=1.0)
     """Flag ``repeated_own_turn`` when at least this share of the reply's word 4-grams occur in the
     context's assistant messages; ``None`` turns that detector off."""
     repeat_share: float | None = Field(default=0.6, gt=0.0, le=1.0)
     """Flag ``repeated_text`` when at least this share of the reply's words lie in a word 4-gram said
     earlier in the reply; ``None`` turns that detector off. A text said twice scores 0.5 and passes
-    (ESConv holds a few dozen supporter messages pasted twice); said three times it scores 0.67.
-    At 0.6 it flags 3 of the 14,642 ESConv supporter replies (each a message pasted three times),
-    no seeker message and none of FailedESConv's 1,908 or the 3,780 judged Lend-an-Ear replies."""
+    (ESConv holds supporter messages pasted twice); said three times it scores 0.67 and is flagged
+    (the rates on honest replies are in ``benchmarks/results/guard_rates.json``)."""
 
     @field_validator("flag_policies", mode="after")
     @classmethod

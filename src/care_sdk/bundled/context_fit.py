@@ -18,7 +18,7 @@ context_fit=ContextFit())`` then pays ``fit * (floor + (1 - floor) * rubric rewa
 earns only as much as it answers this conversation; of that, it gets the floor's share (half by
 default) whatever the rubric says, and the rubric decides the rest. A plain product (``floor=0``)
 leaves a reply the evaluator gives all 1s at 0 however well it fits, and the bundled evaluator
-does that to 20 of 48 ESConv valid reference replies. The sum, not the mean per token, is what a
+gives all 1s to real reference replies too. The sum, not the mean per token, is what a
 long reply that keeps to the user's situation earns: per token, a long on-topic reply looks less
 specific than a short one, and a reward read that way prefers terse replies.
 
@@ -165,9 +165,9 @@ class ContextFit:
             ``None``: :data:`BUNDLED_GATE`.
         window: how many of the context's last messages the model reads (fewer when they do not
             fit the model's context window with the reply: the oldest are dropped first). The
-            bundled gate was fitted at 6, and ``gate=None`` uses it at any window: gates fitted on
-            the same pairs at 6, 10 and 16 had the same slope and crossed 0.5 within half a nat of
-            each other (``docs/research/context_fit.md``). For a window outside that range, fit a gate.
+            bundled gate was fitted at 6, and ``gate=None`` uses it at any window (the research
+            notes compare gates fitted at other windows, ``docs/research/context_fit.md``). For a
+            window far from 6, fit a gate.
         floor: the share of the fit a reply gets whatever the rubric says (see :func:`fitted_reward`);
             ``0`` makes the reward the plain product of the two.
         strip_copies: what the reply repeats from the context earns no fit: the model reads the
