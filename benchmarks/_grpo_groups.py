@@ -14,6 +14,12 @@ from care_lab.data import data_dir, load_esconv
 from care_sdk.types import Message
 
 
+def esconv_data(split: str = "valid") -> dict[str, object]:
+    """The results file's data fields for groups drawn from ESConv ``split`` (valid and test are both
+    ``selection`` data; no test set is read)."""
+    return {"data": f"esconv/{split}.jsonl", "role": "selection", "test_reads": 0}
+
+
 @dataclass(frozen=True)
 class Group:
     dialogue_id: str

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from _grpo_groups import Group, esconv_groups
+from _grpo_groups import Group, esconv_data, esconv_groups
 
 from care_sdk import (
     AdaptiveReward,
@@ -154,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "benchmark": "cost",
+        **esconv_data(),
         "care_sdk": __version__,
         "backend": backend.identity,
         "machine": platform.platform(),

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from _grpo_groups import Group, esconv_groups
+from _grpo_groups import Group, esconv_data, esconv_groups
 
 from care_sdk import Backend, GenerationResult, RubricEvaluator, RubricGenerator, __version__
 from care_sdk.backends import ForwardingBackend
@@ -242,6 +242,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"{len(rubrics)} rubrics in {time.perf_counter() - start:.0f} s", flush=True)
     record: dict[str, Any] = {
         "benchmark": "forced_scoring",
+        **esconv_data(),
         "care_sdk": __version__,
         "machine": platform.platform(),
         "threads": args.threads,

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from _grpo_groups import esconv_groups
+from _grpo_groups import esconv_data, esconv_groups
 
 from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator, __version__
 from care_sdk.backends.llamacpp import LlamaCppBackend, default_model_path
@@ -76,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "benchmark": "logprob_ties",
+        **esconv_data(),
         "care_sdk": __version__,
         "backend": backend.identity,
         "machine": platform.platform(),

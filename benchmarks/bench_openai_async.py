@@ -153,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
 
     result = {
         "benchmark": "bench_openai_async",
+        "data": "esconv/test.jsonl",
+        "role": "selection",
+        "test_reads": 0,
         "n": args.n,
         "concurrency": c,
         "base_url": base_url,

@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
     result = {
         "benchmark": "bench_pickle",
+        "data": "one hand-written context and reply (benchmarks/bench_pickle.py)",
+        "role": "eval-only",
+        "test_reads": 0,
         "what": "pickled AdaptiveReward size; time to the first reward in a fresh spawned process, "
         "unpickled vs built there from its spec (medians; one context, one reply)",
         "repeats": args.repeats,

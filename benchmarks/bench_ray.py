@@ -83,6 +83,8 @@ def main() -> int:
     load_after = os.getloadavg()
     result = {
         "benchmark": "ray",
+        "role": "eval-only",
+        "test_reads": 0,
         "command": "python benchmarks/bench_ray.py " + " ".join(sys.argv[1:]),
         "machine": {
             "platform": platform.platform(),

@@ -192,7 +192,15 @@ def main() -> int:
             f"{r['build_s']:>8} {r['report_mb']:>9} {r['report_per_scores']:>6} {r['open_ms'] or '-':>8}"
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"benchmark": "report", "python": sys.version.split()[0], "machine": platform.machine(), "rows": rows}
+    result = {
+        "benchmark": "report",
+        "data": "synthetic score records the script writes (no corpus)",
+        "role": "eval-only",
+        "test_reads": 0,
+        "python": sys.version.split()[0],
+        "machine": platform.machine(),
+        "rows": rows,
+    }
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
     return 0

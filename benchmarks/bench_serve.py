@@ -206,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
             runs.append({"backend": name, "spec": spec, "rows": run_backend(spec, items, args)})
     result = {
         "command": " ".join(["python", "benchmarks/bench_serve.py", *(argv if argv is not None else sys.argv[1:])]),
+        "data": "hand-written contexts and replies (benchmarks/bench_serve.py)",
+        "role": "eval-only",
+        "test_reads": 0,
         "contexts": args.contexts,
         "g": args.g,
         "window_ms": args.window_ms,

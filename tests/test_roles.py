@@ -474,3 +474,16 @@ def test_results_files_name_their_data_role_and_test_reads(tmp_path: Path) -> No
         write_results(tmp_path / "s.json", "c", data="x", role="test", test_reads=0, metrics={}, baselines={})
     with pytest.raises(InputError, match="unknown data role 'held-out'"):
         write_results(tmp_path / "t.json", "c", data="x", role="held-out", test_reads=0, metrics={}, baselines={})
+
+
+def test_every_committed_results_file_names_its_data_role_and_test_reads() -> None:
+    results = Path(__file__).parents[1] / "benchmarks" / "results"
+    for path in sorted(results.glob("*.json")):
+        if path.name == "test_reads.json":  # the ledger itself
+            continue
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        assert saved.get("data"), path.name
+        assert saved.get("role") in ("train", "selection", "test", "eval-only"), path.name
+        assert isinstance(saved.get("test_reads"), int) and (saved["role"] != "test" or saved["test_reads"] >= 1), (
+            path.name
+        )
