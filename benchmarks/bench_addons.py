@@ -111,7 +111,7 @@ class Scorer:
     """The shipped reward, its add-ons and the untrained base, all on the bundled model."""
 
     def __init__(self) -> None:
-        self.reward = AdaptiveReward.from_backend("default")
+        self.reward = AdaptiveReward.from_backend("default", context_fit=None)  # the method alone
         assert self.reward.parts == ("care",)
         generator = self.reward.generator
         assert generator is not None

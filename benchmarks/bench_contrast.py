@@ -8,6 +8,10 @@ Applies ``benchmarks/rules/contrast.md`` (written before any read). Three steps,
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --arms method,base
     # read the records: writes benchmarks/results/contrast.json
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py report
+    # the fresh test read, once, for what ships (through the test-read ledger), and its report
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set intents --arms shipped,base
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set sage --arms shipped,base
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py report --set intents   # and --set sage
 
 ``fit-gate`` writes ``benchmarks/results/context_fit_gate.json``: per ESConv train dialogue, the
 first supporter turn the rule's sample would take, ordered the same way, the first 150; each real
@@ -18,20 +22,26 @@ reply against the next one's (another conversation's reply), PMI read by the bun
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from care_lab.bench.contrast import summarise
+from care_lab.bench.contrast import ContrastItem, order_key, summarise
 from care_lab.bench.contrast_run import MODEL_ARMS, esconv_items, merge_records, read_records, score_arm
 from care_lab.data.locations import data_dir
 from care_lab.data.results import write_results
-from care_sdk.bundled.context_fit import BUNDLED_GATE, ContextFit, Gate
+from care_sdk.bundled.context_fit import ContextFit, Gate
 
 RESULTS = Path("benchmarks/results")
+RULE = "benchmarks/rules/contrast.md"
 GATE_FILE = RESULTS / "context_fit_gate.json"
 SELECTION = "esconv/valid.jsonl"
 GATE_PAIRS = 150
+VALID_GATE = Gate(slope=0.1599, intercept=-2.1270)
+"""The gate shipped before this benchmark, fitted on 150 ESConv valid pairs (selection data): reported beside."""
 
 
 def fit_gate(root: Path) -> None:
@@ -67,64 +77,184 @@ def fit_gate(root: Path) -> None:
             "real_above_0_5": round(sum(gate(p) > 0.5 for p in written) / len(written), 3),
             "other_below_0_5": round(sum(gate(p) < 0.5 for p in others) / len(others), 3),
         },
-        baselines={"shipped_gate": {"slope": BUNDLED_GATE.slope, "intercept": BUNDLED_GATE.intercept}},
+        baselines={"valid_gate": {"slope": VALID_GATE.slope, "intercept": VALID_GATE.intercept}},
         extra={"window": 6, "neutral": "Hi.", "seconds": round(seconds, 1)},
     )
     print(json.dumps({"slope": gate.slope, "intercept": gate.intercept}))
 
 
+# -- the fresh test read (benchmarks/rules/contrast.md, "The samples") -------------------------------------
+
+LEDGER_NAMES = {"intents": "empatheticdialogues_intents", "sage": "sage_rlver/test_turns"}
+TEST_LIMITS = {"intents": 60, "sage": 30}
+MIN_INTENT_WORDS = 8
+_CJK = re.compile(r"[\u3000-\u30ff\u3400-\u9fff\uff00-\uffef]")
+
+
+def model_files() -> list[Path]:
+    """Every model file the shipped default loads: the base GGUF, both adapters and the context-fit gate."""
+    from care_sdk.backends.llamacpp import default_model_path
+    from care_sdk.bundled.adapters import bundled_adapter
+    from care_sdk.bundled.context_fit import GATE_FILE
+
+    root = Path(bundled_adapter("generator") or "").parent
+    return [default_model_path(), root / "generator.gguf", root / "evaluator.gguf", root / GATE_FILE]
+
+
+def _context(messages: Sequence[Any]) -> list[dict[str, str]]:
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
+def intent_test_items(root: Path, read: Any) -> list[ContrastItem]:
+    """Listener turns of dialogues outside the 150 that bench_addons read, a speaker message before them, a
+    reply of at least 8 words; ordered by the contrast salt, the first 60."""
+    from _addons_samples import intent_sample
+
+    from care_lab.data.intents import load_intent_turns
+
+    read_before = {t.dialogue_id for t in intent_sample(root, read)}
+    turns = [
+        t
+        for t in load_intent_turns(root / "empatheticdialogues_intents", test_read=read).records
+        if t.dialogue_id not in read_before
+        and any(m.role == "user" for m in t.context)
+        and len(t.reply.split()) >= MIN_INTENT_WORDS
+    ]
+    chosen = sorted(turns, key=lambda t: order_key(t.id))[: TEST_LIMITS["intents"]]
+    return [ContrastItem(t.id, _context(t.context), t.reply) for t in chosen]
+
+
+def sage_test_items(root: Path, read: Any) -> list[ContrastItem]:
+    """SAGE test turns outside the 60 that bench_addons sampled, English contexts only; per system the first
+    30 by the contrast salt, the systems in turn."""
+    from _addons_samples import sage_sample_keys
+
+    from care_lab.data.sage_turns import sage_rollout_files, sage_test_turns
+
+    sampled = set(sage_sample_keys(root))
+    by_model: dict[str, list[Any]] = {}
+    for turn in sage_test_turns(sage_rollout_files(root), test_read=read):
+        english = not any(_CJK.search(m.content) for m in turn.context) and not _CJK.search(turn.reply)
+        if turn.key not in sampled and english and turn.context:
+            by_model.setdefault(turn.model, []).append(turn)
+    samples = [sorted(by_model[m], key=lambda t: order_key(t.key))[: TEST_LIMITS["sage"]] for m in sorted(by_model)]
+    turns = [t for group in zip(*samples, strict=True) for t in group]
+    return [ContrastItem(t.key, _context(t.context), t.reply, group=t.model) for t in turns]
+
+
+def test_read_items(which: str, root: Path, out: Path, *, force: bool) -> tuple[Any, list[ContrastItem]]:
+    """Record the read in the ledger (once: a resumed run is the same read), draw the sample, name its items."""
+    import json
+
+    from care_lab.data.results import ledger_entry, record_test_read, set_items
+
+    read_file = out / "read.json"
+    if read_file.is_file():
+        read = ledger_entry(LEDGER_NAMES[which], json.loads(read_file.read_text(encoding="utf-8"))["reads"])
+    else:
+        read = record_test_read(
+            LEDGER_NAMES[which],
+            artifact="bundled-default",
+            command=" ".join(["python", *sys.argv]),
+            rule=RULE,
+            artifact_files=model_files(),
+            force=force,
+        )
+        out.mkdir(parents=True, exist_ok=True)
+        read_file.write_text(json.dumps({"data": read.data, "reads": read.reads}) + "\n", encoding="utf-8")
+    items = intent_test_items(root, read) if which == "intents" else sage_test_items(root, read)
+    if not read.items:
+        read = set_items(read, [item.id for item in items])  # drawn from the data: named before any is scored
+    return read, items
+
+
 def _gates() -> dict[str, Gate]:
     import json
 
-    gates = {"shipped": BUNDLED_GATE}
+    gates = {"valid": VALID_GATE}
     if GATE_FILE.is_file():
         metrics = json.loads(GATE_FILE.read_text(encoding="utf-8"))["metrics"]
         gates["train"] = Gate(slope=metrics["slope"], intercept=metrics["intercept"])
     return gates
 
 
+def _print(summary: dict[str, Any], names: Sequence[str]) -> None:
+    for name in names:
+        row = summary[name]
+        shares = " ".join(f"{f[:6]}={v['value']:.2f}" for f, v in row["families"].items() if v["value"] is not None)
+        print(f"{name:14s} n={row['n']:3d} worst={row['worst']} tie={row['all_tie']['value']} {shares}")
+
+
+def report(which: str, items: list[ContrastItem], out: Path, read: Any) -> None:
+    """Summarise the arms' records (within each SAGE system first, pooled second) into the results file."""
+    from care_lab.data.results import attach_records
+
+    arms = {arm: read_records(out / f"{arm}.jsonl") for arm in MODEL_ARMS}
+    gates = _gates() if arms["method"] else {}
+    records = merge_records(items, arms, gates)
+    names = ["length", "feeling_words", *[a for a in MODEL_ARMS if arms[a]], *[f"fit_{g}" for g in gates]]
+    if arms["shipped"]:
+        names.append("method")  # read from the shipped default's own evaluations
+    summary = summarise(records, names)
+    groups = sorted({r["group"] for r in records if r["group"]})
+    within = {g: summarise([r for r in records if r["group"] == g], names) for g in groups}
+    seconds = {a: sum(r.get("seconds", 0.0) for r in arms[a].values()) for a in MODEL_ARMS if arms[a]}
+    baseline_names = ("length", "feeling_words", "base")
+    test = read is not None
+    if test:
+        attach_records(read, records, regenerate=f"git checkout {read.commit} && python {' '.join(sys.argv)}")
+    write_results(
+        RESULTS / ("contrast.json" if not test else f"contrast_test_{which}.json"),
+        " ".join(["python", *sys.argv]),
+        data=SELECTION if not test else LEDGER_NAMES[which],
+        role="selection" if not test else "test",
+        test_reads=0 if not test else read.reads,
+        metrics={
+            **({"within": {g: {k: v for k, v in w.items() if k not in baseline_names} for g, w in within.items()}}),
+            **{k: v for k, v in summary.items() if k not in baseline_names},
+        },
+        baselines={
+            **({"within": {g: {k: v for k, v in w.items() if k in baseline_names} for g, w in within.items()}}),
+            **{k: v for k, v in summary.items() if k in baseline_names},
+        },
+        extra={
+            "contexts": len(items),
+            "rule": RULE,
+            "gates": {name: {"slope": g.slope, "intercept": g.intercept} for name, g in gates.items()},
+            "seconds_per_context": {a: round(s / max(1, len(arms[a])), 2) for a, s in seconds.items()},
+        },
+    )
+    for group, table in within.items():
+        print(f"-- {group}")
+        _print(table, names)
+    print("-- all" if within else "")
+    _print(summary, names)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("step", choices=("fit-gate", "score", "report"))
-    parser.add_argument("--arms", default=",".join(MODEL_ARMS))
-    parser.add_argument("--limit", type=int, default=60)
-    parser.add_argument("--out", default="runs/contrast/esconv-valid")
+    parser.add_argument("--set", dest="which", choices=("esconv-valid", *LEDGER_NAMES), default="esconv-valid")
+    parser.add_argument("--arms", default="method,base")
+    parser.add_argument("--limit", type=int, default=30, help="esconv-valid: the first N contexts of the rule's order")
+    parser.add_argument("--out", help="the records' folder (default: runs/contrast/<set>)")
+    parser.add_argument("--force-test-read", action="store_true", help="read a test set again (the ledger marks it)")
     args = parser.parse_args()
     root = data_dir(None)
     if args.step == "fit-gate":
         fit_gate(root)
         return 0
-    items = esconv_items(root / SELECTION, args.limit)
-    out = Path(args.out)
+    out = Path(args.out or f"runs/contrast/{args.which}")
+    read = None
+    if args.which == "esconv-valid":
+        items = esconv_items(root / SELECTION, args.limit)
+    else:
+        read, items = test_read_items(args.which, root, out, force=args.force_test_read)
     if args.step == "score":
         for arm in args.arms.split(","):
             score_arm(arm, items, out, progress=lambda line: print(line, file=sys.stderr, flush=True))
         return 0
-    arms = {arm: read_records(out / f"{arm}.jsonl") for arm in MODEL_ARMS}
-    gates = _gates()
-    records = merge_records(items, arms, gates)
-    names = ["length", "feeling_words", *[a for a in MODEL_ARMS if arms[a]], *[f"fit_{g}" for g in gates]]
-    summary = summarise(records, names)
-    seconds = {a: sum(r.get("seconds", 0.0) for r in arms[a].values()) for a in MODEL_ARMS if arms[a]}
-    write_results(
-        RESULTS / "contrast.json",
-        "python benchmarks/bench_contrast.py report",
-        data=SELECTION,
-        role="selection",
-        test_reads=0,
-        metrics={k: v for k, v in summary.items() if k not in ("length", "feeling_words", "base")},
-        baselines={k: v for k, v in summary.items() if k in ("length", "feeling_words", "base")},
-        extra={
-            "contexts": len(items),
-            "rule": "benchmarks/rules/contrast.md",
-            "gates": {name: {"slope": g.slope, "intercept": g.intercept} for name, g in gates.items()},
-            "seconds_per_context": {a: round(s / max(1, len(arms[a])), 2) for a, s in seconds.items()},
-        },
-    )
-    for name in names:
-        row = summary[name]
-        shares = " ".join(f"{f[:6]}={v['value']:.2f}" for f, v in row["families"].items() if v["value"] is not None)
-        print(f"{name:14s} n={row['n']:3d} worst={row['worst']} tie={row['all_tie']['value']} {shares}")
+    report(args.which, items, out, read)
     return 0
 
 

@@ -9,6 +9,8 @@ and arm in ``OUT/<arm>.jsonl``, so a run resumes where it stopped. The arms:
   arms are read from the same evaluations: ``fit_<gate>`` pays ``fit * (0.5 + 0.5 * r)`` with that
   gate (:func:`fit_scores`).
 - ``base``: the untrained base model as generator and evaluator, the method's formula.
+- ``shipped``: ``AdaptiveReward.from_backend("default")`` as it ships (its documented formula); each
+  record also holds the method's formula read from the same rubric and evaluation (``method_scores``).
 
 :func:`merge_records` joins the arms' records with the no-model baselines (length, feeling words)
 into the records :func:`care_lab.bench.contrast.summarise` reads.
@@ -38,6 +40,7 @@ from care_lab.bench.contrast import (
     order_key,
 )
 from care_sdk.bundled.context_fit import DEFAULT_FLOOR, Gate, fitted_reward
+from care_sdk.types import RewardResult
 
 __all__ = [
     "MODEL_ARMS",
@@ -48,8 +51,10 @@ __all__ = [
     "score_arm",
 ]
 
-MODEL_ARMS = ("method", "base")
-"""The arms that run a model; the context-fit arms are read from ``method``'s records."""
+MODEL_ARMS = ("method", "base", "shipped")
+"""The arms that run a model; the context-fit arms of a selection run are read from ``method``'s records,
+and ``shipped`` (the bundled ``default`` as it ships) records the method's formula of its own evaluation beside
+its reward."""
 
 MIN_REAL_WORDS = 12
 """The rule's smallest real reply (words) for an ESConv context."""
@@ -92,11 +97,22 @@ def _dimensions(result: Any) -> dict[str, float] | None:
     return {d.value: float(s) for d, s in result.dimension_scores.items()}
 
 
+def _formula(result: RewardResult) -> float | None:
+    """The method's formula from a result's rubric and evaluation (the guards' reward where they settled it)."""
+    if result.dimension_scores is None or result.rubric is None:
+        return result.reward
+    weights = result.rubric.weights
+    return sum(weights[d] * s for d, s in result.dimension_scores.items())
+
+
 def _scorer(arm: str) -> Callable[[ContrastItem, list[ContrastReply]], dict[str, Any]]:
     from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
 
     if arm == "base":
         reward = AdaptiveReward(RubricGenerator("base"), RubricEvaluator("base"), context_fit=None)
+        fit = None
+    elif arm == "shipped":
+        reward = AdaptiveReward.from_backend("default")
         fit = None
     elif arm == "method":
         from care_sdk.bundled.context_fit import ContextFit
@@ -117,6 +133,9 @@ def _scorer(arm: str) -> Callable[[ContrastItem, list[ContrastReply]], dict[str,
             "errors": [r.error for r in results],
             "criteria_text": [[c.text for c in rubric.criteria] for rubric in [results[0].rubric] if rubric],
         }
+        if arm == "shipped":
+            record["method_scores"] = [_formula(r) for r in results]
+            record["context_fit"] = [r.context_fit for r in results]
         if fit is not None:
             pmis = fit.pmi_batch(pairs)
             record["pmi"] = [p if isinstance(p, float) else None for p in pmis]
@@ -191,6 +210,9 @@ def merge_records(
                 continue
             record["scores"][arm] = row["scores"]
             record["criteria"][arm] = row["criteria"]
+            if arm == "shipped":
+                record["scores"]["method"] = row["method_scores"]
+                record["criteria"]["method"] = row["criteria"]
             if arm == "method" and "pmi" in row:
                 for name, gate in gates.items():
                     record["scores"][f"fit_{name}"] = fit_scores(row, gate)

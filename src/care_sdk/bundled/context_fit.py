@@ -46,6 +46,7 @@ from care_sdk.types import Context, Message, Messages, as_messages
 __all__ = [
     "BUNDLED_GATE",
     "DEFAULT_FLOOR",
+    "GATE_FILE",
     "MEMO_SIZE",
     "NEUTRAL",
     "ContextFit",
@@ -124,16 +125,27 @@ def fitted_reward(rubric_reward: float, fit: float, floor: float = DEFAULT_FLOOR
     return fit * (floor + (1.0 - floor) * rubric_reward)
 
 
-BUNDLED_GATE = Gate(slope=0.1599, intercept=-2.1270)
-"""The gate of the bundled SmolLM2-135M-Instruct on llama.cpp (window 6, neutral ``"Hi."``),
-fitted on 150 ESConv ``valid`` pairs (each context's reference reply against a reply from another
-valid dialogue, seed 0; the script has since left ``benchmarks/``, see
-``docs/research/context_fit.md``); never on test data. A reply with 13.3 nats of evidence gets 0.5;
-the median valid reference had 20.3 (0.75), the median reply from another dialogue 7.1 (0.27).
+GATE_FILE = "context_fit_gate.json"
+"""The bundled gate's file in :mod:`care_sdk.bundled.adapters`: its slope and intercept, and what it was fitted on."""
+
+
+def _bundled_gate() -> Gate:
+    import json
+    from importlib import resources
+
+    raw = json.loads(resources.files("care_sdk.bundled.adapters").joinpath(GATE_FILE).read_text("utf-8"))
+    return Gate(slope=float(raw["slope"]), intercept=float(raw["intercept"]))
+
+
+BUNDLED_GATE = _bundled_gate()
+"""The gate of the bundled SmolLM2-135M-Instruct on llama.cpp (window 6, neutral ``"Hi."``), read from
+:data:`GATE_FILE`: fitted on ESConv ``train`` pairs (each context's real reply against another train
+dialogue's reply) by ``benchmarks/bench_contrast.py fit-gate``; what it measured is in
+``benchmarks/results/context_fit_gate.json``.
 
 Examples:
-    >>> round(BUNDLED_GATE(13.3), 2)
-    0.5
+    >>> BUNDLED_GATE(40.0) > 0.5 > BUNDLED_GATE(0.0)
+    True
 """
 
 
