@@ -27,6 +27,10 @@ $(VENV)/.demo-installed: pyproject.toml $(CONSTRAINTS) | $(PY)
 $(VENV)/.test-installed: pyproject.toml $(CONSTRAINTS) $(VENV)/.demo-installed
 	$(PIP) install --quiet -c $(CONSTRAINTS) $(TORCH)
 	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[llamacpp,openai,hf,train,plot,serve,ray,docs,dev]" $(TORCH)
+	# The verifiers extra, without its own pins: verifiers 0.4 asks for openai<3 and runs on the openai 3.x pinned here.
+	$(PIP) install --quiet -c $(CONSTRAINTS) aiohttp anthropic gepa loguru math-verify mcp msgpack "prime-pydantic-config[toml]" \
+		prime-runs prime-sandboxes prime-tunnel pyzmq "renderers[multimodal]" rich tomli-w
+	$(PIP) install --quiet -c $(CONSTRAINTS) --no-deps "verifiers>=0.4"
 	touch $@
 
 # Rewrite constraints.txt from what .venv holds now (after upgrading it and seeing `make test` pass).

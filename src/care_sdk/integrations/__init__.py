@@ -3,6 +3,8 @@
 - :mod:`care_sdk.integrations.trl`: what ``AdaptiveReward`` does inside TRL's ``GRPOTrainer``
   (dataset columns, logging hooks, the async form).
 - :mod:`care_sdk.integrations.verl`: a module-level ``compute_score`` for verl's reward managers.
+- :mod:`care_sdk.integrations.verifiers`: a verifiers judge and pluggable reward function (imports
+  verifiers: the ``verifiers`` extra).
 
-Neither module imports its framework: they only speak its calling conventions.
+The TRL and verl modules do not import their framework: they only speak its calling conventions.
 """
