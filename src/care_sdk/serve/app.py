@@ -12,6 +12,9 @@ Endpoints:
 - ``POST /v1/score``: ``{"items": [{"context": messages or text, "reply": str}], "options":
   {"detail": "full" | "reward"}}`` (options optional) answered with ``{"results": [RewardResult
   as JSON, ...]}``; ``detail: reward`` keeps only ``reward``, ``error``, ``flags`` and ``parts``.
+- ``POST /verify`` and ``POST /seed_session``: NeMo-Gym's resources-server protocol (see
+  :mod:`care_sdk.serve.nemo_gym`): the verify request answered with ``reward``,
+  ``reward_components`` per dimension and NeMo-Gym's failure fields.
 - ``GET /health``: ``{"status": "ok", "queue_depth": n}``. ``GET /metrics``: Prometheus text.
 
 Errors are JSON ``{"error": ..., "field": ...}``: 400 for a body that is not JSON, 422 for a
@@ -167,7 +170,7 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
         >>> from care_sdk.testing import ScriptedBackend
         >>> app = create_app(AdaptiveReward.from_backend(ScriptedBackend([]), rubric=Rubric.uniform_fixed()))
         >>> sorted(route.path for route in app.routes)
-        ['/get_reward', '/health', '/metrics', '/v1/score']
+        ['/get_reward', '/health', '/metrics', '/seed_session', '/v1/score', '/verify']
     """
     _require_starlette()
     from starlette.applications import Starlette
@@ -238,6 +241,20 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
         keep = {"reward", "error", "flags", "parts"} if options["detail"] == "reward" else None
         return JSONResponse({"results": [r.model_dump(mode="json", include=keep) for r in results]})
 
+    async def verify(request: Request) -> Response:
+        from care_sdk.serve.nemo_gym import parse_verify, verify_body
+
+        body = await _read_json(request, config.max_body_bytes)
+        context, reply = parse_verify(body)
+        (result,) = await scored([(context, reply)])
+        metrics.observe_results([result])
+        return JSONResponse(verify_body(body, result))
+
+    async def seed_session(request: Request) -> Response:
+        body = await _read_json(request, config.max_body_bytes)  # CARE keeps no per-rollout state
+        session = body.get("resources_session_id") if isinstance(body, dict) else None
+        return JSONResponse({"resources_session_id": session} if isinstance(session, str) else {})
+
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "queue_depth": batcher.depth})
 
@@ -256,6 +273,8 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
     routes = [
         Route("/get_reward", endpoint("get_reward", get_reward), methods=["POST"]),
         Route("/v1/score", endpoint("score", score), methods=["POST"]),
+        Route("/verify", endpoint("verify", verify), methods=["POST"]),
+        Route("/seed_session", endpoint("seed_session", seed_session), methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics_text, methods=["GET"]),
     ]
