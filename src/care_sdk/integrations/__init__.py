@@ -5,6 +5,7 @@
 - :mod:`care_sdk.integrations.verl`: a module-level ``compute_score`` for verl's reward managers.
 - :mod:`care_sdk.integrations.verifiers`: a verifiers judge and pluggable reward function (imports
   verifiers: the ``verifiers`` extra).
+- :mod:`care_sdk.integrations.slime`: slime's per-sample and group custom reward functions.
 
-The TRL and verl modules do not import their framework: they only speak its calling conventions.
+The TRL, verl and slime modules do not import their framework: they only speak its calling conventions.
 """

@@ -15,6 +15,10 @@ Endpoints:
 - ``POST /verify`` and ``POST /seed_session``: NeMo-Gym's resources-server protocol (see
   :mod:`care_sdk.serve.nemo_gym`): the verify request answered with ``reward``,
   ``reward_components`` per dimension and NeMo-Gym's failure fields.
+- ``POST /slime/reward``: slime's remote reward (``--rm-type remote_rm --rm-url URL``). In:
+  ``{"prompt": templated text or chat messages, "response": str, "label": ...}`` (label ignored).
+  Out: the reward as a JSON number (slime stores the answer as ``sample.reward``); a reply CARE could
+  not score is answered 500 with the error, which slime retries and then raises: never a number.
 - ``GET /health``: ``{"status": "ok", "queue_depth": n}``. ``GET /metrics``: Prometheus text.
 
 Errors are JSON ``{"error": ..., "field": ...}``: 400 for a body that is not JSON, 422 for a
@@ -41,6 +45,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -170,7 +175,7 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
         >>> from care_sdk.testing import ScriptedBackend
         >>> app = create_app(AdaptiveReward.from_backend(ScriptedBackend([]), rubric=Rubric.uniform_fixed()))
         >>> sorted(route.path for route in app.routes)
-        ['/get_reward', '/health', '/metrics', '/seed_session', '/v1/score', '/verify']
+        ['/get_reward', '/health', '/metrics', '/seed_session', '/slime/reward', '/v1/score', '/verify']
     """
     _require_starlette()
     from starlette.applications import Starlette
@@ -255,6 +260,26 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
         session = body.get("resources_session_id") if isinstance(body, dict) else None
         return JSONResponse({"resources_session_id": session} if isinstance(session, str) else {})
 
+    async def slime_reward(request: Request) -> Response:
+        from care_sdk.integrations.slime import sample_item
+
+        body = await _read_json(request, config.max_body_bytes)
+        if not isinstance(body, dict):
+            raise RequestError(f"the body must be a JSON object, got {type(body).__name__}", field="body")
+        prompt, response = body.get("prompt"), body.get("response")
+        if not isinstance(prompt, (str, list)) or not prompt:
+            raise RequestError("is required (templated text or chat messages)", field="prompt")
+        if isinstance(prompt, list) and not all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt):
+            raise RequestError("must be chat messages with role and content", field="prompt")
+        if not isinstance(response, str):
+            raise RequestError("is required (a string)", field="response")
+        context, reply = sample_item(SimpleNamespace(prompt=prompt, response=response))
+        (result,) = await scored([(context, reply)])
+        metrics.observe_results([result])
+        if result.reward is None:
+            return _error(500, f"CARE could not score the reply: {result.error}")
+        return JSONResponse(result.reward)
+
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "queue_depth": batcher.depth})
 
@@ -275,6 +300,7 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
         Route("/v1/score", endpoint("score", score), methods=["POST"]),
         Route("/verify", endpoint("verify", verify), methods=["POST"]),
         Route("/seed_session", endpoint("seed_session", seed_session), methods=["POST"]),
+        Route("/slime/reward", endpoint("slime_reward", slime_reward), methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics_text, methods=["GET"]),
     ]
