@@ -6,6 +6,7 @@
 - :mod:`care_sdk.integrations.verifiers`: a verifiers judge and pluggable reward function (imports
   verifiers: the ``verifiers`` extra).
 - :mod:`care_sdk.integrations.slime`: slime's per-sample and group custom reward functions.
+- :mod:`care_sdk.integrations.art`: an ART trajectory-group scorer (the ``after_each`` seam RULER uses).
 
-The TRL, verl and slime modules do not import their framework: they only speak its calling conventions.
+The TRL, verl, slime and ART modules do not import their framework: they only speak its calling conventions.
 """
