@@ -41,6 +41,8 @@ constraints:
 
 demo: $(VENV)/.demo-installed
 	$(VENV)/bin/care score examples/dialogues.jsonl --backend default --show
+	@echo "--- the same first turns answered worse (dismissive, one word, another conversation's reply, harmful):"
+	$(VENV)/bin/care score examples/worse_replies.jsonl --backend default --show
 
 test: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check src tests benchmarks

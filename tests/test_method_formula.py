@@ -1,7 +1,8 @@
 """Every backend's reward is the method's formula, computed from its own rubric and evaluation.
 
-r = sum_d w_d * mean_{c in d} (s_c - 1) / 4: no backend spec, ``default`` included, adds anything
-to it unless the caller asks for an add-on, and a result names what produced it (``parts``).
+r = sum_d w_d * mean_{c in d} (s_c - 1) / 4: no backend spec adds anything to it unless the caller
+asks for an add-on, except the bundled ``default``, whose documented reward is
+fit * (0.5 + 0.5 * r); a result names what produced it (``parts``).
 """
 
 from __future__ import annotations
@@ -63,10 +64,15 @@ def test_no_factory_turns_an_add_on_on_by_itself() -> None:
     assert reward.generator.weight_reader is None
 
 
-@pytest.mark.parametrize("option", ["auto", "on", "off"])
+@pytest.mark.parametrize("option", ["on", "off", "yes"])
 def test_a_context_fit_string_is_refused_with_the_way_to_ask_for_it(option: str) -> None:
     with pytest.raises(ConfigError, match=r"not a ContextFitReader.*add_ons\('context-fit'\)"):
         AdaptiveReward.from_backend(ScriptedBackend([]), context_fit=option)
+
+
+def test_auto_is_the_method_on_a_backend_without_a_term_of_its_own() -> None:
+    reward = AdaptiveReward.from_backend(ScriptedBackend([]), context_fit="auto")
+    assert reward.context_fit is None and reward.parts == ("care",)
 
 
 def test_a_variant_names_itself_in_the_parts() -> None:
@@ -104,10 +110,24 @@ SPECS: dict[str, Callable[[pytest.FixtureRequest], Any]] = {
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(SPECS))
 def test_every_spec_gives_the_formula(name: str, request: pytest.FixtureRequest) -> None:
-    reward = AdaptiveReward.from_backend(SPECS[name](request))
+    # the bundled default's documented reward carries context fit; context_fit=None asks for the method alone
+    options = {"context_fit": None} if name == "default" else {}
+    reward = AdaptiveReward.from_backend(SPECS[name](request), **options)
     assert reward.context_fit is None and reward.parts == ("care",)
     results = reward.score_batch([(CONTEXT, REPLY), (CONTEXT, "Tell me more.")])
     scored = [r for r in results if r.reward is not None]
     assert scored, [r.error for r in results]
     for result in scored:
         assert_method(result)
+
+
+@pytest.mark.slow
+def test_the_bundled_default_pays_the_formula_times_its_fit() -> None:
+    """The bundled default's documented reward: fit * (0.5 + 0.5 * the method's formula)."""
+    reward = AdaptiveReward.from_backend("default")
+    assert reward.parts == ("care", "context_fit")
+    result = reward.score(CONTEXT, REPLY)
+    assert result.reward is not None and result.rubric is not None and result.evaluation is not None, result.error
+    assert result.parts == ("care", "context_fit") and result.context_fit is not None
+    formula = documented_reward(result.rubric, result.evaluation)
+    assert result.reward == pytest.approx(result.context_fit * (0.5 + 0.5 * formula), abs=1e-9)

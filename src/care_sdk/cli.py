@@ -36,10 +36,17 @@ def _print_record(record: dict[str, Any]) -> None:
         print(f"{head}  reward {record['reward']:.3f}{flags}  ({record.get('note') or 'no evaluation'})")
         return
     weights = "  ".join(f"{d} {w:.2f}" for d, w in rubric["weights"].items())
-    fit = f"  context fit {record['context_fit']:.2f}" if record.get("context_fit") is not None else ""
-    print(f"{head}  reward {record['reward']:.3f}{fit}  weights: {weights}{flags}")
+    reward = f"reward {record['reward']:.3f}"
+    fit = record.get("context_fit")
+    if fit is not None and record.get("dimension_scores"):
+        rubric_part = sum(rubric["weights"][d] * s for d, s in record["dimension_scores"].items())
+        reward += f" = fit {fit:.2f} x (0.5 + 0.5 x rubric {rubric_part:.3f})"
+    print(f"{head}  {reward}  weights: {weights}{flags}")
     for score in record["evaluation"]["scores"]:
         print(f"    [{score['score']:.1f}] {score['dimension']:<9}  {score['criterion']}")
+    for repair in rubric.get("repairs", ()):
+        by = {"retry": "by a retry's criterion", "fixed": "by the fixed criterion"}.get(repair["source"], "dropped")
+        print(f"    replaced ({repair['defect']}, {by}): {repair['original']}")
 
 
 def _build_reward(args: argparse.Namespace) -> Any:

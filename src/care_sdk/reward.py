@@ -6,7 +6,7 @@ from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from typing import Any
 
 from care_sdk._calls import METRIC_PREFIX, completion_text, report_to_trainer, trl_items
-from care_sdk.addons import ContextFitReader
+from care_sdk.addons import AUTO_FIT, AutoFit, ContextFitReader, resolve_context_fit
 from care_sdk.backends import Backend, resolve_backend, spec_per_role
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
@@ -63,14 +63,16 @@ class AdaptiveReward:
             characters is truncated, and a reply flagged for text aimed at the evaluator (forged
             turns, requests for scores, the evaluator's own answer format) gets 0 without a model
             call; ``Guards(on_flag="report")`` only reports flags, ``None`` turns every guard off.
-        context_fit: an opt-in add-on outside the method (a
-            :class:`~care_sdk.addons.ContextFitReader`): when given, the reward of every evaluated
-            reply is ``context_fit.combine(rubric reward, fit)``, where ``fit`` is how likely the
-            reply was written for its context; ``RewardResult.context_fit`` holds the fit,
-            ``rubric_reward`` the rubric's part and ``RewardResult.parts`` names what produced the
-            reward. ``None`` (the default, on every backend, the bundled ``default`` included) is the
-            method's reward. The package's own, for its bundled model, is built by
-            ``care_sdk.addons.add_ons("context-fit").context_fit``.
+        context_fit: a term outside the method (a :class:`~care_sdk.addons.ContextFitReader`):
+            when there is one, the reward of every evaluated reply is
+            ``context_fit.combine(rubric reward, fit)``, where ``fit`` is how likely the reply was
+            written for its context; ``RewardResult.context_fit`` holds the fit and
+            ``RewardResult.parts`` names what produced the reward. ``"auto"`` (the default) takes
+            the evaluator backend's own term (:class:`~care_sdk.addons.OwnContextFit`): the bundled
+            ``default`` evaluator has one, because its evaluator alone does not rank a real reply
+            above a dismissive or unrelated one; every other backend has none and computes the
+            method's reward. ``None`` is the method's reward on any backend. Another reader (e.g.
+            ``care_sdk.addons.add_ons("context-fit").context_fit``) is used as given.
         name: the reward's ``__name__`` (TRL names its ``rewards/<name>/...`` metrics after it) and
             the prefix of the metrics it logs itself: ``care/...`` for the default ``care_reward``,
             ``<name>/...`` otherwise, so two rewards in one trainer log apart.
@@ -98,14 +100,15 @@ class AdaptiveReward:
         criteria: CriteriaMode = "generated",
         rubric: Rubric | None = None,
         guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
-        context_fit: ContextFitReader | None = None,
+        context_fit: ContextFitReader | AutoFit | None = AUTO_FIT,
         name: str = DEFAULT_NAME,
     ) -> None:
-        _check_context_fit(context_fit)
         if not name or "/" in name or name == METRIC_PREFIX:
             raise ConfigError(f"name: {name!r} must be non-empty, without '/', and not {METRIC_PREFIX!r}")
         if evaluator is None:
             raise ConfigError("AdaptiveReward needs an evaluator")
+        _check_context_fit(context_fit)
+        fit = resolve_context_fit(context_fit, evaluator.backend)
         self.variant: Variant = variant_of(weights, criteria)
         """The variant these options make (``care`` when a fixed ``rubric`` is given without options)."""
         self.weights = weights
@@ -119,7 +122,7 @@ class AdaptiveReward:
         # Every rubric, given or generated, goes through _adapt: no option is ever ignored.
         self.rubric = self.adapt(rubric) if rubric is not None else None
         self.guards = guards
-        self.context_fit = context_fit
+        self.context_fit = fit
         self.__name__ = name  # TRL names reward functions by __name__
 
     @property
@@ -172,13 +175,13 @@ class AdaptiveReward:
         evaluator: RubricEvaluator,
         *,
         guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
-        context_fit: ContextFitReader | None = None,
+        context_fit: ContextFitReader | AutoFit | None = AUTO_FIT,
         name: str = DEFAULT_NAME,
     ) -> AdaptiveReward:
         """The reward of a named variant (``care``, ``uniform_weights``, ``fixed_criteria``, ``fixed_rubric``).
 
         ``generator`` is not used by ``fixed_rubric`` and may be ``None`` there. ``guards`` and
-        ``context_fit`` as in :class:`AdaptiveReward` (guards on, context fit off by default).
+        ``context_fit`` as in :class:`AdaptiveReward` (guards on; the evaluator backend's own term, if any).
 
         Examples:
             >>> from care_sdk.testing import ScriptedBackend
@@ -197,8 +200,9 @@ class AdaptiveReward:
         """Build generator and evaluator on one backend (one model loaded once).
 
         ``options`` are :class:`AdaptiveReward` options (``weights``, ``criteria``, ``rubric``,
-        ``guards``, ``context_fit``, ``name``); every add-on is off unless asked for, so every backend,
-        ``default`` included, computes the method's reward. To build from several backend specs or by
+        ``guards``, ``context_fit``, ``name``); every add-on is off unless asked for, so every backend
+        computes the method's reward, except the bundled ``default``, whose documented reward carries
+        context fit (``context_fit=None`` turns it off). To build from several backend specs or by
         variant name, see :func:`build_reward`.
 
         Examples:
@@ -456,7 +460,7 @@ def build_reward(
     evaluator_options: Mapping[str, Any] | None = None,
     resolve: Callable[[Any], Backend] = resolve_backend,
     guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
-    context_fit: ContextFitReader | None = None,
+    context_fit: ContextFitReader | AutoFit | None = AUTO_FIT,
     name: str = DEFAULT_NAME,
 ) -> AdaptiveReward:
     """The reward of a variant, built from backend specs or objects: the one factory the CLI,
@@ -469,9 +473,10 @@ def build_reward(
     :class:`RubricEvaluator` (``seed``, ``max_tokens``, ``cache``, ...). ``fixed_rubric`` builds no generator
     and resolves no generator backend. ``resolve`` turns a spec into a backend (a pool that builds each spec
     once, for example). ``guards`` are the reward's deterministic pre-checks and flags (see
-    :class:`AdaptiveReward`; ``None`` turns them off); ``context_fit`` is the opt-in add-on that scales the
-    reward by the reply's fit to its context (see :class:`AdaptiveReward`; ``None``, the default, is the
-    method's reward); ``name`` is the reward's ``__name__`` and metric prefix.
+    :class:`AdaptiveReward`; ``None`` turns them off); ``context_fit`` scales the reward by the reply's fit
+    to its context (see :class:`AdaptiveReward`: ``"auto"``, the default, is the evaluator backend's own
+    term, which only the bundled ``default`` has; ``None`` is the method's reward); ``name`` is the
+    reward's ``__name__`` and metric prefix.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -506,7 +511,7 @@ def _check_context_fit(context_fit: object) -> None:
         ...
         care_sdk.errors.ConfigError: context_fit: 'on' is not a ContextFitReader ...
     """
-    if context_fit is None or isinstance(context_fit, ContextFitReader):
+    if context_fit is None or context_fit == AUTO_FIT or isinstance(context_fit, ContextFitReader):
         return
     hint = ""
     if isinstance(context_fit, str):

@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from care_sdk.backends.base import Backend
+from care_sdk.backends.llamacpp import LlamaCppBackend
 
-__all__ = ["is_default_spec", "open_base", "open_default"]
+__all__ = ["BundledEvaluatorBackend", "is_default_spec", "open_base", "open_default", "shared_context_fit"]
 
 
 def is_default_spec(spec: Any) -> bool:
@@ -42,16 +43,55 @@ def open_default(rest: str, role: str | None, options: dict[str, Any]) -> Backen
     adapter = bundled_adapter(role) if role is not None else None
     if adapter is not None:
         options.setdefault("adapter", adapter)
-    return open_base(rest, role, options)
+    return open_base(
+        rest, role, options, backend_class=BundledEvaluatorBackend if role == "evaluator" else LlamaCppBackend
+    )
 
 
-def open_base(rest: str, role: str | None, options: dict[str, Any]) -> Backend:
-    """The ``base`` spec: the bundled SmolLM2-135M-Instruct GGUF on llama.cpp, without an adapter.
+_CONTEXT_FIT: list[Any] = []
+
+
+def shared_context_fit() -> Any:
+    """The bundled default's context-fit term (:class:`~care_sdk.bundled.context_fit.ContextFit` on the
+    base model, :data:`~care_sdk.bundled.context_fit.BUNDLED_GATE`), opened once per process.
+
+    Examples:
+        >>> shared_context_fit() is shared_context_fit()  # doctest: +SKIP
+        True
+    """
+    if not _CONTEXT_FIT:
+        from care_sdk.bundled.context_fit import ContextFit
+
+        _CONTEXT_FIT.append(ContextFit())
+    return _CONTEXT_FIT[0]
+
+
+class BundledEvaluatorBackend(LlamaCppBackend):
+    """The bundled evaluator: llama.cpp with the evaluator adapter. Its documented reward carries
+    context fit (:class:`~care_sdk.addons.OwnContextFit`): the adapter alone does not rank a real
+    reply above a dismissive or unrelated one (``benchmarks/results/contrast.json``).
+
+    Examples:
+        >>> from care_sdk.addons import OwnContextFit
+        >>> issubclass(BundledEvaluatorBackend, OwnContextFit)
+        True
+    """
+
+    def own_context_fit(self) -> Any:
+        """The shared context-fit term (:func:`shared_context_fit`)."""
+        return shared_context_fit()
+
+
+def open_base(
+    rest: str, role: str | None, options: dict[str, Any], *, backend_class: type[LlamaCppBackend] = LlamaCppBackend
+) -> Backend:
+    """The ``base`` spec: the bundled SmolLM2-135M-Instruct GGUF on llama.cpp, without an adapter
+    (``backend_class``: the llama.cpp backend class that opens it).
 
     Examples:
         >>> open_base("", None, {}).adapter is None  # doctest: +SKIP
         True
     """
-    from care_sdk.backends.llamacpp import LlamaCppBackend, default_model_path
+    from care_sdk.backends.llamacpp import default_model_path
 
-    return LlamaCppBackend(default_model_path(), **options)
+    return backend_class(default_model_path(), **options)

@@ -106,5 +106,5 @@ def reward_from_args(args: argparse.Namespace) -> Any:
         generator_options={"seed": args.seed, **extra.generator_options()},
         evaluator_options={"seed": args.seed},
         guards=None if args.guards == "off" else Guards(on_flag=args.guards),
-        context_fit=extra.context_fit,
+        context_fit=extra.reward_context_fit(),
     )

@@ -139,7 +139,7 @@ def get_reward(
                 backend=backend,
                 generator_options={"cache": store, **extra.generator_options()},
                 evaluator_options={"use_logprobs": use_logprobs},
-                context_fit=extra.context_fit,
+                context_fit=extra.reward_context_fit(),
             )
             _REWARDS[key] = reward
         return reward
