@@ -31,7 +31,7 @@ $(VENV)/.test-installed: pyproject.toml $(CONSTRAINTS) $(VENV)/.demo-installed
 	$(PIP) install --quiet -c $(CONSTRAINTS) aiohttp anthropic gepa loguru math-verify mcp msgpack "prime-pydantic-config[toml]" \
 		prime-runs prime-sandboxes prime-tunnel pyzmq "renderers[multimodal]" rich tomli-w
 	$(PIP) install --quiet -c $(CONSTRAINTS) --no-deps "verifiers>=0.4"
-	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[art]" $(TORCH)
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[art,skyrl]" $(TORCH)
 	touch $@
 
 # Rewrite constraints.txt from what .venv holds now (after upgrading it and seeing `make test` pass).

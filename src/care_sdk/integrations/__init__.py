@@ -9,6 +9,8 @@
   verifiers: the ``verifiers`` extra).
 - :mod:`care_sdk.integrations.slime`: slime's per-sample and group custom reward functions.
 - :mod:`care_sdk.integrations.art`: an ART trajectory-group scorer (the ``after_each`` seam RULER uses).
+- :mod:`care_sdk.integrations.skyrl`: a SkyRL multi-turn support environment whose ``step`` returns CARE's
+  turn reward (imports skyrl-gym: the ``skyrl`` extra).
 
 The TRL, verl (both), slime and ART modules do not import their framework: they only speak its calling conventions.
 """
