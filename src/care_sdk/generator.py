@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
-from care_sdk._engine import Plan, adrive, drive, fewer_messages, parse_plan, unwrap
+from care_sdk._engine import Plan, adrive, drive, fewer_messages, parse_plan, retry_request, unwrap
 from care_sdk.addons import WeightRead, WeightReader
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
@@ -19,7 +19,8 @@ from care_sdk.prompts import (
     rubric_schema,
     shown_messages,
 )
-from care_sdk.types import Message, Messages, Rubric, as_messages
+from care_sdk.rubric_checks import criteria_defects, criterion_defect, same_criterion
+from care_sdk.types import Criterion, CriterionRepair, Message, Messages, Rubric, as_messages, fixed_criteria
 
 __all__ = ["RubricGenerator"]
 
@@ -51,6 +52,17 @@ class RubricGenerator:
             ships two for its bundled generator, in the bundled area: a weights head on the model's
             hidden states and expected weights over 0-10 (``care score --add-on weights-head`` or
             ``--add-on expected-weights``; :func:`care_sdk.addons.add_ons` builds them by name).
+        check_criteria: check every criterion of a decoded rubric for what a person could not read
+            as written (:func:`care_sdk.rubric_checks.criteria_defects`: a word repeated in a row,
+            an unfilled slot such as ``{topic}``, a garbled slot fill, a copy of another
+            criterion). On by default, for every backend (a capable model never trips it);
+            ``False`` keeps the criteria as decoded.
+        criteria_retries: with ``check_criteria``, how many more rubric replies are asked for
+            (each with a new seed, and some temperature when the first was greedy) to take a
+            readable criterion of the same dimension from, in place of a defective one. What is
+            still defective after them is replaced by the fixed criterion of its dimension
+            (:func:`~care_sdk.types.fixed_criteria`). The rubric keeps the first reply's weights
+            and lists every replacement in :attr:`Rubric.repairs <care_sdk.types.Rubric.repairs>`.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, rubric_json
@@ -60,6 +72,16 @@ class RubricGenerator:
         [('cognitive', 0.75), ('affective', 0.25), ('proactive', 0.0)]
         >>> gen.generate([{"role": "user", "content": "I keep failing my driving test."}]) == rubric  # cached
         True
+
+        A criterion nobody can read is asked for again, then replaced by a fixed one:
+
+        >>> criteria = {"cognitive": ["Asks about the test.", "Asks about the the test."],
+        ...             "affective": ["Names the fear."], "proactive": ["Offers one step."]}
+        >>> gen = RubricGenerator(ScriptedBackend([rubric_json({"cognitive": 1, "affective": 1, "proactive": 1},
+        ...                                                    criteria)] * 3))
+        >>> repair = gen.generate("I keep failing my driving test.").repairs[0]
+        >>> repair.original, repair.defect, repair.source
+        ('Asks about the the test.', 'repeated_word', 'fixed')
     """
 
     def __init__(
@@ -74,11 +96,15 @@ class RubricGenerator:
         cache: RubricCache | bool | None = True,
         max_context_messages: int | None = None,
         weight_reader: WeightReader | None = None,
+        check_criteria: bool = True,
+        criteria_retries: int = 2,
     ) -> None:
         if criteria_per_dimension < 1:
             raise ConfigError("criteria_per_dimension must be at least 1")
         if max_attempts < 1:
             raise ConfigError("max_attempts must be at least 1")
+        if criteria_retries < 0:
+            raise ConfigError("criteria_retries must be at least 0")
         if max_context_messages is not None and max_context_messages < 1:
             raise ConfigError("max_context_messages must be at least 1")
         if weight_reader is not None and not isinstance(weight_reader, WeightReader):
@@ -101,6 +127,8 @@ class RubricGenerator:
         self.seed = seed
         self.max_tokens = max_tokens
         self.max_attempts = max_attempts
+        self.check_criteria = check_criteria
+        self.criteria_retries = criteria_retries
         self.cache: RubricCache | None = MemoryCache() if cache is True else (None if cache is False else cache)
         self._schema = rubric_schema(criteria_per_dimension)
 
@@ -110,6 +138,7 @@ class RubricGenerator:
         return (
             f"{self.backend.identity}|prompt=generator-{GENERATOR_PROMPT_VERSION}|k={self.criteria_per_dimension}"
             f"|t={self.temperature}|seed={self.seed}|max_tokens={self.max_tokens}|keep={self.max_context_messages}"
+            + (f"|checked=r{self.criteria_retries}" if self.check_criteria else "")
             + (f"|weights={self.weight_reader.identity}" if self.weight_reader is not None else "")
         )
 
@@ -161,6 +190,8 @@ class RubricGenerator:
             outcomes = yield from parse_plan(
                 requests, parse, what="rubric", max_attempts=self.max_attempts, shorter=shorter
             )
+            if self.check_criteria:
+                outcomes = yield from self._repaired(outcomes, sent, parse)
             if self.weight_reader is not None:
                 outcomes = yield from self._reweighted(outcomes, contexts_todo, sent)
             for key, outcome in zip(todo, outcomes, strict=True):
@@ -168,6 +199,32 @@ class RubricGenerator:
                 if self.cache is not None and isinstance(outcome, Rubric):
                     self.cache.put(key, outcome)
         return [found[k] for k in keys]
+
+    def _repaired(
+        self,
+        outcomes: list[Rubric | CareError],
+        sent: list[GenerationRequest],
+        parse: Callable[[int, Completion], Rubric],
+    ) -> Plan[Rubric]:
+        """The parsed rubrics with their defective criteria repaired: from retries, else the fixed ones."""
+        repairs = {
+            i: _Repair(r) for i, r in enumerate(outcomes) if isinstance(r, Rubric) and any(criteria_defects(_texts(r)))
+        }
+        for attempt in range(1, self.criteria_retries + 1):
+            pending = [i for i, repair in repairs.items() if repair.open()]
+            if not pending:
+                break
+            # seeds past those of the parse retries, so no retry repeats a reply already read
+            requests = [retry_request(sent[i], self.max_attempts + attempt) for i in pending]
+            retried = yield from parse_plan(requests, parse, what="rubric", max_attempts=1)
+            for i, rubric in zip(pending, retried, strict=True):
+                if isinstance(rubric, Rubric):  # a retry that fails leaves the criteria to the fixed ones
+                    repairs[i].take(rubric.criteria, "retry")
+        out = list(outcomes)
+        for i, repair in repairs.items():
+            repair.take(fixed_criteria(), "fixed")
+            out[i] = repair.rubric()
+        return out
 
     def _reweighted(
         self,
@@ -223,6 +280,74 @@ class RubricGenerator:
 
     def __repr__(self) -> str:
         return f"RubricGenerator({self.backend!r}, criteria_per_dimension={self.criteria_per_dimension})"
+
+
+def _texts(rubric: Rubric) -> list[str]:
+    return [c.text for c in rubric.criteria]
+
+
+class _Repair:
+    """One rubric's criteria while its defective ones are replaced, slot by slot.
+
+    Examples:
+        >>> rubric = Rubric(weights={"cognitive": 1, "affective": 1, "proactive": 1}, criteria=[
+        ...     Criterion(dimension="cognitive", text="Asks about {topic}."),
+        ...     Criterion(dimension="affective", text="Names the fear."),
+        ...     Criterion(dimension="proactive", text="Offers one step.")])
+        >>> repair = _Repair(rubric)
+        >>> repair.open()
+        [0]
+        >>> repair.take([Criterion(dimension="cognitive", text="Asks what the exam means to them.")], "retry")
+        >>> [c.text for c in repair.rubric().criteria_for("cognitive")], repair.open()
+        (['Asks what the exam means to them.'], [])
+    """
+
+    def __init__(self, rubric: Rubric) -> None:
+        self.first = rubric
+        self.criteria: list[Criterion] = list(rubric.criteria)
+        self.defects = criteria_defects(_texts(rubric))
+        self.repairs: dict[int, CriterionRepair] = {}
+
+    def open(self) -> list[int]:
+        """The slots still holding a defective criterion."""
+        return [j for j, defect in enumerate(self.defects) if defect is not None]
+
+    def take(self, candidates: Sequence[Criterion], source: Literal["retry", "fixed"]) -> None:
+        """Fill each open slot with the first candidate of its dimension that is readable and no
+        copy of another criterion of the rubric."""
+        for j in self.open():
+            dimension = self.criteria[j].dimension
+            others = [c.text for k, c in enumerate(self.criteria) if k != j]
+            for candidate in candidates:
+                if candidate.dimension is not dimension or criterion_defect(candidate.text) is not None:
+                    continue
+                if any(same_criterion(candidate.text, other) for other in others):
+                    continue
+                self._note(j, candidate.text, source)
+                self.criteria[j] = candidate
+                break
+
+    def _note(self, j: int, replacement: str | None, source: Literal["retry", "fixed", "dropped"]) -> None:
+        defect = self.defects[j]
+        assert defect is not None
+        original = self.first.criteria[j]
+        self.repairs[j] = CriterionRepair(
+            dimension=original.dimension, original=original.text, defect=defect, replacement=replacement, source=source
+        )
+        self.defects[j] = None
+
+    def rubric(self) -> Rubric:
+        """The repaired rubric: the first reply's weights; a slot nothing could fill is dropped (its
+        dimension keeps the criteria that fill its other slots)."""
+        dropped = self.open()
+        for j in dropped:
+            self._note(j, None, "dropped")
+        criteria = [c for j, c in enumerate(self.criteria) if j not in dropped]
+        return Rubric(
+            weights=self.first.weights,
+            criteria=criteria,
+            repairs=tuple(self.repairs[j] for j in sorted(self.repairs)),
+        )
 
 
 def _normalised(contexts: Sequence[Context]) -> list[Messages]:

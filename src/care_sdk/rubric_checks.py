@@ -1,8 +1,10 @@
 """Sanity checks of a rubric against the context it was written for.
 
-The same checks judge generated rubrics (benchmarks, tests) and the training targets a generator
+The same checks judge generated rubrics (benchmarks, tests), the training targets a generator
 learns from (``care train build-data`` with template targets), so a target that would be a defect
-in a model's output is never taught.
+in a model's output is never taught, and the criteria :class:`~care_sdk.RubricGenerator` repairs:
+:func:`criteria_defects` names the defect of each criterion a person could not read as written
+(the last four checks), with no model and no context.
 
 Checks (each a flag on :class:`RubricCheck`):
 
@@ -11,7 +13,14 @@ Checks (each a flag on :class:`RubricCheck`):
 - ``repeated_phrase``: a criterion repeats a 4-word phrase within itself.
 - ``placeholder``: a criterion holds schema or placeholder text (JSON punctuation, key names,
   a lone ``C`` or ``W``).
-- ``duplicate``: two criteria of the rubric are the same text.
+- ``repeated_word``: a criterion repeats a word in a row (``same same``, ``the the``).
+- ``unfilled_slot``: a criterion holds a slot nobody filled (``{topic}``, ``<topic>``, ``[X]``,
+  ``...``, ``___``, a lone ``X``).
+- ``garbled_slot``: a criterion reads as a garbled slot fill: a word three times within six
+  words, two determiners in a row (``the their job``), or an ending on a word that cannot end a
+  sentence (an article, a possessive, ``and``/``or``/``but``).
+- ``duplicate``: a criterion copies another one of the rubric: the same words once case,
+  punctuation, articles and possessives are set aside.
 - ``grounded``: some criterion names a content word of the conversation (not a check that fails,
   a property that should hold).
 
@@ -21,14 +30,27 @@ Checks (each a flag on :class:`RubricCheck`):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
+from typing import Literal
 
 from care_sdk._text import word_ngrams
 from care_sdk.prompts import Context
 from care_sdk.types import DIMENSIONS, Dimension, Message, Rubric, as_messages
 
-__all__ = ["STOPWORDS", "RubricCheck", "check_rubric", "content_words", "top_match"]
+__all__ = [
+    "CRITERION_DEFECTS",
+    "STOPWORDS",
+    "CriterionDefect",
+    "RubricCheck",
+    "check_rubric",
+    "content_words",
+    "criteria_defects",
+    "criterion_defect",
+    "same_criterion",
+    "top_match",
+]
 
 _STOPWORDS_TEXT = """
 a about above after again against all also am an and any are aren't as at be because been before
@@ -73,6 +95,113 @@ def _stems(words: Iterable[str]) -> set[str]:
     return {w[:6] for w in words}
 
 
+CriterionDefect = Literal["unfilled_slot", "repeated_word", "garbled_slot", "copy"]
+"""Why a person could not read a criterion as written (see :func:`criterion_defect`)."""
+
+CRITERION_DEFECTS: tuple[CriterionDefect, ...] = ("unfilled_slot", "repeated_word", "garbled_slot", "copy")
+"""The criterion defects, in the order :func:`criteria_defects` tests them."""
+
+_SLOT = re.compile(r"[{}<>\[\]]|\.\.\.|…|_{2,}|(?<![\w'-])[XY](?![\w'-])")
+_CLAUSES = re.compile(r"[,.;:!?()\u2014\u2013\"]+|\s-\s")
+_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_DETERMINERS = frozenset({"a", "an", "the", "my", "your", "their", "our", "its"})
+_CANNOT_END = _DETERMINERS | {"and", "or", "but", "nor", "because", "whose", "very"}
+_DOUBLES = frozenset({"that", "had"})  # "says that that helps", "had had": grammatical twice in a row
+_SET_ASIDE = _DETERMINERS | {"his", "her", "this", "that", "these", "those"}
+_WINDOW = 6
+
+
+def _clauses(text: str) -> list[list[str]]:
+    """The words of each clause of ``text`` (punctuation ends a clause), lowercased."""
+    return [words for part in _CLAUSES.split(text.lower()) if (words := _TOKEN.findall(part))]
+
+
+def criterion_defect(text: str) -> CriterionDefect | None:
+    """Why a person could not read one criterion as written, or ``None`` when nothing is wrong.
+
+    The rules, tested in this order (all deterministic, no model):
+
+    - ``unfilled_slot``: braces, angle or square brackets, ``...``, ``…``, ``___``, or a lone
+      capital ``X`` or ``Y`` (``Asks about {topic}.``, ``Names [X].``).
+    - ``repeated_word``: the same word twice in a row within a clause (``the same same``,
+      ``the the``), except ``that that`` and ``had had``.
+    - ``garbled_slot``: a word three times within six consecutive words of a clause (``the same
+      same as same``); two determiners in a row (``the their job``); or a last word that cannot end
+      a sentence: an article, a possessive, ``and``, ``or``, ``but``, ``nor``, ``because``,
+      ``whose``, ``very`` (``Asks about the.``). A preposition may end one (``what they are
+      worried about``).
+
+    None of these holds for the fixed criteria or for any criterion of the template bank the
+    bundled generator was trained on, slots filled as in training (``benchmarks/bench_criteria_checks.py``
+    counts them).
+
+    Examples:
+        >>> criterion_defect("Asks one open question about the same same same as them.")
+        'repeated_word'
+        >>> criterion_defect("Shows warmth about what the user shared about {topic}.")
+        'unfilled_slot'
+        >>> criterion_defect("Invites the user to say what might help with the their job.")
+        'garbled_slot'
+        >>> criterion_defect("Builds on what the user can still control about the.")
+        'garbled_slot'
+        >>> criterion_defect("Names what the user is worried about.") is None
+        True
+    """
+    if _SLOT.search(text):
+        return "unfilled_slot"
+    clauses = _clauses(text)
+    for words in clauses:
+        if any(a == b and a not in _DOUBLES for a, b in pairwise(words)):
+            return "repeated_word"
+    for words in clauses:
+        windows = (words[i : i + _WINDOW] for i in range(max(1, len(words) - _WINDOW + 1)))
+        if any(max(window.count(w) for w in window) >= 3 for window in windows):
+            return "garbled_slot"
+        if any(a in _DETERMINERS and b in _DETERMINERS for a, b in pairwise(words)):
+            return "garbled_slot"
+    if clauses and clauses[-1][-1] in _CANNOT_END:
+        return "garbled_slot"
+    return None
+
+
+def _gist(text: str) -> tuple[str, ...]:
+    return tuple(w for w in _TOKEN.findall(text.lower()) if w not in _SET_ASIDE)
+
+
+def same_criterion(a: str, b: str) -> bool:
+    """Whether two criteria say the same thing word for word once case, punctuation, articles,
+    possessives and demonstratives (``a``, ``the``, ``their``, ``this``, ...) are set aside.
+
+    Examples:
+        >>> same_criterion("Validates the fear.", "validates their fear")
+        True
+        >>> same_criterion("Asks what happened.", "Asks why it happened.")
+        False
+    """
+    return _gist(a) == _gist(b)
+
+
+def criteria_defects(texts: Sequence[str]) -> list[CriterionDefect | None]:
+    """The defect of each criterion of a rubric, in order: its own (:func:`criterion_defect`), else
+    ``copy`` when it is the same as an earlier criterion (:func:`same_criterion`; the first stays).
+
+    Examples:
+        >>> criteria_defects(["Names the fear.", "Asks about <topic>.", "Names their fear!", "Offers a step."])
+        [None, 'unfilled_slot', 'copy', None]
+    """
+    seen: set[tuple[str, ...]] = set()
+    out: list[CriterionDefect | None] = []
+    for text in texts:
+        defect = criterion_defect(text)
+        gist = _gist(text)
+        if defect is None and gist in seen:
+            defect = "copy"
+        if defect is None:
+            seen.add(gist)
+        out.append(defect)
+    return out
+
+
 @dataclass(frozen=True)
 class RubricCheck:
     """What :func:`check_rubric` found; the ``*_criteria`` fields count criteria, the rest are per rubric.
@@ -92,8 +221,14 @@ class RubricCheck:
     """Criteria that repeat a 4-word phrase within themselves."""
     placeholder_criteria: int = 0
     """Criteria holding schema or placeholder text."""
+    unfilled_slot_criteria: int = 0
+    """Criteria holding a slot nobody filled (:func:`criterion_defect`)."""
+    repeated_word_criteria: int = 0
+    """Criteria repeating a word in a row (:func:`criterion_defect`)."""
+    garbled_slot_criteria: int = 0
+    """Criteria that read as a garbled slot fill (:func:`criterion_defect`)."""
     duplicate: bool = False
-    """Two criteria of the rubric are the same text."""
+    """A criterion copies another one of the rubric (:func:`same_criterion`)."""
     grounded: bool = True
     """Some criterion names a content word of the conversation."""
 
@@ -105,6 +240,7 @@ class RubricCheck:
             and not self.duplicate
             and self.grounded
             and not (self.copied_criteria or self.repeated_phrase_criteria or self.placeholder_criteria)
+            and not (self.unfilled_slot_criteria or self.repeated_word_criteria or self.garbled_slot_criteria)
         )
 
     def problems(self) -> list[str]:
@@ -123,6 +259,12 @@ class RubricCheck:
             out.append(f"{self.repeated_phrase_criteria} criteria repeat a phrase")
         if self.placeholder_criteria:
             out.append(f"{self.placeholder_criteria} criteria hold placeholder or schema text")
+        if self.unfilled_slot_criteria:
+            out.append(f"{self.unfilled_slot_criteria} criteria hold an unfilled slot")
+        if self.repeated_word_criteria:
+            out.append(f"{self.repeated_word_criteria} criteria repeat a word")
+        if self.garbled_slot_criteria:
+            out.append(f"{self.garbled_slot_criteria} criteria read as a garbled slot fill")
         if self.duplicate:
             out.append("a criterion is repeated")
         if not self.grounded:
@@ -167,7 +309,7 @@ def check_rubric(rubric: Rubric, context: Context, *, extra_context: Iterable[st
     )
     texts = [c.text for c in rubric.criteria]
     words = [_words(t) for t in texts]
-    normalised = [" ".join(w) for w in words]
+    defects = criteria_defects(texts)
     weights = list(rubric.weights.values())
     return RubricCheck(
         criteria=len(texts),
@@ -175,7 +317,10 @@ def check_rubric(rubric: Rubric, context: Context, *, extra_context: Iterable[st
         copied_criteria=sum(_copied(w, context_grams) for w in words),
         repeated_phrase_criteria=sum(_repeats(w) for w in words),
         placeholder_criteria=sum(bool(_PLACEHOLDER.search(t)) for t in texts),
-        duplicate=len(set(normalised)) != len(normalised),
+        unfilled_slot_criteria=defects.count("unfilled_slot"),
+        repeated_word_criteria=defects.count("repeated_word"),
+        garbled_slot_criteria=defects.count("garbled_slot"),
+        duplicate="copy" in defects,
         grounded=any(_stems(content_words(t)) & vocabulary for t in texts),
     )
 

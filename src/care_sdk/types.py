@@ -19,6 +19,7 @@ __all__ = [
     "DIMENSIONS",
     "Context",
     "Criterion",
+    "CriterionRepair",
     "CriterionScore",
     "Dialogue",
     "Dimension",
@@ -175,6 +176,33 @@ class Criterion(_Frozen):
         return value
 
 
+class CriterionRepair(_Frozen):
+    """A criterion the generator wrote that a person could not read, and what stands in its place.
+
+    :class:`~care_sdk.RubricGenerator` checks every criterion it decodes
+    (:func:`care_sdk.rubric_checks.criteria_defects`); a defective one is taken from a retry of
+    the rubric when a retry writes a readable one, else replaced by the fixed criterion of its
+    dimension. The rubric lists each repair in :attr:`Rubric.repairs`.
+
+    Examples:
+        >>> repair = CriterionRepair(dimension="affective", original="Shows warmth about the same same.",
+        ...                          defect="repeated_word", replacement="Names the hurt.", source="retry")
+        >>> repair.source, repair.defect
+        ('retry', 'repeated_word')
+    """
+
+    dimension: Dimension
+    """The dimension of the criterion."""
+    original: str
+    """The criterion as the model wrote it."""
+    defect: str
+    """What was wrong with it: ``unfilled_slot``, ``repeated_word``, ``garbled_slot`` or ``copy``."""
+    replacement: str | None
+    """The criterion in its place; ``None`` when it was dropped (its dimension had no readable one left)."""
+    source: Literal["retry", "fixed", "dropped"]
+    """Where the replacement came from: a retry of the rubric, the fixed criteria, or nowhere."""
+
+
 class Rubric(_Frozen):
     """A turn-level rubric: a weight per dimension and criteria for each dimension.
 
@@ -198,6 +226,9 @@ class Rubric(_Frozen):
     """Normalised weight of each dimension (sums to 1)."""
     criteria: tuple[Criterion, ...] = Field(min_length=len(DIMENSIONS), max_length=MAX_CRITERIA)
     """The criteria, grouped by dimension in canonical order."""
+    repairs: tuple[CriterionRepair, ...] = Field(default=(), exclude_if=lambda repairs: not repairs)
+    """The criteria the generator replaced because a person could not read them (empty for most
+    rubrics, and then left out of the rubric's JSON)."""
 
     @field_validator("weights")
     @classmethod
@@ -244,14 +275,16 @@ class Rubric(_Frozen):
         return max(DIMENSIONS, key=lambda d: self.weights[d])
 
     def with_weights(self, weights: Mapping[Dimension, float] | Mapping[str, float]) -> Rubric:
-        """Return a copy with other weights (normalised), keeping the criteria.
+        """Return a copy with other weights (normalised), keeping the criteria and their repairs.
 
         Examples:
             >>> rubric = Rubric.uniform_fixed().with_weights({"cognitive": 1, "affective": 0, "proactive": 0})
             >>> rubric.weights[Dimension.AFFECTIVE]
             0.0
         """
-        return Rubric(weights={Dimension(k): v for k, v in weights.items()}, criteria=self.criteria)
+        return Rubric(
+            weights={Dimension(k): v for k, v in weights.items()}, criteria=self.criteria, repairs=self.repairs
+        )
 
     @classmethod
     def uniform_fixed(cls) -> Rubric:
