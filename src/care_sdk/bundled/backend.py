@@ -48,22 +48,25 @@ def open_default(rest: str, role: str | None, options: dict[str, Any]) -> Backen
     )
 
 
-_CONTEXT_FIT: list[Any] = []
+_CONTEXT_FIT: dict[tuple[int, int] | None, Any] = {}
 
 
-def shared_context_fit() -> Any:
+def shared_context_fit(threads: tuple[int, int] | None = None) -> Any:
     """The bundled default's context-fit term (:class:`~care_sdk.bundled.context_fit.ContextFit` on the
-    base model, :data:`~care_sdk.bundled.context_fit.BUNDLED_GATE`), opened once per process.
+    base model, :data:`~care_sdk.bundled.context_fit.BUNDLED_GATE`), opened once per process for each
+    ``threads`` (decoding and prompt threads; ``None``: the base model's defaults).
 
     Examples:
         >>> shared_context_fit() is shared_context_fit()  # doctest: +SKIP
         True
     """
-    if not _CONTEXT_FIT:
+    if threads not in _CONTEXT_FIT:
+        from care_sdk.backends import resolve_backend
         from care_sdk.bundled.context_fit import ContextFit
 
-        _CONTEXT_FIT.append(ContextFit())
-    return _CONTEXT_FIT[0]
+        options: dict[str, Any] = {} if threads is None else {"n_threads": threads[0], "n_threads_batch": threads[1]}
+        _CONTEXT_FIT[threads] = ContextFit(resolve_backend("default", **options))
+    return _CONTEXT_FIT[threads]
 
 
 class BundledEvaluatorBackend(LlamaCppBackend):
@@ -78,8 +81,10 @@ class BundledEvaluatorBackend(LlamaCppBackend):
     """
 
     def own_context_fit(self) -> Any:
-        """The shared context-fit term (:func:`shared_context_fit`)."""
-        return shared_context_fit()
+        """The shared context-fit term (:func:`shared_context_fit`), read on as many threads as this
+        backend's model uses (one in a Ray actor that holds one CPU)."""
+        llama: Any = self.llama
+        return shared_context_fit((int(llama.n_threads), int(llama.n_threads_batch)))
 
 
 def open_base(
