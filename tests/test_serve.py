@@ -18,7 +18,15 @@ from typing import Any
 import httpx
 import pytest
 
-from care_sdk import AdaptiveReward, BackendError, RemoteReward, RewardResult, RubricEvaluator, RubricGenerator
+from care_sdk import (
+    AdaptiveReward,
+    BackendError,
+    ConfigError,
+    RemoteReward,
+    RewardResult,
+    RubricEvaluator,
+    RubricGenerator,
+)
 from care_sdk.backends.base import GenerationRequest
 from care_sdk.serve import ServeConfig, create_app
 from care_sdk.serve.batching import Batcher, QueueFull
@@ -158,6 +166,48 @@ async def test_malformed_bodies_are_refused_naming_the_field(path: str, body: by
     assert not gen.requests and not ev.requests
 
 
+async def test_an_unexpected_error_is_answered_500_with_an_id_that_the_log_line_carries(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from care_sdk.serve import nemo_gym
+
+    def broken(request: Any, result: RewardResult) -> dict[str, Any]:
+        raise RuntimeError("secret internals")
+
+    def crashing_judge(request: GenerationRequest) -> str:
+        raise RuntimeError("secret judge internals")
+
+    monkeypatch.setattr(nemo_gym, "verify_body", broken)
+    body = {"responses_create_params": {"input": "I failed my exam."}, "response": {"output": []}}
+    reward, _, _ = scripted_reward()
+    async with client_for(reward) as client:
+        failed = await client.post("/verify", json=body)
+        metrics = (await client.get("/metrics")).text
+    assert failed.status_code == 500 and "secret" not in failed.text and failed.json()["field"] is None
+    incident = failed.json()["error"].split()[2]
+    [line] = [r for r in caplog.records if incident in r.getMessage()]
+    assert "secret internals" in line.getMessage() and line.exc_info is not None
+    assert 'care_serve_requests_total{endpoint="verify",status="500"} 1.0' in metrics
+    reward, _, _ = scripted_reward(crashing_judge)  # a batch that raises: each item fails, naming an id
+    async with client_for(reward) as client:
+        answer = await client.post("/v1/score", json={"items": [{"context": SAD, "reply": "Hm."}]})
+    [result] = answer.json()["results"]
+    assert answer.status_code == 200 and result["reward"] is None and "secret" not in result["error"]
+    assert any(result["error"].split()[-1] in r.getMessage() for r in caplog.records)
+
+
+async def test_the_service_awaits_the_async_reward() -> None:
+    reward, _, ev = scripted_reward()
+
+    def blocking(items: Any) -> Any:
+        raise AssertionError("the service called the sync score_batch")
+
+    reward.score_batch = blocking  # type: ignore[method-assign]
+    async with client_for(reward) as client:
+        answer = await client.post("/v1/score", json={"items": [{"context": SAD, "reply": "Tell me what happened."}]})
+    assert answer.status_code == 200 and answer.json()["results"][0]["reward"] == 0.5 and len(ev.requests) == 1
+
+
 # -- OpenRLHF's protocol ---------------------------------------------------------------------------
 
 CHATML_PROMPT = (
@@ -262,7 +312,7 @@ def test_remote_reward_is_a_trl_reward_function_sync_and_async() -> None:
             context=[SAD, SAD],
             log_metric=logged.__setitem__,
         )
-        assert rewards == [0.75, 0.5] and logged["care/failed"] == 0.0
+        assert rewards == [0.75, 0.5] and logged["care_remote/failed"] == 0.0  # metrics under its name
         assert remote.last_results[0].rubric is not None
         fn = remote.as_async()
         assert fn.__name__ == "care_remote"
@@ -270,6 +320,29 @@ def test_remote_reward_is_a_trl_reward_function_sync_and_async() -> None:
         with pytest.raises(BackendError) as refused:
             RemoteReward(url, token="wrong")(["I failed my exam."], ["Tell me what happened."])
         assert refused.value.status_code == 401 and not refused.value.retryable
+
+
+def test_remote_reward_logs_under_its_name_and_closes_its_clients() -> None:
+    reward, _, _ = scripted_reward()
+    with running(reward) as url:
+        logged: dict[str, float] = {}
+        with RemoteReward(url) as remote:
+            assert remote(["I failed my exam."], ["Tell me what happened."], log_metric=logged.__setitem__) == [0.5]
+            client = remote._client
+        assert "care/failed" in logged and client is not None and client.is_closed and remote._client is None
+
+        async def scored() -> tuple[list[float | None], Any]:
+            async with RemoteReward(url, name="care_remote") as remote:
+                rewards = await remote.acall(
+                    ["I failed my exam."], ["Tell me what happened."], log_metric=logged.__setitem__
+                )
+                return rewards, remote._aclient
+
+        rewards, aclient = asyncio.run(scored())
+        assert rewards == [0.5] and "care_remote/failed" in logged
+        assert aclient is not None and aclient.is_closed
+        with pytest.raises(ConfigError):
+            RemoteReward(url, name="care")
 
 
 def test_remote_reward_pickles_by_its_configuration() -> None:

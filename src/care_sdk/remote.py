@@ -9,27 +9,31 @@ Requests go to ``/v1/score``; connection errors, 408, 429 and 5xx answers are re
 package's one retry layer (:mod:`care_sdk.backends._retry`), honouring the server's
 ``Retry-After``. The service keeps no state a client depends on, so a retried request gets the
 same rewards, and several replicas behind a load balancer serve one client. Needs ``httpx``
-(the ``serve`` extra).
+(the ``serve`` extra). Used as a context manager (``with`` or ``async with``), it closes its
+connections on the way out; :meth:`RemoteReward.close` does the same.
 
 Examples:
     >>> reward = RemoteReward("http://127.0.0.1:8000", name="empathy")
-    >>> reward.__name__
-    'empathy'
-    >>> reward(["I failed my exam."], ["That sounds hard."])  # doctest: +SKIP
+    >>> reward.__name__, reward.metric_prefix
+    ('empathy', 'empathy')
+    >>> with RemoteReward("http://127.0.0.1:8000") as reward:  # doctest: +SKIP
+    ...     reward(["I failed my exam."], ["That sounds hard."])
     [0.62]
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 from collections.abc import Callable, Coroutine, Sequence
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from care_sdk._calls import report_to_trainer, trl_items
+from care_sdk._calls import METRIC_PREFIX, report_to_trainer, trl_items
 from care_sdk.backends._retry import RetryPolicy, call_with_retries, parse_retry_after
-from care_sdk.errors import BackendError, MissingDependencyError, OutputError
+from care_sdk.backends.base import run_sync
+from care_sdk.errors import BackendError, ConfigError, MissingDependencyError, OutputError
+from care_sdk.reward import DEFAULT_NAME
 from care_sdk.types import Context, Message, RewardResult
 
 if TYPE_CHECKING:
@@ -59,14 +63,19 @@ class RemoteReward:
 
     ``reward(prompts, completions, **kwargs)`` returns one reward per completion, ``None`` where
     the service could not compute one, exactly as :class:`~care_sdk.AdaptiveReward` does (the
-    same ``context`` dataset column, the same ``log_metric`` / ``log_extra`` reporting).
+    same ``context`` dataset column, the same ``log_metric`` / ``log_extra`` reporting, under the
+    same metric prefix: ``care`` for the default name, else the name).
 
     Args:
         url: the service's base address, e.g. ``http://10.0.0.5:8000``.
         token: the bearer token the service asks for (``care serve --token-env``), or ``None``.
-        name: the function name TRL logs the reward under.
+        name: the function name TRL logs the reward under, and the prefix of its metrics unless it
+            is the default ``care_reward`` (then ``care``); non-empty, without ``/``, not ``care``.
         timeout: seconds one HTTP request may take (a batch waits for the service's queue).
         retry: how often and how patiently failed requests are retried.
+
+    Raises:
+        ConfigError: ``name`` is empty, has a ``/`` or is ``care``.
 
     Examples:
         >>> import pickle
@@ -89,6 +98,8 @@ class RemoteReward:
         timeout: float = 600.0,
         retry: RetryPolicy | None = None,
     ) -> None:
+        if not name or "/" in name or name == METRIC_PREFIX:
+            raise ConfigError(f"name: {name!r} must be non-empty, without '/', and not {METRIC_PREFIX!r}")
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
@@ -113,6 +124,18 @@ class RemoteReward:
     def __repr__(self) -> str:
         token = ", token=<set>" if self.token else ""
         return f"RemoteReward({self.url!r}{token}, name={self.__name__!r})"
+
+    @property
+    def metric_prefix(self) -> str:
+        """The prefix of the metrics this reward logs: ``care`` for the default name, else the name.
+
+        Examples:
+            >>> RemoteReward("http://127.0.0.1:8000").metric_prefix
+            'care'
+            >>> RemoteReward("http://127.0.0.1:8000", name="care_remote").metric_prefix
+            'care_remote'
+        """
+        return METRIC_PREFIX if self.__name__ == DEFAULT_NAME else self.__name__
 
     # -- HTTP ----------------------------------------------------------------------------------------
 
@@ -151,6 +174,8 @@ class RemoteReward:
         httpx = _httpx()
         loop = asyncio.get_running_loop()
         if self._aclient is None or self._aloop is not loop:
+            if self._aclient is not None:
+                _close_elsewhere(self._aclient, self._aloop)
             self._aclient = httpx.AsyncClient(timeout=self.timeout)
             self._aloop = loop
         client = self._aclient
@@ -190,7 +215,7 @@ class RemoteReward:
                 raise self._transport_error(exc) from exc
             return self._check(response)
 
-        return _run(call_with_retries(attempt, self.retry, what=f"POST {self.url}/v1/score"))
+        return run_sync(call_with_retries(attempt, self.retry, what=f"POST {self.url}/v1/score"))
 
     # -- TRL -----------------------------------------------------------------------------------------
 
@@ -198,14 +223,14 @@ class RemoteReward:
         """TRL reward signature: one reward per completion, ``None`` where none could be computed."""
         results = self.score_batch(trl_items(prompts, completions, kwargs, self.context_column))
         self.last_results = results
-        report_to_trainer(results, kwargs)
+        report_to_trainer(results, kwargs, self.metric_prefix)
         return [r.reward for r in results]
 
     async def acall(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """Async form of :meth:`__call__`."""
         results = await self.ascore_batch(trl_items(prompts, completions, kwargs, self.context_column))
         self.last_results = results
-        report_to_trainer(results, kwargs)
+        report_to_trainer(results, kwargs, self.metric_prefix)
         return [r.reward for r in results]
 
     def as_async(self) -> Callable[..., Coroutine[Any, Any, list[float | None]]]:
@@ -225,20 +250,73 @@ class RemoteReward:
         care_reward.__name__ = care_reward.__qualname__ = self.__name__
         return care_reward
 
+    # -- closing -------------------------------------------------------------------------------------
+
     def close(self) -> None:
-        """Close the HTTP connections (they are opened again when needed)."""
-        if self._client is not None:
-            self._client.close()
-        self._client = None
-        self._aclient = None
-        self._aloop = None
+        """Close the HTTP connections (they are opened again when needed).
+
+        Examples:
+            >>> reward = RemoteReward("http://127.0.0.1:8000")
+            >>> reward.close()  # nothing open yet: nothing to do
+        """
+        client, aclient, aloop = self._client, self._aclient, self._aloop
+        self._client, self._aclient, self._aloop = None, None, None
+        if client is not None:
+            client.close()
+        if aclient is not None:
+            _close_elsewhere(aclient, aloop)
+
+    async def aclose(self) -> None:
+        """Async form of :meth:`close`.
+
+        Examples:
+            >>> asyncio.run(RemoteReward("http://127.0.0.1:8000").aclose())
+        """
+        aclient, aloop = self._aclient, self._aloop
+        if aclient is not None and aloop is asyncio.get_running_loop():
+            self._aclient, self._aloop = None, None
+            await aclient.aclose()
+        self.close()
+
+    def __enter__(self) -> RemoteReward:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> RemoteReward:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
 
-def _run(coro: Coroutine[Any, Any, list[RewardResult]]) -> list[RewardResult]:
-    """Run ``coro`` to completion from sync code, also when this thread already runs an event loop."""
+_CLOSING: set[asyncio.Future[None]] = set()  # closings scheduled on a running loop, kept until done
+
+
+def _close_elsewhere(client: httpx.AsyncClient, loop: asyncio.AbstractEventLoop | None) -> None:
+    """Close an async client from outside its event loop's current task.
+
+    On its loop when that loop can still run code: scheduled there when it runs in this thread,
+    awaited there when it runs in another, run to completion when it is idle. A client whose loop is
+    closed has no way left to close its connections and is dropped.
+    """
+    if loop is None or loop.is_closed():
+        return
+    if not loop.is_running():
+        loop.run_until_complete(client.aclose())
+        return
     try:
-        asyncio.get_running_loop()
+        current = asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        current = None
+    if current is loop:
+        task = loop.create_task(client.aclose())
+        _CLOSING.add(task)
+        task.add_done_callback(_CLOSING.discard)
+    else:
+        asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout=30)

@@ -21,10 +21,13 @@ Endpoints:
   not score is answered 500 with the error, which slime retries and then raises: never a number.
 - ``GET /health``: ``{"status": "ok", "queue_depth": n}``. ``GET /metrics``: Prometheus text.
 
-Errors are JSON ``{"error": ..., "field": ...}``: 400 for a body that is not JSON, 422 for a
-field of the wrong shape (named, e.g. ``query[3]``), 413 for a body over the size limit, 401
-without the bearer token when one is configured, 429 with ``Retry-After`` when the queue is full
-(503 while shutting down), 500 for an unexpected error.
+The bodies are the pydantic models of :mod:`care_sdk.serve.protocol`. Errors are JSON
+``{"error": ..., "field": ...}``: 400 for a body that is not JSON, 422 for a field of the wrong
+shape (named, e.g. ``query[3]``), 413 for a body over the size limit, 401 without the bearer token
+when one is configured (Starlette's ``AuthenticationMiddleware``), 429 with ``Retry-After`` when
+the queue is full (503 while shutting down), 500 for an unexpected error: the answer names an error
+id, and the service's log line with that id holds the error's text. Items are scored by awaiting
+the reward's ``ascore_batch``, one cross-request batch at a time (:mod:`care_sdk.serve.batching`).
 
 Examples:
     >>> from care_sdk.testing import ScriptedBackend, evaluation_json
@@ -39,11 +42,9 @@ Examples:
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -55,14 +56,17 @@ from care_sdk.guards import INFO_FLAGS
 from care_sdk.serve.batching import Batcher, QueueFull
 from care_sdk.serve.metrics import ServeMetrics
 from care_sdk.serve.protocol import (
+    GetRewardRequest,
+    GetRewardResponse,
+    QueryDetail,
     RequestError,
+    ScoreRequest,
+    ScoreResponse,
+    SlimeRewardRequest,
     SplitQuery,
-    parse_get_reward,
-    parse_score,
-    parse_score_options,
-    split_query,
+    parse_body,
 )
-from care_sdk.types import RewardResult
+from care_sdk.types import Context, RewardResult
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -76,6 +80,15 @@ __all__ = ["ServeConfig", "create_app"]
 logger = logging.getLogger("care_sdk")
 
 TEMPLATES = ("chatml", "llama3", "plain")
+
+ENDPOINTS = {
+    "/get_reward": "get_reward",
+    "/v1/score": "score",
+    "/verify": "verify",
+    "/seed_session": "seed_session",
+    "/slime/reward": "slime_reward",
+}
+"""The scoring routes (``POST``, bearer token when configured) and their names in the metrics."""
 
 
 class ServeConfig(BaseModel):
@@ -109,13 +122,7 @@ def _require_starlette() -> None:
         raise MissingDependencyError("starlette", extra="serve") from exc
 
 
-def _error(status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None) -> Response:
-    from starlette.responses import JSONResponse
-
-    return JSONResponse({"error": message, "field": field}, status_code=status, headers=headers)
-
-
-async def _read_json(request: Request, limit: int) -> Any:
+async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise RequestError(f"the body has {declared} bytes; at most {limit} are accepted", field="body", status=413)
@@ -126,8 +133,12 @@ async def _read_json(request: Request, limit: int) -> Any:
         if size > limit:
             raise RequestError(f"the body is over {limit} bytes", field="body", status=413)
         chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _json(raw: bytes) -> Any:
     try:
-        return json.loads(b"".join(chunks))
+        return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RequestError(f"the body is not JSON: {exc}", field="body", status=400) from exc
 
@@ -143,7 +154,7 @@ def _cache_stats(reward: AdaptiveReward) -> Callable[[], tuple[int, int] | None]
     return read
 
 
-def _openrlhf_body(splits: list[SplitQuery], results: list[RewardResult | None]) -> dict[str, Any]:
+def _openrlhf_answer(splits: list[SplitQuery], results: list[RewardResult | None]) -> GetRewardResponse:
     rewards = [r.reward if r is not None else None for r in results]
     errors = [
         s.error if s.error else (r.error if r is not None else None) for s, r in zip(splits, results, strict=True)
@@ -156,16 +167,20 @@ def _openrlhf_body(splits: list[SplitQuery], results: list[RewardResult | None])
     for name in TEMPLATES:
         extra_logs[f"care_template_{name}"] = [float(s.template == name) for s in splits]
     details = [
-        {"template": s.template, "context": s.context, "reply_chars": len(s.reply), "error": e, "flags": fl}
+        QueryDetail.model_construct(template=s.template, context=s.context, reply_chars=len(s.reply), error=e, flags=fl)
         for s, e, fl in zip(splits, errors, flags, strict=True)
     ]
-    return {"rewards": rewards, "scores": rewards, "extra_logs": extra_logs, "details": details}
+    return GetRewardResponse.model_construct(rewards=rewards, scores=rewards, extra_logs=extra_logs, details=details)
 
 
 def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Starlette:
     """The service's ASGI app around ``reward``; run it with uvicorn (see :func:`care_sdk.serve.serve`).
 
     The batcher starts and stops with the app's lifespan; stopping finishes every accepted item.
+    Authentication (Starlette's ``AuthenticationMiddleware`` with a bearer-token backend), request
+    metrics and the error answers (exception handlers) wrap every route; the routes read their
+    bodies into the models of :mod:`care_sdk.serve.protocol` and await the reward's ``ascore_batch``
+    through the batcher.
 
     Raises:
         MissingDependencyError: the ``serve`` extra is not installed.
@@ -179,105 +194,79 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
     """
     _require_starlette()
     from starlette.applications import Starlette
+    from starlette.authentication import requires
+    from starlette.middleware import Middleware
+    from starlette.middleware.authentication import AuthenticationMiddleware
+    from starlette.middleware.exceptions import ExceptionMiddleware
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
+
+    from care_sdk.serve import _http
 
     config = config or ServeConfig()
     metrics = ServeMetrics(lambda: float(batcher.depth), _cache_stats(reward))
     batcher = Batcher(
-        reward.score_batch,
+        reward.ascore_batch,
         window_s=config.batch_window_ms / 1000.0,
         max_batch=config.max_batch,
         max_queue=config.max_queue,
         on_batch=lambda n, _seconds: metrics.batch_items.observe(n),
     )
-    expected = f"Bearer {config.token}".encode() if config.token else None
+    scoring = requires(_http.SCORE_SCOPE, status_code=401)
 
-    def authorised(request: Request) -> bool:
-        if expected is None:
-            return True
-        given = request.headers.get("authorization", "").encode()
-        return hmac.compare_digest(given, expected)
+    async def read(request: Request) -> bytes:
+        return await _read_body(request, config.max_body_bytes)
 
-    def endpoint(
-        name: str, handler: Callable[[Request], Awaitable[Response]]
-    ) -> Callable[[Request], Awaitable[Response]]:
-        async def wrapped(request: Request) -> Response:
-            started = time.perf_counter()
-            if not authorised(request):
-                response = _error(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
-            else:
-                try:
-                    response = await handler(request)
-                except RequestError as exc:
-                    response = _error(exc.status, exc.reason, exc.field)
-                except QueueFull as exc:
-                    status = 503 if exc.closing else 429
-                    response = _error(status, str(exc), headers={"Retry-After": str(int(max(1, exc.retry_after)))})
-                except Exception as exc:
-                    logger.exception("%s: unexpected error", name)
-                    response = _error(500, f"internal error: {type(exc).__name__}: {exc}")
-            metrics.observe_request(name, response.status_code, time.perf_counter() - started)
-            return response
-
-        return wrapped
-
-    async def scored(items: list[Any]) -> list[RewardResult]:
+    async def scored(items: list[tuple[Context, str]]) -> list[RewardResult]:
         if len(items) > config.max_queue:
             raise RequestError(f"{len(items)} items in one request; at most {config.max_queue}", status=413)
         return await batcher.submit(items)
 
+    @scoring
     async def get_reward(request: Request) -> Response:
-        queries, prompts = parse_get_reward(await _read_json(request, config.max_body_bytes))
-        splits = [split_query(q, prompts[i] if prompts else None) for i, q in enumerate(queries)]
+        splits = parse_body(GetRewardRequest, await read(request)).splits()
         todo = [i for i, s in enumerate(splits) if s.error is None]
         got = await scored([(splits[i].context, splits[i].reply) for i in todo])
         results: list[RewardResult | None] = [None] * len(splits)
         for i, result in zip(todo, got, strict=True):
             results[i] = result
         metrics.observe_results(got, input_failures=len(splits) - len(todo))
-        return JSONResponse(_openrlhf_body(splits, results))
+        return Response(_openrlhf_answer(splits, results).body(), media_type="application/json")
 
+    @scoring
     async def score(request: Request) -> Response:
-        body = await _read_json(request, config.max_body_bytes)
-        items, options = parse_score(body), parse_score_options(body)
-        results = await scored(items)
+        body = parse_body(ScoreRequest, await read(request))
+        results = await scored([item.pair for item in body.items])
         metrics.observe_results(results)
-        keep = {"reward", "error", "flags", "parts"} if options["detail"] == "reward" else None
-        return JSONResponse({"results": [r.model_dump(mode="json", include=keep) for r in results]})
+        answer = ScoreResponse.model_construct(results=results)
+        return Response(answer.body(body.options.detail), media_type="application/json")
 
+    @scoring
     async def verify(request: Request) -> Response:
         from care_sdk.serve.nemo_gym import parse_verify, verify_body
 
-        body = await _read_json(request, config.max_body_bytes)
+        body = _json(await read(request))
         context, reply = parse_verify(body)
         (result,) = await scored([(context, reply)])
         metrics.observe_results([result])
         return JSONResponse(verify_body(body, result))
 
+    @scoring
     async def seed_session(request: Request) -> Response:
-        body = await _read_json(request, config.max_body_bytes)  # CARE keeps no per-rollout state
+        body = _json(await read(request))  # CARE keeps no per-rollout state
         session = body.get("resources_session_id") if isinstance(body, dict) else None
         return JSONResponse({"resources_session_id": session} if isinstance(session, str) else {})
 
+    @scoring
     async def slime_reward(request: Request) -> Response:
         from care_sdk.integrations.slime import sample_item
 
-        body = await _read_json(request, config.max_body_bytes)
-        if not isinstance(body, dict):
-            raise RequestError(f"the body must be a JSON object, got {type(body).__name__}", field="body")
-        prompt, response = body.get("prompt"), body.get("response")
-        if not isinstance(prompt, (str, list)) or not prompt:
-            raise RequestError("is required (templated text or chat messages)", field="prompt")
-        if isinstance(prompt, list) and not all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt):
-            raise RequestError("must be chat messages with role and content", field="prompt")
-        if not isinstance(response, str):
-            raise RequestError("is required (a string)", field="response")
-        context, reply = sample_item(SimpleNamespace(prompt=prompt, response=response))
+        body = parse_body(SlimeRewardRequest, await read(request))
+        context, reply = sample_item(SimpleNamespace(prompt=body.prompt, response=body.response))
         (result,) = await scored([(context, reply)])
         metrics.observe_results([result])
-        if result.reward is None:
-            return _error(500, f"CARE could not score the reply: {result.error}")
+        if result.reward is None:  # slime retries a 500 and then raises: never a number for it
+            return _http.error_response(500, f"CARE could not score the reply: {result.error}")
         return JSONResponse(result.reward)
 
     async def health(request: Request) -> Response:
@@ -296,15 +285,32 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
             await batcher.stop()  # finish every accepted item
 
     routes = [
-        Route("/get_reward", endpoint("get_reward", get_reward), methods=["POST"]),
-        Route("/v1/score", endpoint("score", score), methods=["POST"]),
-        Route("/verify", endpoint("verify", verify), methods=["POST"]),
-        Route("/seed_session", endpoint("seed_session", seed_session), methods=["POST"]),
-        Route("/slime/reward", endpoint("slime_reward", slime_reward), methods=["POST"]),
+        Route("/get_reward", get_reward, methods=["POST"]),
+        Route("/v1/score", score, methods=["POST"]),
+        Route("/verify", verify, methods=["POST"]),
+        Route("/seed_session", seed_session, methods=["POST"]),
+        Route("/slime/reward", slime_reward, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics_text, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    middleware = [
+        Middleware(_http.RequestMetrics, metrics=metrics, endpoints=ENDPOINTS),
+        # Starlette hands an app-level Exception handler to ServerErrorMiddleware, which raises the
+        # exception again after answering (the server then logs it twice and drops the connection):
+        # this ExceptionMiddleware answers it and is done.
+        Middleware(ExceptionMiddleware, handlers={Exception: _http.internal_error}),
+        Middleware(AuthenticationMiddleware, backend=_http.BearerToken(config.token)),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={
+            401: _http.unauthorised,
+            RequestError: _http.request_error,
+            QueueFull: _http.queue_full,
+        },
+        lifespan=lifespan,
+    )
     app.state.batcher = batcher
     app.state.metrics = metrics
     return app

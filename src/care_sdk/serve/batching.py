@@ -2,7 +2,7 @@
 
 One :class:`Batcher` per service collects the ``(context, reply)`` items of every request, waits
 up to ``window_s`` after the first one arrives (or until ``max_batch`` items wait), and scores
-them in one call of the reward's ``score_batch`` in a worker thread, one batch at a time. So the
+them in one awaited call of the reward's ``ascore_batch``, one batch at a time. So the
 completions of one context share one rubric even when different trainer ranks send them. At
 most ``max_queue`` items are accepted and not yet answered; beyond that :meth:`Batcher.submit`
 raises :class:`QueueFull` (the service answers 429).
@@ -10,7 +10,7 @@ raises :class:`QueueFull` (the service answers 429).
 Examples:
     >>> import asyncio
     >>> seen = []
-    >>> def score(items):
+    >>> async def score(items):
     ...     seen.append(len(items))
     ...     return [RewardResult(reward=0.5) for _ in items]
     >>> async def main():
@@ -26,19 +26,32 @@ Examples:
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
+import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.types import Context, RewardResult
 
-__all__ = ["Batcher", "QueueFull"]
+__all__ = ["Batcher", "QueueFull", "error_id"]
 
 logger = logging.getLogger("care_sdk")
 
 ScoreItem = tuple[Context, str]
+
+
+def error_id() -> str:
+    """A new id for an unexpected error: the answer names it and the log line that holds the error's text carries it.
+
+    Examples:
+        >>> len(error_id()), error_id() != error_id()
+        (12, True)
+    """
+    return uuid.uuid4().hex[:12]
 
 
 class QueueFull(CareError):
@@ -64,10 +77,11 @@ class _Pending:
 
 
 class Batcher:
-    """Scores items from many requests together, in windows, one batch at a time in a worker thread.
+    """Scores items from many requests together, in windows, one batch at a time.
 
     Args:
-        score: scores a list of items (``AdaptiveReward.score_batch``); called in a worker thread.
+        score: scores a list of items: a coroutine function (``AdaptiveReward.ascore_batch``),
+            awaited in the event loop, or a plain function, called in a worker thread.
         window_s: how long to wait after the first item of a batch for more to arrive.
         max_batch: the most items scored in one call.
         max_queue: the most items accepted and not yet answered.
@@ -80,7 +94,8 @@ class Batcher:
 
     def __init__(
         self,
-        score: Callable[[list[ScoreItem]], Sequence[RewardResult]],
+        score: Callable[[list[ScoreItem]], Awaitable[Sequence[RewardResult]]]
+        | Callable[[list[ScoreItem]], Sequence[RewardResult]],
         *,
         window_s: float = 0.01,
         max_batch: int = 64,
@@ -91,7 +106,16 @@ class Batcher:
             raise ConfigError(
                 f"window_s must be >= 0, max_batch and max_queue >= 1; got {window_s}, {max_batch}, {max_queue}"
             )
-        self._score = score
+        self._score: Callable[[list[ScoreItem]], Awaitable[Sequence[RewardResult]]]
+        if inspect.iscoroutinefunction(score):
+            self._score = cast("Callable[[list[ScoreItem]], Awaitable[Sequence[RewardResult]]]", score)
+        else:
+            blocking = cast("Callable[[list[ScoreItem]], Sequence[RewardResult]]", score)
+
+            async def in_thread(items: list[ScoreItem]) -> Sequence[RewardResult]:
+                return await asyncio.to_thread(blocking, items)
+
+            self._score = in_thread
         self.window_s = window_s
         self.max_batch = max_batch
         self.max_queue = max_queue
@@ -161,12 +185,13 @@ class Batcher:
             self._in_flight = len(batch)
             started = loop.time()
             try:
-                results = list(await asyncio.to_thread(self._score, [p.item for p in batch]))
+                results = list(await self._score([p.item for p in batch]))
                 if len(results) != len(batch):
                     raise CareError(f"the reward returned {len(results)} results for {len(batch)} items")
-            except Exception as exc:
-                logger.exception("scoring a batch of %d items failed", len(batch))
-                results = [RewardResult.failed(f"scoring failed: {exc}")] * len(batch)
+            except Exception:
+                incident = error_id()
+                logger.exception("care serve: error %s: scoring a batch of %d items failed", incident, len(batch))
+                results = [RewardResult.failed(f"scoring failed: internal error {incident}")] * len(batch)
             finally:
                 self._in_flight = 0
             for pending, result in zip(batch, results, strict=True):

@@ -1,4 +1,11 @@
-"""Request bodies of the reward service: validation that names the bad field, and chat-template splitting.
+"""The reward service's wire format: pydantic models of its request and response bodies, and
+chat-template splitting.
+
+The models are the contract: :class:`ScoreRequest` / :class:`ScoreResponse` (``/v1/score``),
+:class:`GetRewardRequest` / :class:`GetRewardResponse` (OpenRLHF's ``/get_reward``) and
+:class:`SlimeRewardRequest` (slime's remote reward). :func:`parse_body` reads a raw body into one
+of them, or raises :class:`RequestError` naming the first bad field the way a client writes it
+(``query[3]``, ``items[0].context[1].content``): 400 for a body that is not JSON, 422 otherwise.
 
 OpenRLHF's remote reward protocol sends ``{"query": [...], "prompts": [...], "labels": [...]}``
 where each query is the prompt and the policy's reply as one chat-templated text (decoded with
@@ -11,25 +18,46 @@ Examples:
     >>> split = split_query(q)
     >>> split.template, split.context, split.reply
     ('chatml', [{'role': 'user', 'content': 'I failed my exam.'}], 'That hurts.')
+    >>> parse_body(ScoreRequest, b'{"items": [{"context": "I failed.", "reply": "Oh no."}]}').items[0].reply
+    'Oh no.'
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from care_sdk.errors import InputError
-from care_sdk.types import Context
+from care_sdk.types import Context, Message, RewardResult
 
 __all__ = [
+    "REWARD_ONLY",
     "SCORE_DETAILS",
+    "GetRewardRequest",
+    "GetRewardResponse",
+    "QueryDetail",
     "RequestError",
+    "ScoreOptions",
+    "ScoreRequest",
+    "ScoreRequestItem",
+    "ScoreResponse",
+    "SlimeRewardRequest",
     "SplitQuery",
-    "parse_get_reward",
-    "parse_score",
-    "parse_score_options",
+    "parse_body",
     "split_query",
 ]
 
@@ -149,131 +177,275 @@ def split_query(query: str, prompt: str | None = None) -> SplitQuery:
     return SplitQuery(context=messages, reply=reply, template=template)
 
 
-# -- request bodies --------------------------------------------------------------------------------
+# -- bodies ----------------------------------------------------------------------------------------
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-def _require_list(body: Mapping[str, Any], key: str, *, required: bool = True) -> list[Any] | None:
-    value = body.get(key)
-    if value is None:
-        if required:
-            raise RequestError("is required (a list)", field=key)
-        return None
-    if not isinstance(value, list):
-        raise RequestError(f"must be a list, got {type(value).__name__}", field=key)
-    return value
+def _field(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
 
 
-def _body(body: Any) -> Mapping[str, Any]:
-    if not isinstance(body, dict):
-        raise RequestError(f"the body must be a JSON object, got {type(body).__name__}", field="body")
-    return body
-
-
-def parse_get_reward(body: Any) -> tuple[list[str], list[str] | None]:
-    """Read an OpenRLHF ``/get_reward`` body: the queries and, when sent, the prompts (labels are ignored).
+def parse_body(model: type[ModelT], raw: bytes | str) -> ModelT:
+    """Read a raw JSON body into ``model``, naming the first bad field as a client writes it.
 
     Raises:
-        RequestError: a field is missing or of the wrong type, naming it (``query[3]``).
+        RequestError: the body is not JSON (status 400, field ``body``), or a field is missing or
+            of the wrong shape (status 422, the field named: ``query[3]``, ``options.detail``).
 
     Examples:
-        >>> parse_get_reward({"query": ["a b"], "prompts": ["a"], "labels": [None]})
-        (['a b'], ['a'])
-        >>> parse_get_reward({"query": ["a", 3]})
+        >>> parse_body(GetRewardRequest, b'{"query": ["a b"], "prompts": ["a"], "labels": [null]}').prompts
+        ['a']
+        >>> parse_body(GetRewardRequest, b'{"query": ["a", 3]}')
         Traceback (most recent call last):
         ...
-        care_sdk.serve.protocol.RequestError: query[1]: must be a string, got int
+        care_sdk.serve.protocol.RequestError: query[1]: Input should be a valid string
+        >>> parse_body(ScoreRequest, b"{not json")
+        Traceback (most recent call last):
+        ...
+        care_sdk.serve.protocol.RequestError: body: the body is not JSON: key must be a string at line 1 column 2
     """
-    body = _body(body)
-    queries = _require_list(body, "query")
-    assert queries is not None
-    for i, q in enumerate(queries):
-        if not isinstance(q, str):
-            raise RequestError(f"must be a string, got {type(q).__name__}", field=f"query[{i}]")
-    prompts = _require_list(body, "prompts", required=False)
-    if prompts is not None:
-        if len(prompts) != len(queries):
-            raise RequestError(f"has {len(prompts)} values for {len(queries)} queries", field="prompts")
-        for i, p in enumerate(prompts):
-            if not isinstance(p, str):
-                raise RequestError(f"must be a string, got {type(p).__name__}", field=f"prompts[{i}]")
-    return list(queries), prompts
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_context=False)[0]
+        if first["type"] == "json_invalid":
+            reason = first["msg"].removeprefix("Invalid JSON: ")
+            raise RequestError(f"the body is not JSON: {reason}", field="body", status=400) from None
+        field = _field(tuple(first["loc"]))
+        if first["type"] == "model_type" and field == "body":
+            got = type(first["input"]).__name__
+            raise RequestError(f"the body must be a JSON object, got {got}", field="body") from None
+        raise RequestError(first["msg"], field=field) from None
 
 
-def _context(value: Any, field: str) -> Context:
+_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(Annotated[list[Message], Field(min_length=1)])
+
+
+def _text_or_messages(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    # one branch per JSON type, so an error is located inside the value sent (items[0].context[1].role)
     if isinstance(value, str):
         return value
-    if not isinstance(value, list) or not value:
-        raise RequestError("must be a string or a non-empty list of chat messages", field=field)
-    for j, message in enumerate(value):
-        where = f"{field}[{j}]"
-        if not isinstance(message, dict):
-            raise RequestError(f"must be an object, got {type(message).__name__}", field=where)
-        for key in ("role", "content"):
-            if not isinstance(message.get(key), str):
-                raise RequestError("must be a string", field=f"{where}.{key}")
-        if message["role"] not in ("system", "user", "assistant"):
-            raise RequestError(f"unknown role {message['role']!r}", field=f"{where}.role")
-    return [{"role": m["role"], "content": m["content"]} for m in value]
+    if not isinstance(value, list):
+        raise PydanticCustomError("context_type", "must be a string or a non-empty list of chat messages")
+    return _MESSAGES.validate_python(value)
+
+
+ContextField = Annotated[str | list[Message], WrapValidator(_text_or_messages)]
+"""A judged context on the wire: plain text, or a non-empty list of chat messages (extra keys dropped)."""
+
+
+class ScoreRequestItem(BaseModel):
+    """One ``(context, reply)`` pair of a ``/v1/score`` request.
+
+    Examples:
+        >>> item = ScoreRequestItem.model_validate({"context": [{"role": "user", "content": "Sad."}], "reply": "Why?"})
+        >>> item.pair
+        ([Message(role='user', content='Sad.')], 'Why?')
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    context: ContextField
+    """The dialogue before the reply: chat messages, or text taken as one user message."""
+    reply: str
+    """The reply to score."""
+
+    @property
+    def pair(self) -> tuple[Context, str]:
+        """The item as the reward takes it."""
+        return self.context, self.reply
 
 
 SCORE_DETAILS = ("full", "reward")
 """``/v1/score``'s ``options.detail``: every field of each result, or only ``reward``, ``error``,
 ``flags`` and ``parts`` (a smaller answer for a trainer that reads the number alone)."""
 
-
-def parse_score_options(body: Any) -> dict[str, str]:
-    """Read a ``/v1/score`` body's optional ``options`` object: ``{"detail": "full" | "reward"}``.
-
-    Raises:
-        RequestError: ``options`` is not an object, names an unknown option or an unknown value.
-
-    Examples:
-        >>> parse_score_options({"items": []})
-        {'detail': 'full'}
-        >>> parse_score_options({"items": [], "options": {"detail": "reward"}})
-        {'detail': 'reward'}
-        >>> parse_score_options({"items": [], "options": {"weights": "uniform"}})
-        Traceback (most recent call last):
-        ...
-        care_sdk.serve.protocol.RequestError: options.weights: unknown option; known: detail
-    """
-    raw = _body(body).get("options", {})
-    if not isinstance(raw, dict):
-        raise RequestError(f"must be an object, got {type(raw).__name__}", field="options")
-    for key in raw:
-        if key != "detail":
-            raise RequestError("unknown option; known: detail", field=f"options.{key}")
-    detail = raw.get("detail", "full")
-    if detail not in SCORE_DETAILS:
-        raise RequestError(f"must be one of {', '.join(SCORE_DETAILS)}; got {detail!r}", field="options.detail")
-    return {"detail": detail}
+REWARD_ONLY = frozenset({"reward", "error", "flags", "parts"})
+"""The result fields that ``options.detail = "reward"`` keeps."""
 
 
-def parse_score(body: Any) -> list[tuple[Context, str]]:
-    """Read a ``/v1/score`` body ``{"items": [{"context": messages or text, "reply": str}]}`` (its
-    ``options`` are read by :func:`parse_score_options`).
-
-    Raises:
-        RequestError: a field is missing or of the wrong type, naming it (``items[2].reply``).
+class ScoreOptions(BaseModel):
+    """``/v1/score``'s optional ``options`` object; an unknown option is refused.
 
     Examples:
-        >>> parse_score({"items": [{"context": "I'm sad.", "reply": "Why?"}]})
-        [("I'm sad.", 'Why?')]
-        >>> parse_score({"items": [{"context": [{"role": "bot", "content": "hi"}], "reply": "x"}]})
+        >>> ScoreOptions().detail
+        'full'
+        >>> parse_body(ScoreRequest, b'{"items": [], "options": {"weights": "uniform"}}')
         Traceback (most recent call last):
         ...
-        care_sdk.serve.protocol.RequestError: items[0].context[0].role: unknown role 'bot'
+        care_sdk.serve.protocol.RequestError: options.weights: Extra inputs are not permitted
     """
-    body = _body(body)
-    items = _require_list(body, "items")
-    assert items is not None
-    out: list[tuple[Context, str]] = []
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise RequestError(f"must be an object, got {type(item).__name__}", field=f"items[{i}]")
-        if not isinstance(item.get("reply"), str):
-            raise RequestError("is required (a string)", field=f"items[{i}].reply")
-        if "context" not in item:
-            raise RequestError("is required (chat messages or text)", field=f"items[{i}].context")
-        out.append((_context(item["context"], f"items[{i}].context"), item["reply"]))
-    return out
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    detail: Literal["full", "reward"] = "full"
+    """``full``: each result whole; ``reward``: only ``reward``, ``error``, ``flags`` and ``parts``."""
+
+
+class ScoreRequest(BaseModel):
+    """The body of ``POST /v1/score``: ``{"items": [{"context": ..., "reply": ...}], "options": {...}}``.
+
+    Examples:
+        >>> body = parse_body(ScoreRequest, b'{"items": [{"context": "I am sad.", "reply": "Why?"}]}')
+        >>> [item.pair for item in body.items], body.options.detail
+        ([('I am sad.', 'Why?')], 'full')
+        >>> parse_body(ScoreRequest, b'{"items": [{"context": [{"role": "bot", "content": "hi"}], "reply": "x"}]}')
+        Traceback (most recent call last):
+        ...
+        care_sdk.serve.protocol.RequestError: items[0].context[0].role: Input should be 'system', 'user' or 'assistant'
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    items: list[ScoreRequestItem]
+    """The pairs to score, answered in order."""
+    options: ScoreOptions = ScoreOptions()
+    """How much of each result to answer."""
+
+
+class ScoreResponse(BaseModel):
+    """The answer of ``POST /v1/score``: one :class:`~care_sdk.RewardResult` per item, in order.
+
+    Examples:
+        >>> ScoreResponse(results=[RewardResult(reward=0.5)]).body("reward")
+        b'{"results":[{"reward":0.5,"error":null,"flags":[],"parts":[]}]}'
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    results: list[RewardResult]
+    """The results, in the order of the request's items."""
+
+    def body(self, detail: Literal["full", "reward"] = "full") -> bytes:
+        """The JSON body: each result whole, or cut to :data:`REWARD_ONLY` (``options.detail``)."""
+        keep = {"results": {"__all__": set(REWARD_ONLY)}} if detail == "reward" else None
+        return self.__pydantic_serializer__.to_json(self, include=keep)
+
+
+class GetRewardRequest(BaseModel):
+    """The body of OpenRLHF's ``POST /get_reward``: ``{"query": [str], "prompts": [str], "labels": [...]}``.
+
+    ``labels`` (and any other key) is accepted and ignored; ``prompts``, when sent, has one entry per query.
+
+    Examples:
+        >>> parse_body(GetRewardRequest, b'{"query": ["a b"], "prompts": ["a"], "labels": [null]}').query
+        ['a b']
+        >>> parse_body(GetRewardRequest, b'{"query": ["a"], "prompts": ["a", "b"]}')
+        Traceback (most recent call last):
+        ...
+        care_sdk.serve.protocol.RequestError: prompts: has 2 values for 1 queries
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    query: list[str]
+    """Each query: the prompt and the policy's reply as one chat-templated text."""
+    prompts: list[str] | None = None
+    """The prompt of each query, when sent: the reply is what follows it."""
+
+    @field_validator("prompts")
+    @classmethod
+    def _one_per_query(cls, prompts: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        queries = info.data.get("query")
+        if prompts is not None and queries is not None and len(prompts) != len(queries):
+            raise PydanticCustomError(
+                "length_mismatch", "has {got} values for {want} queries", {"got": len(prompts), "want": len(queries)}
+            )
+        return prompts
+
+    def splits(self) -> list[SplitQuery]:
+        """Each query split into its context and reply (see :func:`split_query`).
+
+        Examples:
+            >>> body = GetRewardRequest(query=["User: hi\\nAssistant: hello"], prompts=["User: hi\\nAssistant:"])
+            >>> body.splits()[0].reply
+            'hello'
+        """
+        prompts = self.prompts
+        return [split_query(q, prompts[i] if prompts else None) for i, q in enumerate(self.query)]
+
+
+class QueryDetail(BaseModel):
+    """How one ``/get_reward`` query was read and scored (``details`` in the answer).
+
+    Examples:
+        >>> QueryDetail(template="plain", context="hi", reply_chars=5, error=None, flags=[]).template
+        'plain'
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    template: Template
+    """The chat template the query was read with: ``chatml``, ``llama3`` or ``plain``."""
+    context: Context
+    """The judged context: chat messages read back from the template, or the prompt's text."""
+    reply_chars: int
+    """The reply's length in characters."""
+    error: str | None
+    """Why no reward was computed, or ``None``."""
+    flags: list[str]
+    """The guards' flags on the reply."""
+
+
+class GetRewardResponse(BaseModel):
+    """The answer of ``POST /get_reward``, in OpenRLHF's shape.
+
+    ``rewards`` and ``scores`` are the same numbers, ``None`` where no reward was computed (never 0);
+    ``extra_logs`` holds one number per query for each key (OpenRLHF turns every value into a
+    tensor); ``details`` holds the words.
+
+    Examples:
+        >>> GetRewardResponse(rewards=[0.5], scores=[0.5], extra_logs={"care_failed": [0.0]}, details=[]).body()
+        b'{"rewards":[0.5],"scores":[0.5],"extra_logs":{"care_failed":[0.0]},"details":[]}'
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rewards: list[float | None]
+    """One reward per query, ``None`` where none could be computed."""
+    scores: list[float | None]
+    """The same numbers as ``rewards`` (OpenRLHF reads either)."""
+    extra_logs: dict[str, list[float]]
+    """Per key one number per query: ``care_failed``, ``care_flagged``, ``care_template_<name>``."""
+    details: list[QueryDetail]
+    """Per query: the template, the judged context, the reply's length, the error and the flags."""
+
+    def body(self) -> bytes:
+        """The JSON body."""
+        return self.__pydantic_serializer__.to_json(self)
+
+
+def _slime_prompt(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, list) and value:
+        if not all(isinstance(m, dict) and "role" in m and "content" in m for m in value):
+            raise PydanticCustomError("chat_messages", "must be chat messages with role and content")
+        return value
+    raise PydanticCustomError("prompt_type", "is required (templated text or chat messages)")
+
+
+class SlimeRewardRequest(BaseModel):
+    """The body of slime's remote reward (``--rm-type remote_rm``): ``{"prompt", "response", "label"}``.
+
+    ``label`` (and any other key) is accepted and ignored.
+
+    Examples:
+        >>> parse_body(SlimeRewardRequest, b'{"prompt": "I failed.", "response": "Oh no.", "label": null}').response
+        'Oh no.'
+        >>> parse_body(SlimeRewardRequest, b'{"response": "x"}')
+        Traceback (most recent call last):
+        ...
+        care_sdk.serve.protocol.RequestError: prompt: Field required
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    prompt: Annotated[str | list[dict[str, Any]], WrapValidator(_slime_prompt)]
+    """The policy's prompt: chat-templated text, or chat messages."""
+    response: str
+    """The policy's reply."""
