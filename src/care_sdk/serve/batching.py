@@ -69,11 +69,21 @@ class QueueFull(CareError):
         super().__init__(message)
 
 
-@dataclass
+@dataclass(eq=False)
+class _Request:
+    """One request's items: their results fill in as batches finish; the future is set by the last."""
+
+    future: asyncio.Future[list[RewardResult]] = field(repr=False)
+    results: list[RewardResult | None]
+    left: int
+
+
+@dataclass(eq=False)
 class _Pending:
     item: ScoreItem
-    future: asyncio.Future[RewardResult] = field(repr=False)
-    at: float = 0.0
+    request: _Request = field(repr=False)
+    index: int
+    at: float
 
 
 class Batcher:
@@ -158,15 +168,14 @@ class Batcher:
         if self.depth + len(items) > self.max_queue:
             raise QueueFull(f"{self.depth} items are queued; at most {self.max_queue} are accepted")
         loop = asyncio.get_running_loop()
-        futures = [loop.create_future() for _ in items]
+        request = _Request(loop.create_future(), [None] * len(items), len(items))
+        if not items:
+            request.future.set_result([])
+            return request.future
         now = loop.time()
-        self._waiting.extend(_Pending(item, f, now) for item, f in zip(items, futures, strict=True))
+        self._waiting.extend(_Pending(item, request, i, now) for i, item in enumerate(items))
         self._wake.set()
-        if not futures:
-            done: asyncio.Future[list[RewardResult]] = loop.create_future()
-            done.set_result([])
-            return done
-        return asyncio.ensure_future(_gather(futures))
+        return request.future
 
     async def _run(self) -> None:
         assert self._wake is not None
@@ -195,11 +204,10 @@ class Batcher:
             finally:
                 self._in_flight = 0
             for pending, result in zip(batch, results, strict=True):
-                if not pending.future.done():
-                    pending.future.set_result(result)
+                request = pending.request
+                request.results[pending.index] = result
+                request.left -= 1
+                if not request.left and not request.future.done():  # done: the request was cancelled
+                    request.future.set_result(cast("list[RewardResult]", request.results))
             if self._on_batch is not None:
                 self._on_batch(len(batch), loop.time() - started)
-
-
-async def _gather(futures: list[asyncio.Future[RewardResult]]) -> list[RewardResult]:
-    return list(await asyncio.gather(*futures))

@@ -77,11 +77,19 @@ class ServeMetrics:
         misses = prom.Gauge("care_serve_rubric_cache_misses", "Rubric cache misses", registry=self.registry)
         hits.set_function(lambda: float((cache_stats() or (0, 0))[0]))
         misses.set_function(lambda: float((cache_stats() or (0, 0))[1]))
+        self._per_request: dict[tuple[str, int], tuple[Any, Any]] = {}  # label children, looked up once
 
     def observe_request(self, endpoint: str, status: int, seconds: float) -> None:
         """Count one answered request and its latency."""
-        self.requests.labels(endpoint=endpoint, status=str(status)).inc()
-        self.latency.labels(endpoint=endpoint).observe(seconds)
+        children = self._per_request.get((endpoint, status))
+        if children is None:
+            children = (
+                self.requests.labels(endpoint=endpoint, status=str(status)),
+                self.latency.labels(endpoint=endpoint),
+            )
+            self._per_request[endpoint, status] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def observe_results(self, results: Sequence[RewardResult | None], *, input_failures: int = 0) -> None:
         """Count scored items and the failed ones by stage."""
