@@ -125,21 +125,22 @@ def intent_test_items(root: Path, read: Any) -> list[ContrastItem]:
 
 
 def sage_test_items(root: Path, read: Any) -> list[ContrastItem]:
-    """SAGE test turns outside the 60 that bench_addons sampled, English contexts only; per system the first
-    30 by the contrast salt, the systems in turn."""
+    """SAGE test turns outside the 60 that bench_addons sampled; per system the first 30 by the contrast salt,
+    the systems in turn. English contexts first, as the rule says; the rollouts hold none (every context
+    is Chinese), so the sample is the Chinese contexts, which the rule reports apart and never chooses on."""
     from _addons_samples import sage_sample_keys
 
     from care_lab.data.sage_turns import sage_rollout_files, sage_test_turns
 
     sampled = set(sage_sample_keys(root))
+    turns = [t for t in sage_test_turns(sage_rollout_files(root), test_read=read) if t.key not in sampled and t.context]
+    english = [t for t in turns if not any(_CJK.search(m.content) for m in t.context)]
     by_model: dict[str, list[Any]] = {}
-    for turn in sage_test_turns(sage_rollout_files(root), test_read=read):
-        english = not any(_CJK.search(m.content) for m in turn.context) and not _CJK.search(turn.reply)
-        if turn.key not in sampled and english and turn.context:
-            by_model.setdefault(turn.model, []).append(turn)
+    for turn in english or turns:
+        by_model.setdefault(turn.model, []).append(turn)
     samples = [sorted(by_model[m], key=lambda t: order_key(t.key))[: TEST_LIMITS["sage"]] for m in sorted(by_model)]
-    turns = [t for group in zip(*samples, strict=True) for t in group]
-    return [ContrastItem(t.key, _context(t.context), t.reply, group=t.model) for t in turns]
+    chosen = [t for group in zip(*samples, strict=True) for t in group]
+    return [ContrastItem(t.key, _context(t.context), t.reply, group=t.model) for t in chosen]
 
 
 def test_read_items(which: str, root: Path, out: Path, *, force: bool) -> tuple[Any, list[ContrastItem]]:

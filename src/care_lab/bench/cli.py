@@ -135,7 +135,8 @@ def _ray_batches(args: argparse.Namespace) -> Any:
 
 
 def add_bench_commands(subparsers: Any) -> None:
-    """Register ``care bench quality`` and ``care bench robustness`` on the ``care`` command's subparsers.
+    """Register ``care bench quality``, ``care bench robustness`` and ``care bench contrast`` on the ``care``
+    command's subparsers.
 
     Examples:
         >>> import argparse
@@ -205,6 +206,8 @@ def add_bench_commands(subparsers: Any) -> None:
     add_run_options(quality, out_dir="care-quality", batch_size=8, batch_unit="items per backend batch")
     quality.set_defaults(func=_cmd_quality)
 
+    from care_lab.bench.contrast_cli import add_contrast_command
     from care_lab.bench.robustness_cli import add_robustness_command
 
     add_robustness_command(sub)
+    add_contrast_command(sub)

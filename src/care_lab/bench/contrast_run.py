@@ -39,15 +39,18 @@ from care_lab.bench.contrast import (
     names_feeling,
     order_key,
 )
+from care_sdk import AdaptiveReward
 from care_sdk.bundled.context_fit import DEFAULT_FLOOR, Gate, fitted_reward
 from care_sdk.types import RewardResult
 
 __all__ = [
     "MODEL_ARMS",
+    "Scorer",
     "esconv_items",
     "fit_scores",
     "merge_records",
     "read_records",
+    "reward_scorer",
     "score_arm",
 ]
 
@@ -105,22 +108,25 @@ def _formula(result: RewardResult) -> float | None:
     return sum(weights[d] * s for d, s in result.dimension_scores.items())
 
 
-def _scorer(arm: str) -> Callable[[ContrastItem, list[ContrastReply]], dict[str, Any]]:
-    from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
+Scorer = Callable[[ContrastItem, list[ContrastReply]], dict[str, Any]]
+"""Scores one context's replies into the fields of its record (``scores``, ``criteria``, ...)."""
 
-    if arm == "base":
-        reward = AdaptiveReward(RubricGenerator("base"), RubricEvaluator("base"), context_fit=None)
-        fit = None
-    elif arm == "shipped":
-        reward = AdaptiveReward.from_backend("default")
-        fit = None
-    elif arm == "method":
-        from care_sdk.bundled.context_fit import ContextFit
 
-        reward = AdaptiveReward.from_backend("default", context_fit=None)  # the method's formula alone
-        fit = ContextFit()
-    else:
-        raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(MODEL_ARMS)}")
+def reward_scorer(reward: AdaptiveReward, *, fit: Any = None, formula: bool = False) -> Scorer:
+    """The record fields of one context's replies under ``reward``: scores, per-dimension criteria means,
+    flags and errors; with ``fit`` (a :class:`~care_sdk.bundled.context_fit.ContextFit`) each reply's PMI
+    and own share; with ``formula`` the method's formula of the same evaluations (``method_scores``) and
+    the reward's context fit.
+
+    Examples:
+        >>> from care_sdk import AdaptiveReward, Rubric, RubricEvaluator
+        >>> from care_sdk.testing import ScriptedBackend, evaluation_json
+        >>> ev = RubricEvaluator(ScriptedBackend([evaluation_json([5, 5, 3, 3, 1, 1])] * 2))
+        >>> score = reward_scorer(AdaptiveReward(evaluator=ev, rubric=Rubric.uniform_fixed()))
+        >>> item = ContrastItem("a", [{"role": "user", "content": "I failed."}], "That hurts.")
+        >>> score(item, [ContrastReply("real", item.reply), ContrastReply("one_word", "Ok.")])["scores"]
+        [0.5, 0.5]
+    """
 
     def score(item: ContrastItem, replies: list[ContrastReply]) -> dict[str, Any]:
         pairs = [(item.context, r.text) for r in replies]
@@ -133,7 +139,7 @@ def _scorer(arm: str) -> Callable[[ContrastItem, list[ContrastReply]], dict[str,
             "errors": [r.error for r in results],
             "criteria_text": [[c.text for c in rubric.criteria] for rubric in [results[0].rubric] if rubric],
         }
-        if arm == "shipped":
+        if formula:
             record["method_scores"] = [_formula(r) for r in results]
             record["context_fit"] = [r.context_fit for r in results]
         if fit is not None:
@@ -145,11 +151,31 @@ def _scorer(arm: str) -> Callable[[ContrastItem, list[ContrastReply]], dict[str,
     return score
 
 
+def _scorer(arm: str) -> Scorer:
+    from care_sdk import RubricEvaluator, RubricGenerator
+
+    if arm == "base":
+        return reward_scorer(AdaptiveReward(RubricGenerator("base"), RubricEvaluator("base"), context_fit=None))
+    if arm == "shipped":
+        return reward_scorer(AdaptiveReward.from_backend("default"), formula=True)
+    if arm == "method":
+        from care_sdk.bundled.context_fit import ContextFit
+
+        # the method's formula alone, with the PMI reads the context-fit arms are computed from
+        return reward_scorer(AdaptiveReward.from_backend("default", context_fit=None), fit=ContextFit())
+    raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(MODEL_ARMS)}")
+
+
 def score_arm(
-    arm: str, items: Sequence[ContrastItem], out: Path, progress: Callable[[str], None] = print
+    arm: str,
+    items: Sequence[ContrastItem],
+    out: Path,
+    progress: Callable[[str], None] = print,
+    scorer: Scorer | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Score every context's replies with ``arm``, appending to ``OUT/<arm>.jsonl``; contexts already
-    there are kept (a resumed run). Returns the arm's records by context id."""
+    """Score every context's replies with ``arm`` (one of :data:`MODEL_ARMS`, or any name with a
+    ``scorer`` from :func:`reward_scorer`), appending to ``OUT/<arm>.jsonl``; contexts already there are
+    kept (a resumed run). Returns the arm's records by context id."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{arm}.jsonl"
     done = read_records(path)
@@ -158,7 +184,7 @@ def score_arm(
     ]
     if not todo:
         return done
-    score = _scorer(arm)
+    score = scorer or _scorer(arm)
     with path.open("a", encoding="utf-8") as sink:
         for n, (item, replies) in enumerate(todo, start=1):
             start = time.perf_counter()
@@ -210,7 +236,7 @@ def merge_records(
                 continue
             record["scores"][arm] = row["scores"]
             record["criteria"][arm] = row["criteria"]
-            if arm == "shipped":
+            if "method_scores" in row:
                 record["scores"]["method"] = row["method_scores"]
                 record["criteria"]["method"] = row["criteria"]
             if arm == "method" and "pmi" in row:
