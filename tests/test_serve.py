@@ -389,6 +389,23 @@ async def test_the_batcher_drains_accepted_items_when_stopped() -> None:
         batcher.submit([("hi", "d")])
 
 
+async def test_a_full_batch_is_scored_without_waiting_out_the_window() -> None:
+    calls: list[int] = []
+
+    async def score(items: list[Any]) -> list[RewardResult]:
+        calls.append(len(items))
+        return [RewardResult(reward=0.25) for _ in items]
+
+    batcher = Batcher(score, window_s=30.0, max_batch=2)
+    await batcher.start()
+    first = batcher.submit([("hi", "a")])
+    await asyncio.sleep(0.05)  # the window is open, one item waits
+    second = batcher.submit([("hi", "b")])
+    results = await asyncio.wait_for(asyncio.gather(first, second), 5)
+    await batcher.stop()
+    assert [r.reward for rs in results for r in rs] == [0.25, 0.25] and calls == [2]
+
+
 def test_care_serve_refuses_an_unset_token_variable(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     from care_sdk.cli import main
 

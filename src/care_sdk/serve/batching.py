@@ -174,11 +174,28 @@ class Batcher:
             return request.future
         now = loop.time()
         self._waiting.extend(_Pending(item, request, i, now) for i, item in enumerate(items))
-        self._wake.set()
+        if len(self._waiting) == len(items) or len(self._waiting) >= self.max_batch:
+            self._wake.set()  # the first item opens a window; a full batch closes it
         return request.future
+
+    async def _window(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait until the oldest waiting item has waited ``window_s``, ``max_batch`` items wait, or
+        the service stops."""
+        assert self._wake is not None
+        while len(self._waiting) < self.max_batch and not self._closing:
+            left = self._waiting[0].at + self.window_s - loop.time()
+            if left <= 0:
+                return
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(left):
+                    await self._wake.wait()
+            except TimeoutError:
+                return
 
     async def _run(self) -> None:
         assert self._wake is not None
+        loop = asyncio.get_running_loop()
         while True:
             if not self._waiting:
                 if self._closing:
@@ -186,10 +203,7 @@ class Batcher:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            loop = asyncio.get_running_loop()
-            left = self._waiting[0].at + self.window_s - loop.time()
-            if len(self._waiting) < self.max_batch and left > 0 and not self._closing:
-                await asyncio.sleep(left)  # the window opens with the oldest waiting item
+            await self._window(loop)
             batch = [self._waiting.popleft() for _ in range(min(self.max_batch, len(self._waiting)))]
             self._in_flight = len(batch)
             started = loop.time()
