@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from care_lab.bench.contrast import ContrastItem, order_key, summarise
+from care_lab.bench.contrast_cli import format_summary
 from care_lab.bench.contrast_run import MODEL_ARMS, esconv_items, merge_records, read_records, score_arm
 from care_lab.data.locations import data_dir
 from care_lab.data.results import write_results
@@ -179,20 +180,16 @@ def _gates() -> dict[str, Gate]:
     return gates
 
 
-def _print(summary: dict[str, Any], names: Sequence[str]) -> None:
-    for name in names:
-        row = summary[name]
-        shares = " ".join(f"{f[:6]}={v['value']:.2f}" for f, v in row["families"].items() if v["value"] is not None)
-        print(f"{name:14s} n={row['n']:3d} worst={row['worst']} tie={row['all_tie']['value']} {shares}")
-
-
 def report(which: str, items: list[ContrastItem], out: Path, read: Any) -> None:
     """Summarise the arms' records (within each SAGE system first, pooled second) into the results file."""
     from care_lab.data.results import attach_records
 
     arms = {arm: read_records(out / f"{arm}.jsonl") for arm in MODEL_ARMS}
     gates = _gates() if arms["method"] else {}
-    records = merge_records(items, arms, gates)
+    # the contexts every model arm scored (a read cut short is reported with its n); the replies are
+    # drawn from the whole sample, so another conversation's reply is the one that was scored
+    scored = [set(r) for r in arms.values() if r]
+    records = [r for r in merge_records(items, arms, gates) if all(r["id"] in ids for ids in scored)]
     names = ["length", "feeling_words", *[a for a in MODEL_ARMS if arms[a]], *[f"fit_{g}" for g in gates]]
     if arms["shipped"]:
         names.append("method")  # read from the shipped default's own evaluations
@@ -211,25 +208,24 @@ def report(which: str, items: list[ContrastItem], out: Path, read: Any) -> None:
         role="selection" if not test else "test",
         test_reads=0 if not test else read.reads,
         metrics={
-            **({"within": {g: {k: v for k, v in w.items() if k not in baseline_names} for g, w in within.items()}}),
+            "within": {g: {k: v for k, v in w.items() if k not in baseline_names} for g, w in within.items()},
             **{k: v for k, v in summary.items() if k not in baseline_names},
         },
         baselines={
-            **({"within": {g: {k: v for k, v in w.items() if k in baseline_names} for g, w in within.items()}}),
+            "within": {g: {k: v for k, v in w.items() if k in baseline_names} for g, w in within.items()},
             **{k: v for k, v in summary.items() if k in baseline_names},
         },
         extra={
-            "contexts": len(items),
+            "contexts": len(records),
+            "sample": len(items),
             "rule": RULE,
             "gates": {name: {"slope": g.slope, "intercept": g.intercept} for name, g in gates.items()},
             "seconds_per_context": {a: round(s / max(1, len(arms[a])), 2) for a, s in seconds.items()},
         },
     )
     for group, table in within.items():
-        print(f"-- {group}")
-        _print(table, names)
-    print("-- all" if within else "")
-    _print(summary, names)
+        print(f"-- {group}\n{format_summary(table)}")
+    print(("-- all\n" if within else "") + format_summary(summary))
 
 
 def main() -> int:
