@@ -109,7 +109,9 @@ def test_same_seed_gives_the_same_rubric(llama_backend: Backend) -> None:
 
 def test_eight_completions_share_one_generator_call(llama_backend: Backend) -> None:
     counting = RecordingBackend(llama_backend)
-    reward = AdaptiveReward(RubricGenerator(counting), RubricEvaluator(llama_backend))
+    # one rubric for the eight; the criteria checks may retry that one rubric (criteria_retries more
+    # requests, all for this context), so the count is exact with them off and bounded with them on
+    reward = AdaptiveReward(RubricGenerator(counting, check_criteria=False), RubricEvaluator(llama_backend))
     replies = [
         "That sounds frightening. What worries you most about the mortgage?",
         "Sorry to hear that.",
@@ -124,6 +126,11 @@ def test_eight_completions_share_one_generator_call(llama_backend: Backend) -> N
     assert len(counting.requests) == 1
     assert all(r is None or 0.0 <= r <= 1.0 for r in rewards)
     assert sum(r is not None for r in rewards) >= 7
+    checked = RubricGenerator(RecordingBackend(llama_backend))
+    AdaptiveReward(checked, RubricEvaluator(llama_backend))([CONTEXT] * 8, replies)
+    requests = checked.backend.requests  # type: ignore[attr-defined]
+    assert 1 <= len(requests) <= 1 + checked.criteria_retries
+    assert len({r.messages for r in requests}) == 1  # every retry is for the one context
 
 
 def test_integer_bounds_hold_in_the_grammar(llama_backend: Backend) -> None:
