@@ -19,7 +19,6 @@ from care_sdk.prompts import (
     rubric_schema,
     shown_messages,
 )
-from care_sdk.rubric_checks import criteria_defects, criterion_defect, same_criterion
 from care_sdk.types import Criterion, CriterionRepair, Message, Messages, Rubric, as_messages, fixed_criteria
 
 __all__ = ["RubricGenerator"]
@@ -207,6 +206,8 @@ class RubricGenerator:
         parse: Callable[[int, Completion], Rubric],
     ) -> Plan[Rubric]:
         """The parsed rubrics with their defective criteria repaired: from retries, else the fixed ones."""
+        from care_sdk.rubric_checks import criteria_defects  # loaded on the first rubric, not by import care_sdk
+
         repairs = {
             i: _Repair(r) for i, r in enumerate(outcomes) if isinstance(r, Rubric) and any(criteria_defects(_texts(r)))
         }
@@ -303,6 +304,8 @@ class _Repair:
     """
 
     def __init__(self, rubric: Rubric) -> None:
+        from care_sdk.rubric_checks import criteria_defects
+
         self.first = rubric
         self.criteria: list[Criterion] = list(rubric.criteria)
         self.defects = criteria_defects(_texts(rubric))
@@ -315,6 +318,8 @@ class _Repair:
     def take(self, candidates: Sequence[Criterion], source: Literal["retry", "fixed"]) -> None:
         """Fill each open slot with the first candidate of its dimension that is readable and no
         copy of another criterion of the rubric."""
+        from care_sdk.rubric_checks import criterion_defect, same_criterion
+
         for j in self.open():
             dimension = self.criteria[j].dimension
             others = [c.text for k, c in enumerate(self.criteria) if k != j]
