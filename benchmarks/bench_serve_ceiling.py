@@ -58,29 +58,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench_serve import CONTEXTS, REPLIES  # the same synthetic requests as the service benchmark
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "serve_ceiling.json"
-
-CONTEXTS = [
-    "I failed my driving test for the third time and I feel useless.",
-    "My best friend moved abroad and I don't know how to keep in touch.",
-    "I got laid off today and I haven't told my family yet.",
-    "My dog is sick and the vet bills are more than I can afford.",
-    "I keep arguing with my sister about caring for our mother.",
-    "I'm starting a new job on Monday and I can't sleep from nerves.",
-    "My exam results came back and I did worse than I hoped.",
-    "I feel lonely since I started working from home.",
-]
-REPLIES = [
-    "That sounds really hard. What has been weighing on you most?",
-    "I'm sorry. It makes sense to feel this way; do you want to talk it through?",
-    "Have you thought about small steps you could take this week?",
-    "That must be exhausting. Who could you lean on right now?",
-    "It sounds like you care a lot. What would help you feel a bit steadier?",
-    "Many people go through this. What worked for you before in tough times?",
-    "Thank you for telling me. How are you holding up today?",
-    "Would it help to plan what you'll say or do next?",
-]
 
 
 @dataclass(frozen=True)
