@@ -41,7 +41,6 @@ from care_lab.bench.contrast import (
 )
 from care_sdk import AdaptiveReward
 from care_sdk.bundled.context_fit import DEFAULT_FLOOR, Gate, fitted_reward
-from care_sdk.types import RewardResult
 
 __all__ = [
     "MODEL_ARMS",
@@ -100,14 +99,6 @@ def _dimensions(result: Any) -> dict[str, float] | None:
     return {d.value: float(s) for d, s in result.dimension_scores.items()}
 
 
-def _formula(result: RewardResult) -> float | None:
-    """The method's formula from a result's rubric and evaluation (the guards' reward where they settled it)."""
-    if result.dimension_scores is None or result.rubric is None:
-        return result.reward
-    weights = result.rubric.weights
-    return sum(weights[d] * s for d, s in result.dimension_scores.items())
-
-
 Scorer = Callable[[ContrastItem, list[ContrastReply]], dict[str, Any]]
 """Scores one context's replies into the fields of its record (``scores``, ``criteria``, ...)."""
 
@@ -140,7 +131,9 @@ def reward_scorer(reward: AdaptiveReward, *, fit: Any = None, formula: bool = Fa
             "criteria_text": [[c.text for c in rubric.criteria] for rubric in [results[0].rubric] if rubric],
         }
         if formula:
-            record["method_scores"] = [_formula(r) for r in results]
+            # the method's formula of the same evaluation (RewardResult.rubric_reward); the guards' reward where
+            # they settled the reply without one
+            record["method_scores"] = [r.reward if r.rubric_reward is None else r.rubric_reward for r in results]
             record["context_fit"] = [r.context_fit for r in results]
         if fit is not None:
             pmis = fit.pmi_batch(pairs)
