@@ -30,7 +30,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -39,6 +38,7 @@ from typing import Any
 
 from _addons_samples import intent_items, intent_sample, sage_items, sage_sample_keys, smoke_items
 
+from care_lab.bench.contrast import feeling_words  # the five feeling words the judge's pairs follow
 from care_lab.bench.metrics import bootstrap, spearman
 from care_lab.data.locations import data_dir as default_data_dir
 from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
@@ -49,21 +49,9 @@ from care_sdk.types import DIMENSIONS, Dimension, RewardResult
 
 RULE = "benchmarks/rules/addons.md"
 RESAMPLES = 2000
-FEELING = re.compile(r"\b(feel\w*|understand\w*|sounds|hard|tough)\b", re.IGNORECASE)
-"""The five feeling words whose count orders the Lend-an-Ear judge's pairs (the bundled evaluator's page)."""
 ADDONS = ("weights_head", "expected_weights", "context_fit")
 """The add-ons the rule kept (the shift check, read in the committed results file, was removed)."""
 WEIGHT_READERS = ("written", "weights_head", "expected_weights", "uniform", "base")
-
-
-def feeling_words(text: str) -> int:
-    """How many of the five feeling words (and their forms) a reply holds.
-
-    Examples:
-        >>> feeling_words("That sounds so hard. I understand how you feel.")
-        4
-    """
-    return len(FEELING.findall(text))
 
 
 def top_match(weights: dict[str, float], dimension: str) -> bool:
