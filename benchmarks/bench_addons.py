@@ -176,8 +176,10 @@ ARTIFACT = "bundled-default+addons"
 
 
 def model_files() -> list[Path]:
-    """Every model file the run loads: the base GGUF, both adapters and the weights head (the context-fit
-    gate's two numbers are code in ``care_sdk.bundled.context_fit``)."""
+    """The model files the 2026-12-05 read hashed: the base GGUF, both adapters and the weights head. The
+    run also loads the context-fit gate, which was code then and is a file now
+    (``care_sdk/bundled/adapters/context_fit_gate.json``, refitted on train); it is left out here so the
+    identity stays that of the recorded read."""
     from care_sdk.backends.llamacpp import default_model_path
     from care_sdk.bundled.adapters import bundled_adapter
 
