@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
+from collections.abc import Sequence
 
 import pytest
 
@@ -18,6 +20,7 @@ from care_sdk import (
     RubricEvaluator,
     RubricGenerator,
 )
+from care_sdk.backends.base import GenerationResult
 from care_sdk.prompts import fixed_criteria
 from care_sdk.testing import ScriptedBackend, candidate_reply, evaluation_json, rubric_json
 
@@ -239,6 +242,27 @@ def test_trl_conversational_form() -> None:
     assert candidate_reply(ev_backend.requests[1]) == "Tell me more."
     with pytest.raises(ValueError, match="2 prompts but 1 completions"):
         reward([CONTEXT, CONTEXT], completions[:1])
+
+
+def test_the_trl_call_reaches_the_backend_within_five_frames_one_batch_per_stage() -> None:
+    depths: list[int] = []
+
+    class Deep(ScriptedBackend):
+        def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+            depths.append(len(inspect.stack()))
+            return super().generate(requests)
+
+    def script(request: GenerationRequest) -> str:
+        return GOOD_RUBRIC if request.purpose == "rubric" else evaluation_json([5, 5, 3, 3, 1, 1])
+
+    backend = Deep(script)
+    reward = AdaptiveReward(RubricGenerator(backend), RubricEvaluator(backend))
+    here = len(inspect.stack())
+    trl_kwargs = {"completion_ids": [[1], [2]], "trainer_state": None, "log_metric": lambda name, value: None}
+    assert reward(prompts=[CONTEXT] * 2, completions=["I hear you.", "Tell me more."], **trl_kwargs) == [0.5] * 2
+    # __call__, the engine's driver, the generator's public batch method, its driver, the backend
+    assert [d - here for d in depths] == [5, 5]
+    assert [r.purpose for r in backend.requests] == ["rubric", "evaluation", "evaluation"]  # one batch per stage
 
 
 def test_async_gives_the_same_results_as_sync() -> None:

@@ -13,7 +13,6 @@ from care_sdk.guards import (
     POLICY_FLAGS,
     REPEATED_OWN_TURN,
     apply_policy,
-    context_messages,
     detect_flags,
     penalised,
     policy_reward,
@@ -21,7 +20,7 @@ from care_sdk.guards import (
     screen_items,
 )
 from care_sdk.testing import ScriptedBackend, evaluation_json
-from care_sdk.types import Message, RewardResult
+from care_sdk.types import Message, RewardResult, as_messages
 
 SAID = "I lost my job today and I don't know what to do with myself anymore."
 OWN = "That is a lot to take in at once, and it makes sense that you feel unmoored right now."
@@ -69,7 +68,7 @@ def test_role_less_plain_texts_are_read_as_the_users() -> None:
     assert detect_flags(ECHO, texts) == (COPIED_USER,)
     assert detect_flags(REPEAT, texts) == (COPIED_USER,)
     assert detect_flags(HONEST, texts) == ()
-    assert [m.role for m in context_messages(["a", {"role": "assistant", "content": "b"}])] == ["user", "assistant"]
+    assert [m.role for m in as_messages(["a", {"role": "assistant", "content": "b"}])] == ["user", "assistant"]
     assert detect_flags(ECHO, ()) == () and detect_flags(ECHO, "") == ()
     # system messages are neither the user's words nor the assistant's turns
     assert detect_flags(ECHO, [{"role": "system", "content": SAID}]) == ()
@@ -139,7 +138,7 @@ def test_report_only_reports_every_flag() -> None:
 
 
 def test_the_reward_passes_roles_to_the_guards() -> None:
-    messages, other = context_messages(CONTEXT), context_messages("not a context")
+    messages, other = as_messages(CONTEXT), as_messages("not a context")
     screens, todo = screen_items([(messages, REPEAT), (messages, ECHO), (other, ECHO)], Guards())
     assert [s.flags for s in screens] == [(REPEATED_OWN_TURN,), (COPIED_USER,), ()]
     assert [r for _, r in todo] == [REPEAT, ECHO]

@@ -19,7 +19,7 @@ from typing import Any
 
 from care_sdk.errors import InputError
 from care_sdk.guards import INFO_FLAGS
-from care_sdk.types import DIMENSIONS, Message, RewardResult
+from care_sdk.types import DIMENSIONS, Message, Messages, RewardResult, as_messages
 
 __all__ = ["METRIC_PREFIX", "completion_text", "report_to_trainer", "trl_items"]
 
@@ -48,8 +48,9 @@ def trl_items(
     completions: Sequence[Any],
     kwargs: Mapping[str, Any],
     context_column: str | None = "context",
-) -> list[tuple[Any, str]]:
-    """The ``(context, reply)`` pairs of one TRL reward call.
+) -> list[tuple[Messages, str]]:
+    """The ``(context, reply)`` pairs of one TRL reward call, each context normalised here, where
+    it enters from the trainer (:func:`~care_sdk.types.as_messages`).
 
     The context is the prompt (a string, or chat messages for conversational datasets), unless
     the dataset has a ``context_column`` column: then that column's value is the judged context
@@ -60,7 +61,7 @@ def trl_items(
 
     Examples:
         >>> trl_items(["<policy prompt>"], ["Tell me more."], {"context": [[{"role": "user", "content": "I'm sad."}]]})
-        [([{'role': 'user', 'content': "I'm sad."}], 'Tell me more.')]
+        [((Message(role='user', content="I'm sad."),), 'Tell me more.')]
     """
     contexts: Sequence[Any] = prompts
     if context_column is not None and kwargs.get(context_column) is not None:
@@ -71,7 +72,7 @@ def trl_items(
             )
     if len(prompts) != len(completions):
         raise InputError(f"got {len(prompts)} prompts but {len(completions)} completions")
-    return [(c, completion_text(r)) for c, r in zip(contexts, completions, strict=True)]
+    return [(as_messages(c), completion_text(r)) for c, r in zip(contexts, completions, strict=True)]
 
 
 def _compact(values: Mapping[Any, float]) -> str:

@@ -4,10 +4,11 @@ A *plan* is a generator that yields batches of requests and receives their resul
 one parsed value or :class:`CareError` per input. A batch holds requests to decode
 (:class:`GenerationRequest`, sent to ``generate``) or forced replies to build
 (:class:`ForcedRequest`, sent to the backend's :class:`ForcedReplies` capability), not both. A
-plan can also yield an :class:`Offload`, a blocking call (a read of the model's hidden states, ...)
-it receives the value of. :func:`drive` and :func:`adrive` run a plan on a backend synchronously or
-asynchronously (an offloaded call or forced replies in a worker thread, so they never block the
-event loop), so sync and async APIs share every line of logic.
+plan can also yield an :class:`Offload`, a call it receives the value of: a blocking one (a read of
+the model's hidden states, ...), or a sync and an async form of one (another component's batch
+method, which runs its own plan on its own backend). :func:`drive` and :func:`adrive` run a plan
+on a backend synchronously or asynchronously (a blocking call or forced replies in a worker thread,
+so they never block the event loop), so sync and async APIs share every line of logic.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, TypeVar, cast
 
 from care_sdk.backends.base import (
@@ -38,19 +39,28 @@ RequestT = TypeVar("RequestT", bound=Request)
 
 @dataclasses.dataclass(frozen=True)
 class Offload:
-    """A blocking call a plan hands to its driver, which sends back its value: :func:`drive` calls
-    it in place, :func:`adrive` in a worker thread. Yield it through :func:`offload`, which types the value.
+    """A call a plan hands to its driver, which sends back its value: :func:`drive` calls ``call``
+    in place; :func:`adrive` awaits ``acall`` when there is one, else calls ``call`` in a worker
+    thread. Yield it through :func:`offload`, which types the value.
 
     Examples:
+        >>> import asyncio
         >>> from care_sdk.testing import ScriptedBackend
         >>> def plan():
         ...     doubled = yield from offload(lambda: 2 * 21)
         ...     return [doubled]
         >>> drive(plan(), ScriptedBackend([]))
         [42]
+        >>> async def answer():
+        ...     return "async"
+        >>> def both():
+        ...     return [(yield from offload(lambda: "sync", answer))]
+        >>> drive(both(), ScriptedBackend([])), asyncio.run(adrive(both(), ScriptedBackend([])))
+        (['sync'], ['async'])
     """
 
     call: Callable[[], Any]
+    acall: Callable[[], Awaitable[Any]] | None = None
 
 
 Batch = list[GenerationRequest] | list[ForcedRequest]
@@ -60,9 +70,10 @@ Plan = Generator[Batch | Offload, Any, list[T | CareError]]
 """Yields request batches (sent back their results) and :class:`Offload` calls (sent back their values)."""
 
 
-def offload(call: Callable[[], R]) -> Generator[Offload, Any, R]:
-    """Inside a plan, ``value = yield from offload(call)``: ``call()`` run by the driver (see :class:`Offload`)."""
-    value: R = yield Offload(call)
+def offload(call: Callable[[], R], acall: Callable[[], Awaitable[R]] | None = None) -> Generator[Offload, Any, R]:
+    """Inside a plan, ``value = yield from offload(call, acall)``: ``call()`` run by the driver, or
+    ``await acall()`` by the async driver when given (see :class:`Offload`)."""
+    value: R = yield Offload(call, acall)
     return value
 
 
@@ -238,12 +249,13 @@ def drive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
 
 
 async def adrive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
-    """Run a plan with the backend's async API (an :class:`Offload` and forced replies in a worker thread)."""
+    """Run a plan with the backend's async API (forced replies, and an :class:`Offload` without an
+    async form, in a worker thread)."""
     try:
         step = next(plan)
         while True:
             if isinstance(step, Offload):
-                value = await asyncio.to_thread(step.call)
+                value = await (step.acall() if step.acall is not None else asyncio.to_thread(step.call))
             elif _is_forced(step):
                 forced = _forced_capability(backend).forced_replies
                 value = await asyncio.to_thread(forced, cast("list[ForcedRequest]", step))

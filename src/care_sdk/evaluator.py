@@ -117,7 +117,7 @@ class RubricEvaluator:
     def request(self, context: Context, rubric: Rubric, reply: str) -> GenerationRequest | ForcedRequest:
         """The backend request that scores ``reply`` (useful to inspect the exact prompt): a
         :class:`~care_sdk.backends.base.ForcedRequest` when :attr:`forced`."""
-        return self._request(tuple(as_messages(context)), rubric, reply, self.max_context_messages)
+        return self._request(as_messages(context), rubric, reply, self.max_context_messages)
 
     def _request(
         self, context: Messages, rubric: Rubric, reply: str, keep: int | None
@@ -166,38 +166,29 @@ class RubricEvaluator:
             OutputError: no reply parsed as a valid evaluation within ``max_attempts``.
             BackendError: the backend failed.
         """
-        return unwrap(self._batch(_normalised([(context, rubric, reply)]))[0])
+        return unwrap(self.evaluate_batch([(context, rubric, reply)])[0])
 
     def evaluate_batch(self, items: Sequence[EvalItem]) -> list[Evaluation | CareError]:
-        """Score many ``(context, rubric, reply)`` items; a failed item is its :class:`CareError`."""
-        return self._batch(_normalised(items))
+        """Score many ``(context, rubric, reply)`` items; a failed item is its :class:`CareError`.
+
+        Each context is normalised here (:func:`~care_sdk.types.as_messages`;
+        :data:`~care_sdk.types.Messages` pass as they are).
+        """
+        return drive(self._plan([(as_messages(c), rubric, reply) for c, rubric, reply in items]), self.backend)
 
     async def aevaluate(self, context: Context, rubric: Rubric, reply: str) -> Evaluation:
         """Async form of :meth:`evaluate`."""
-        return unwrap((await self._abatch(_normalised([(context, rubric, reply)])))[0])
+        return unwrap((await self.aevaluate_batch([(context, rubric, reply)]))[0])
 
     async def aevaluate_batch(self, items: Sequence[EvalItem]) -> list[Evaluation | CareError]:
         """Async form of :meth:`evaluate_batch`."""
-        return await self._abatch(_normalised(items))
-
-    def _batch(self, items: Sequence[_Item]) -> list[Evaluation | CareError]:
-        """:meth:`evaluate_batch` for items already normalised (what :class:`~care_sdk.AdaptiveReward` calls)."""
-        return drive(self._plan(items), self.backend)
-
-    async def _abatch(self, items: Sequence[_Item]) -> list[Evaluation | CareError]:
-        """Async form of :meth:`_batch`."""
-        return await adrive(self._plan(items), self.backend)
+        return await adrive(self._plan([(as_messages(c), rubric, reply) for c, rubric, reply in items]), self.backend)
 
     def __repr__(self) -> str:
         options = f"use_logprobs={self.use_logprobs}, prompt_version={self.prompt_version!r}, mode={self.mode!r}"
         if self.max_context_messages is not None:
             options += f", max_context_messages={self.max_context_messages}"
         return f"RubricEvaluator({self.backend!r}, {options})"
-
-
-def _normalised(items: Sequence[EvalItem]) -> list[_Item]:
-    """Each item with its context as messages: normalised once, where it enters the evaluator."""
-    return [(tuple(as_messages(context)), rubric, reply) for context, rubric, reply in items]
 
 
 def forced_evaluation(n_criteria: int) -> ForcedReply:

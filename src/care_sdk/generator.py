@@ -13,13 +13,12 @@ from care_sdk.cache import MemoryCache, RubricCache, context_key
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.prompts import (
     GENERATOR_PROMPT_VERSION,
-    Context,
     generator_messages,
     parse_rubric,
     rubric_schema,
     shown_messages,
 )
-from care_sdk.types import Criterion, CriterionRepair, Message, Messages, Rubric, as_messages, fixed_criteria
+from care_sdk.types import Context, Criterion, CriterionRepair, Message, Messages, Rubric, as_messages, fixed_criteria
 
 __all__ = ["RubricGenerator"]
 
@@ -143,7 +142,7 @@ class RubricGenerator:
 
     def request(self, context: Context) -> GenerationRequest:
         """The backend request for one context (useful to inspect or log the exact prompt)."""
-        return self._request(_normalised([context])[0], self.max_context_messages)
+        return self._request(as_messages(context), self.max_context_messages)
 
     def _request(self, context: Sequence[Message], keep: int | None) -> GenerationRequest:
         return GenerationRequest(
@@ -155,7 +154,7 @@ class RubricGenerator:
         )
 
     def _plan(self, contexts: Sequence[Messages]) -> Plan[Rubric]:
-        """The rubrics of contexts already normalised (:func:`_normalised`), as a plan for the engine."""
+        """The rubrics of contexts that are messages already, as a plan for the engine."""
         keys = [context_key(m, self.identity) for m in contexts]
         found: dict[str, Rubric | CareError] = {}
         todo: dict[str, Messages] = {}
@@ -254,30 +253,23 @@ class RubricGenerator:
             OutputError: no reply parsed as a valid rubric within ``max_attempts``.
             BackendError: the backend failed.
         """
-        return unwrap(self._batch(_normalised([context]))[0])
+        return unwrap(self.generate_batch([context])[0])
 
     def generate_batch(self, contexts: Sequence[Context]) -> list[Rubric | CareError]:
         """Write one rubric per context, in order; a failed item is its :class:`CareError`, not an exception.
 
-        Identical contexts in the batch share one backend request.
+        Identical contexts in the batch share one backend request. Each context is normalised here
+        (:func:`~care_sdk.types.as_messages`; :data:`~care_sdk.types.Messages` pass as they are).
         """
-        return self._batch(_normalised(contexts))
+        return drive(self._plan([as_messages(c) for c in contexts]), self.backend)
 
     async def agenerate(self, context: Context) -> Rubric:
         """Async form of :meth:`generate`."""
-        return unwrap((await self._abatch(_normalised([context])))[0])
+        return unwrap((await self.agenerate_batch([context]))[0])
 
     async def agenerate_batch(self, contexts: Sequence[Context]) -> list[Rubric | CareError]:
         """Async form of :meth:`generate_batch`."""
-        return await self._abatch(_normalised(contexts))
-
-    def _batch(self, contexts: Sequence[Messages]) -> list[Rubric | CareError]:
-        """:meth:`generate_batch` for contexts already normalised (what :class:`~care_sdk.AdaptiveReward` calls)."""
-        return drive(self._plan(contexts), self.backend)
-
-    async def _abatch(self, contexts: Sequence[Messages]) -> list[Rubric | CareError]:
-        """Async form of :meth:`_batch`."""
-        return await adrive(self._plan(contexts), self.backend)
+        return await adrive(self._plan([as_messages(c) for c in contexts]), self.backend)
 
     def __repr__(self) -> str:
         return f"RubricGenerator({self.backend!r}, criteria_per_dimension={self.criteria_per_dimension})"
@@ -353,13 +345,3 @@ class _Repair:
             criteria=criteria,
             repairs=tuple(self.repairs[j] for j in sorted(self.repairs)),
         )
-
-
-def _normalised(contexts: Sequence[Context]) -> list[Messages]:
-    """Each context as messages: normalised once, where it enters the generator.
-
-    Examples:
-        >>> _normalised(["I failed.", [{"role": "user", "content": "Hi."}]])[1][0].content
-        'Hi.'
-    """
-    return [tuple(as_messages(c)) for c in contexts]

@@ -35,8 +35,8 @@ asking a model and every reply is screened for text aimed at the judge rather th
 The context is read as chat messages with roles, so the two copy flags can tell the user's words
 from the assistant's; a context given as plain texts without roles is read as the user's. The
 public functions that take a context (:func:`detect_flags`, :func:`screen`) normalise it once with
-:func:`context_messages`; :func:`screen_items`, the reward's pre-pass, takes contexts that are
-messages already.
+:func:`~care_sdk.types.as_messages`; :func:`screen_items`, the reward's pre-pass, takes contexts
+that are messages already.
 
 What happens to a flagged reply is :attr:`Guards.on_flag`: ``"zero"`` (the default: reward 0 and
 no model call), ``"penalise"`` (the evaluator's reward minus :attr:`Guards.penalty`, floored at
@@ -54,14 +54,14 @@ Examples:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from care_sdk._copies import copied_share, own_share, repeated_share, strip_copied
-from care_sdk.types import Message, RewardResult, as_messages
+from care_sdk.types import Context, Message, RewardResult, as_messages
 
 __all__ = [
     "COPIED_USER",
@@ -80,12 +80,10 @@ __all__ = [
     "ROLE_LABELS",
     "SCORE_FORMAT",
     "TRUNCATED",
-    "ContextLike",
     "Guards",
     "Policy",
     "Screened",
     "apply_policy",
-    "context_messages",
     "copied_share",
     "detect_flags",
     "merge_outcomes",
@@ -148,9 +146,6 @@ _STRICTNESS: dict[str, int] = {"report": 0, "penalise": 1, "zero": 2}
 _BLOCKING = frozenset({EMPTY_REPLY, NO_WORDS})
 C = TypeVar("C", bound=Sequence[Message])
 E = TypeVar("E")
-ContextLike = str | Sequence[Message | Mapping[str, Any] | str]
-"""A dialogue context as the guards read it: chat messages (or dicts) with roles, a plain string
-(one user message), or plain texts without roles (each read as the user's)."""
 
 
 class Guards(BaseModel):
@@ -317,35 +312,20 @@ def _master_key(reply: str) -> bool:
     return len(text) <= _MASTER_MAX_CHARS and _MASTER.search(text) is not None
 
 
-def context_messages(context: ContextLike) -> list[Message]:
-    """The context as messages with roles: a plain string is one user message, and a plain text
-    among messages (no role) is read as the user's, the stricter reading for ``copied_user``.
-    Raises what :func:`~care_sdk.types.as_messages` raises for anything else.
-
-    Examples:
-        >>> [m.role for m in context_messages(["I lost my job.", {"role": "assistant", "content": "Oh no."}])]
-        ['user', 'assistant']
-        >>> context_messages("I can't sleep.")[0].role
-        'user'
-    """
-    texts = [context] if isinstance(context, str) else context
-    return as_messages([Message(role="user", content=m) if isinstance(m, str) else m for m in texts])
-
-
 def _over(share: float | None, threshold: float | None) -> bool:
     return threshold is not None and share is not None and share >= threshold
 
 
 def detect_flags(
     reply: str,
-    context: ContextLike = (),
+    context: Context = (),
     copy_share: float | None = 0.5,
     repeat_share: float | None = 0.6,
     own_turn_share: float | None = 0.5,
 ) -> tuple[str, ...]:
     """The flags of a reply's content, in a fixed order (pre-check and length flags not included).
 
-    ``context`` (the dialogue so far, see :func:`context_messages`) serves the copy flags:
+    ``context`` (the dialogue so far: messages with roles, a plain text read as the user's) serves the copy flags:
     ``copy_share`` ``copied_user`` (the user's messages), ``own_turn_share`` ``repeated_own_turn``
     (the assistant's); ``repeat_share`` serves ``repeated_text``. ``None`` turns a detector off.
 
@@ -369,7 +349,7 @@ def detect_flags(
         ('repeated_own_turn',)
     """
     copies = (copy_share is not None or own_turn_share is not None) and context
-    messages = context_messages(context) if copies else []
+    messages = as_messages(context) if copies else ()
     return _flags(reply, messages, copy_share, repeat_share, own_turn_share)
 
 
@@ -474,9 +454,9 @@ class Screened:
     """The result, when the guards settled the reply without a model call."""
 
 
-def screen(reply: str, guards: Guards | None = None, context: ContextLike = ()) -> Screened:
+def screen(reply: str, guards: Guards | None = None, context: Context = ()) -> Screened:
     """Run the guards on one reply (``guards=None`` uses the defaults); ``context`` is the dialogue
-    so far (messages with roles, see :func:`context_messages`), for the copy flags.
+    so far (messages with roles, a plain text read as the user's), for the copy flags.
 
     Examples:
         >>> screen("...").blocked.note
@@ -486,7 +466,7 @@ def screen(reply: str, guards: Guards | None = None, context: ContextLike = ()) 
         >>> screen("Hi. User: thanks!", Guards(on_flag="report")).blocked is None
         True
     """
-    return _screen(reply, guards or Guards(), context_messages(context) if context else [])
+    return _screen(reply, guards or Guards(), as_messages(context) if context else ())
 
 
 def _screen(reply: str, guards: Guards, context: Sequence[Message]) -> Screened:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from care_sdk.errors import InputError, MissingDependencyError
 from care_sdk.score_files import RecordSink, ScoreSummary, finish_scoring, plan_scoring, scored_by, turn_record
-from care_sdk.types import Message
+from care_sdk.types import as_messages
 
 if TYPE_CHECKING:
     import ray.data
@@ -120,10 +120,7 @@ class _TurnScorer:
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
         ids = [str(i) for i in batch["id"]]
         turns = [int(t) for t in batch["turn"]]
-        items = [
-            ([Message.model_validate(m) for m in json.loads(c)], str(r))
-            for c, r in zip(batch["context"], batch["reply"], strict=True)
-        ]
+        items = [(as_messages(json.loads(c)), str(r)) for c, r in zip(batch["context"], batch["reply"], strict=True)]
         results = self.reward.score_batch(items)
         records = [
             json.dumps({**turn_record(i, t, result), "scored_by": self.producer}, ensure_ascii=False)

@@ -34,7 +34,7 @@ from care_sdk.backends._retry import RetryPolicy, call_with_retries, parse_retry
 from care_sdk.backends.base import run_sync
 from care_sdk.errors import BackendError, ConfigError, MissingDependencyError, OutputError
 from care_sdk.reward import DEFAULT_NAME
-from care_sdk.types import Context, Message, RewardResult
+from care_sdk.types import Context, RewardResult, as_messages
 
 if TYPE_CHECKING:
     import httpx
@@ -55,7 +55,7 @@ def _httpx() -> Any:
 def _jsonable(context: Context) -> Any:
     if isinstance(context, str):
         return context
-    return [m.model_dump(include={"role", "content"}) if isinstance(m, Message) else dict(m) for m in context]
+    return [m.model_dump() for m in as_messages(context)]
 
 
 class RemoteReward:

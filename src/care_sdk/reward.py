@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from functools import partial
+from typing import Any, cast
 
 from care_sdk._calls import METRIC_PREFIX, completion_text, report_to_trainer, trl_items
+from care_sdk._engine import Plan, adrive, drive, offload
 from care_sdk.addons import AUTO_FIT, AutoFit, ContextFitReader, resolve_context_fit
 from care_sdk.backends import Backend, resolve_backend, spec_per_role
 from care_sdk.errors import CareError, ConfigError
@@ -26,7 +28,6 @@ from care_sdk.types import (
 from care_sdk.variants import CriteriaMode, Variant, WeightsMode, needs_generator, variant_modes, variant_of
 
 Outcome = tuple[RewardResult, CareError | None]
-_Stage = tuple[str, list[Any]]
 
 __all__ = ["AdaptiveReward", "build_reward", "completion_text"]
 
@@ -36,7 +37,7 @@ DEFAULT_NAME = "care_reward"
 ScoreItem = tuple[Context, str]
 """One reward request: the context and the candidate reply."""
 _Item = tuple[Messages, str]
-"""A reward request whose context was normalised where it entered (:func:`_normalised`)."""
+"""A reward request whose context was normalised where it entered (:func:`~care_sdk.types.as_messages`)."""
 
 
 class AdaptiveReward:
@@ -256,53 +257,37 @@ class AdaptiveReward:
                 outcomes.append((RewardResult.from_parts(rubric, evaluation), None))
         return outcomes
 
-    def _plan(self, items: Sequence[_Item]) -> Generator[_Stage, list[Any], list[Outcome]]:
-        """The reward's steps, written once for the sync and async drivers: guards' pre-pass, rubrics,
-        evaluations, the context-fit add-on when on, merge. Each yielded stage is a batch call the
-        driver makes (``rubrics``, ``evaluations``, ``context_fit``) and sends back the results of."""
+    def _plan(self, items: Sequence[_Item]) -> Plan[Outcome]:
+        """The reward's steps as a plan for the engine, written once for :func:`drive` and
+        :func:`adrive`: the guards' pre-pass, then each stage a batch call of a component's public
+        method in its sync and async form (rubrics, evaluations, the context-fit add-on when on;
+        each runs its own plan on its own backend), then the merge. It yields only those calls, so
+        the backend it is driven with sends nothing itself."""
         screens, todo = screen_items(items, self.guards)
         contexts = [c for c, _ in todo]
         if self.rubric is not None:
             rubrics: list[Rubric | CareError] = [self.rubric] * len(contexts)
         else:
-            rubrics = self._finish((yield ("rubrics", contexts)))
-        outcomes = self._combine(rubrics, (yield ("evaluations", self._eval_items(todo, rubrics))))
+            generator = self.generator
+            assert generator is not None
+            written = yield from offload(
+                partial(generator.generate_batch, contexts), partial(generator.agenerate_batch, contexts)
+            )
+            rubrics = self._finish(written)
+        judged = self._eval_items(todo, rubrics)
+        evaluator = self.evaluator
+        evaluations = yield from offload(
+            partial(evaluator.evaluate_batch, judged), partial(evaluator.aevaluate_batch, judged)
+        )
+        outcomes = self._combine(rubrics, evaluations)
         if self.context_fit is not None:
             fitted = self._fit_items(outcomes)
-            values = yield ("context_fit", [todo[i] for i in fitted])
+            pairs = [todo[i] for i in fitted]
+            fit = self.context_fit
+            values = yield from offload(partial(fit.score_batch, pairs), partial(fit.ascore_batch, pairs))
             outcomes = self._apply_fit(outcomes, fitted, values)
         merged = merge_outcomes(screens, outcomes, self.guards)
-        return self._stamped(merged)
-
-    def _stage(self, name: str) -> tuple[Callable[[list[Any]], list[Any]], Callable[[list[Any]], Any]]:
-        """The sync and async batch calls behind a stage of :meth:`_plan`. The contexts are messages
-        already, so the generator and the evaluator are called past their public methods, which would
-        normalise them again."""
-        if name == "rubrics":
-            assert self.generator is not None
-            return self.generator._batch, self.generator._abatch
-        if name == "evaluations":
-            return self.evaluator._batch, self.evaluator._abatch
-        assert self.context_fit is not None
-        return self.context_fit.score_batch, self.context_fit.ascore_batch
-
-    def _outcomes(self, items: Sequence[_Item]) -> list[Outcome]:
-        plan = self._plan(items)
-        try:
-            name, batch = next(plan)
-            while True:
-                name, batch = plan.send(self._stage(name)[0](batch))
-        except StopIteration as done:
-            return list(done.value)
-
-    async def _aoutcomes(self, items: Sequence[_Item]) -> list[Outcome]:
-        plan = self._plan(items)
-        try:
-            name, batch = next(plan)
-            while True:
-                name, batch = plan.send(await self._stage(name)[1](batch))
-        except StopIteration as done:
-            return list(done.value)
+        return [*self._stamped(merged)]
 
     @staticmethod
     def _fit_items(outcomes: list[tuple[RewardResult, CareError | None]]) -> list[int]:
@@ -331,6 +316,9 @@ class AdaptiveReward:
     def score_batch(self, items: Sequence[ScoreItem]) -> list[RewardResult]:
         """Score many ``(context, reply)`` pairs; a failure is a result with ``reward=None`` and ``error``.
 
+        Each context is normalised here (:func:`~care_sdk.types.as_messages`;
+        :data:`~care_sdk.types.Messages` pass as they are).
+
         Examples:
             >>> from care_sdk.testing import ScriptedBackend, evaluation_json
             >>> reward = AdaptiveReward(evaluator=RubricEvaluator(ScriptedBackend(["not json"] * 3)),
@@ -339,20 +327,13 @@ class AdaptiveReward:
             >>> result.reward is None, result.error.startswith("evaluation failed")
             (True, True)
         """
-        return self._results(_normalised(items))
+        outcomes = cast("list[Outcome]", drive(self._plan(_items(items)), self.evaluator.backend))
+        return [result for result, _ in outcomes]
 
     async def ascore_batch(self, items: Sequence[ScoreItem]) -> list[RewardResult]:
         """Async form of :meth:`score_batch`."""
-        return await self._aresults(_normalised(items))
-
-    def _results(self, items: Sequence[_Item]) -> list[RewardResult]:
-        """:meth:`score_batch` for items whose contexts are messages already (what
-        :class:`~care_sdk.TrajectoryReward` and the verl plug-in call, having normalised them)."""
-        return [result for result, _ in self._outcomes(items)]
-
-    async def _aresults(self, items: Sequence[_Item]) -> list[RewardResult]:
-        """Async form of :meth:`_results`."""
-        return [result for result, _ in await self._aoutcomes(items)]
+        outcomes = cast("list[Outcome]", await adrive(self._plan(_items(items)), self.evaluator.backend))
+        return [result for result, _ in outcomes]
 
     def score(self, context: Context, reply: str) -> RewardResult:
         """Score one reply to ``context``.
@@ -360,11 +341,12 @@ class AdaptiveReward:
         Raises:
             CareError: the rubric or the evaluation could not be produced.
         """
-        return unwrap_outcome(self._outcomes(_normalised([(context, reply)]))[0])
+        return unwrap_outcome(cast("Outcome", drive(self._plan(_items([(context, reply)])), self.evaluator.backend)[0]))
 
     async def ascore(self, context: Context, reply: str) -> RewardResult:
         """Async form of :meth:`score`."""
-        return unwrap_outcome((await self._aoutcomes(_normalised([(context, reply)])))[0])
+        outcomes = cast("list[Outcome]", await adrive(self._plan(_items([(context, reply)])), self.evaluator.backend))
+        return unwrap_outcome(outcomes[0])
 
     def score_dialogue(self, dialogue: Dialogue | Sequence[Message | Mapping[str, Any]]) -> list[RewardResult]:
         """One result per assistant turn, each judged against the context before it.
@@ -379,8 +361,8 @@ class AdaptiveReward:
             [0.5, 0.5]
         """
         if not isinstance(dialogue, Dialogue):
-            dialogue = Dialogue(messages=tuple(as_messages(dialogue)))
-        return self._results([(t.context, t.reply) for t in dialogue.turns()])
+            dialogue = Dialogue(messages=as_messages(dialogue))
+        return self.score_batch([(t.context, t.reply) for t in dialogue.turns()])
 
     # -- TRL -----------------------------------------------------------------------------------
 
@@ -408,14 +390,16 @@ class AdaptiveReward:
             >>> logged["care/score/affective"], logged["care/failed"]
             (0.5, 0.0)
         """
-        results = self._results(_normalised(trl_items(prompts, completions, kwargs, self.context_column)))
+        items = trl_items(prompts, completions, kwargs, self.context_column)
+        outcomes = cast("list[Outcome]", drive(self._plan(items), self.evaluator.backend))
+        results = [result for result, _ in outcomes]
         self.last_results = results
         report_to_trainer(results, kwargs, self.metric_prefix)
         return [r.reward for r in results]
 
     async def acall(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """Async form of :meth:`__call__` (for use in your own async loop; TRL takes :meth:`as_async`)."""
-        results = await self._aresults(_normalised(trl_items(prompts, completions, kwargs, self.context_column)))
+        results = await self.ascore_batch(trl_items(prompts, completions, kwargs, self.context_column))
         self.last_results = results
         report_to_trainer(results, kwargs, self.metric_prefix)
         return [r.reward for r in results]
@@ -519,14 +503,10 @@ def _check_context_fit(context_fit: object) -> None:
     raise ConfigError(f"context_fit: {context_fit!r} is not a ContextFitReader (see care_sdk.addons){hint}")
 
 
-def _normalised(items: Sequence[ScoreItem]) -> list[_Item]:
-    """Each item's context as messages: normalised once, where it enters the reward.
-
-    Examples:
-        >>> _normalised([("I failed.", "Oh no.")])[0][0][0].role
-        'user'
-    """
-    return [(tuple(as_messages(context)), reply) for context, reply in items]
+def _items(items: Sequence[ScoreItem]) -> list[_Item]:
+    """Each item with its context as messages (:func:`~care_sdk.types.as_messages`, which passes
+    :data:`~care_sdk.types.Messages` as they are)."""
+    return [(as_messages(context), reply) for context, reply in items]
 
 
 def unwrap_outcome(outcome: tuple[RewardResult, CareError | None]) -> RewardResult:

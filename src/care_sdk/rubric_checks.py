@@ -36,8 +36,7 @@ from itertools import pairwise
 from typing import Literal
 
 from care_sdk._text import word_ngrams
-from care_sdk.prompts import Context
-from care_sdk.types import DIMENSIONS, Dimension, Message, Rubric, as_messages
+from care_sdk.types import DIMENSIONS, Context, Dimension, Rubric, as_messages
 
 __all__ = [
     "CRITERION_DEFECTS",
@@ -301,7 +300,7 @@ def check_rubric(rubric: Rubric, context: Context, *, extra_context: Iterable[st
         >>> check_rubric(Rubric.uniform_fixed(), ctx).problems()
         ['near-uniform weights', 'no criterion names anything from the conversation']
     """
-    messages: list[Message] = as_messages(context)
+    messages = as_messages(context)
     context_text = " ".join(m.content for m in messages)
     context_grams = set(word_ngrams(_words(context_text), 6))
     vocabulary = _stems(

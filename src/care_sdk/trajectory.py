@@ -142,7 +142,7 @@ class TrajectoryReward:
     @staticmethod
     def _dialogue(value: DialogueLike) -> Dialogue:
         """A dialogue as given, normalised once where it enters (its turns' contexts are then messages)."""
-        return value if isinstance(value, Dialogue) else Dialogue(messages=tuple(as_messages(value)))
+        return value if isinstance(value, Dialogue) else Dialogue(messages=as_messages(value))
 
     def _fold(self, turns: list[RewardResult], indices: list[int]) -> TrajectoryResult:
         gamma = self.gamma if self.how == "discounted" else None
@@ -179,12 +179,12 @@ class TrajectoryReward:
     def score_batch(self, dialogues: Sequence[DialogueLike]) -> list[TrajectoryResult]:
         """Score many dialogues; a failed episode has ``reward=None`` and ``error``, never an exception."""
         indices, items = self._split(dialogues)
-        return self._join(indices, self.reward._results(items))
+        return self._join(indices, self.reward.score_batch(items))
 
     async def ascore_batch(self, dialogues: Sequence[DialogueLike]) -> list[TrajectoryResult]:
         """Async form of :meth:`score_batch`."""
         indices, items = self._split(dialogues)
-        return self._join(indices, await self.reward._aresults(items))
+        return self._join(indices, await self.reward.ascore_batch(items))
 
     def score(self, dialogue: DialogueLike) -> TrajectoryResult:
         """Score one dialogue (see :meth:`score_batch`)."""

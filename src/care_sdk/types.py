@@ -85,31 +85,50 @@ class Message(BaseModel):
     """The message text."""
 
 
-Context = str | Sequence[Message | dict[str, Any]]
-"""A dialogue context: OpenAI chat messages, or a string taken as one user message."""
+Context = str | Sequence[Message | Mapping[str, Any] | str]
+"""A dialogue context as a caller gives it: OpenAI chat messages, or a string taken as one user
+message (a string among messages is a user message too)."""
 
 Messages = tuple[Message, ...]
 """A context normalised once, where it enters the SDK (:func:`as_messages`); what every layer
 beneath the public entry points passes on."""
 
 
-def as_messages(value: str | Sequence[Message | Mapping[str, Any]]) -> list[Message]:
-    """Coerce a prompt into a list of messages.
+def as_messages(value: Context) -> Messages:
+    """A context as :data:`Messages`: the one place the SDK turns what a caller gives into messages.
 
-    A plain string becomes a single user message; dicts are validated as :class:`Message`.
-    The public entry points (``AdaptiveReward.score``, ``RubricGenerator.generate``, ...) call it
-    once on the context they are given; the prompt builders of :mod:`care_sdk.prompts` take its
-    result.
+    A plain string becomes a single user message; so does a string among messages (a message
+    without a role is read as the user's); a mapping is validated as a :class:`Message` (extra keys
+    dropped). Idempotent: :data:`Messages` come back as they are, so the public entry points
+    (``AdaptiveReward.score``, ``RubricGenerator.generate_batch``, ...) call it on whatever they are
+    given and code beneath them passes the result on.
+
+    Raises:
+        ValueError: a message is not a string, a :class:`Message` or a mapping with ``role``
+            (``system``, ``user`` or ``assistant``) and ``content`` (pydantic's ``ValidationError``).
 
     Examples:
-        >>> as_messages("I can't sleep.")[0].role
-        'user'
-        >>> as_messages([{"role": "assistant", "content": "Since when?"}])[0].content
-        'Since when?'
+        >>> as_messages("I can't sleep.")
+        (Message(role='user', content="I can't sleep."),)
+        >>> as_messages([{"role": "assistant", "content": "Since when?", "name": "bot"}, "Since May."])
+        (Message(role='assistant', content='Since when?'), Message(role='user', content='Since May.'))
+        >>> messages = as_messages("I can't sleep.")
+        >>> as_messages(messages) is messages
+        True
     """
     if isinstance(value, str):
-        return [Message(role="user", content=value)]
-    return [m if isinstance(m, Message) else Message.model_validate(m) for m in value]
+        return (Message(role="user", content=value),)
+    if isinstance(value, tuple) and all(isinstance(m, Message) for m in value):
+        return value
+    return tuple(_message(m) for m in value)
+
+
+def _message(value: Message | Mapping[str, Any] | str) -> Message:
+    if isinstance(value, Message):
+        return value
+    if isinstance(value, str):
+        return Message(role="user", content=value)
+    return Message.model_validate(value)
 
 
 class Turn(_Frozen):
@@ -124,7 +143,7 @@ class Turn(_Frozen):
 
     index: int
     """Position of the assistant message in ``Dialogue.messages``."""
-    context: tuple[Message, ...]
+    context: Messages
     """Every message before the reply."""
     reply: str
     """The assistant reply being judged."""
@@ -144,7 +163,7 @@ class Dialogue(_Frozen):
 
     id: str | None = None
     """The dialogue id, echoed into every output record."""
-    messages: tuple[Message, ...] = Field(min_length=1)
+    messages: Messages = Field(min_length=1)
     """The messages in order."""
 
     def turns(self) -> Iterator[Turn]:

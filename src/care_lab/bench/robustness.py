@@ -58,14 +58,13 @@ from care_sdk.guards import (
     EMPTY_REPLY,
     INFO_FLAGS,
     NO_WORDS,
-    ContextLike,
     Guards,
     penalised,
     policy_reward,
     screen,
 )
 from care_sdk.reward import AdaptiveReward
-from care_sdk.types import Message
+from care_sdk.types import Context, Message
 
 R = TypeVar("R", bound=Request)
 
@@ -119,7 +118,7 @@ def load_items(path: Path, limit: int | None, seed: int = 0, min_chars: int = 40
 
 
 def flag_rates(
-    turns: Sequence[tuple[ContextLike, str]], guards: Guards, *, resamples: int = 1000, seed: int = 0
+    turns: Sequence[tuple[Context, str]], guards: Guards, *, resamples: int = 1000, seed: int = 0
 ) -> dict[str, Any]:
     """Share of replies the guards flag (pre-checks included, information flags not), with counts per flag.
 
@@ -304,7 +303,7 @@ class RobustnessRunner:
         self,
         items: Sequence[RobustItem],
         *,
-        esconv_turns: Sequence[tuple[ContextLike, str]] = (),
+        esconv_turns: Sequence[tuple[Context, str]] = (),
         on_start: Callable[[int], None] | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> dict[str, Any]:
@@ -369,7 +368,7 @@ class RobustnessRunner:
         self,
         items: Sequence[RobustItem],
         store: dict[tuple[str, str, str], dict[str, Any]],
-        esconv_turns: Sequence[tuple[ContextLike, str]],
+        esconv_turns: Sequence[tuple[Context, str]],
         cost: _Cost,
         seconds: float,
     ) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from care_lab.training.models import require_train, resolve_model
 from care_sdk.errors import ConfigError, InputError
 from care_sdk.jsonl import read_jsonl
 from care_sdk.prompts import evaluator_messages, generator_messages
-from care_sdk.types import Message, Rubric
+from care_sdk.types import Rubric, as_messages
 
 __all__ = [
     "GRPO_DEFAULTS",
@@ -135,7 +135,7 @@ def prompt_messages(
         >>> [m["role"] for m in msgs]
         ['system', 'user']
     """
-    messages = [Message.model_validate(m) for m in context]
+    messages = as_messages(context)
     return [m.model_dump() for m in generator_messages(messages, criteria_per_dimension, max_context_messages=keep)]
 
 
@@ -153,7 +153,7 @@ def evaluator_prompt_messages(
         >>> [m["role"] for m in msgs]
         ['system', 'user']
     """
-    messages = [Message.model_validate(m) for m in context]
+    messages = as_messages(context)
     parsed = Rubric.model_validate(rubric)
     return [m.model_dump() for m in evaluator_messages(messages, parsed, reply, max_context_messages=keep)]
 

@@ -57,7 +57,7 @@ from care_lab.training.pairs import (
 )
 from care_lab.training.targets import BuildContext, build_targets, count_weights
 from care_sdk.backends import BackendPool
-from care_sdk.types import Message
+from care_sdk.types import Message, as_messages
 
 __all__ = ["SPLITS", "BuildReport", "build_data", "count_weights", "input_key"]
 
@@ -131,7 +131,7 @@ def _separate(records: list[dict[str, Any]], report_counter: Counter[str]) -> di
         for record in records:
             if record["split"] != split:
                 continue
-            key = input_key([Message.model_validate(m) for m in record["context"]])
+            key = input_key(as_messages(record["context"]))
             if key in seen:
                 report_counter[f"dropped: input also in an earlier split ({split})"] += 1
                 continue

@@ -43,7 +43,7 @@ from care_lab.training.prompts import (
 )
 from care_lab.training.targets import BuildContext, counts_json, truncate
 from care_sdk.errors import CareError
-from care_sdk.types import Message
+from care_sdk.types import as_messages
 
 __all__ = [
     "annotate",
@@ -293,7 +293,7 @@ def annotate(pairs: list[dict[str, Any]], ctx: BuildContext) -> list[dict[str, A
         log(f"build-data: annotator {annotator.identity} labels {len(todo)} replies")
         prompts = [
             annotator_messages(
-                truncate([Message.model_validate(m) for m in pairs[i]["context"]], cfg.max_context_messages),
+                truncate(as_messages(pairs[i]["context"]), cfg.max_context_messages),
                 pairs[i]["chosen"],
             )
             for i in todo

@@ -33,7 +33,7 @@ from care_lab.training._common import (
 )
 from care_lab.training.config import PrefGRPOConfig
 from care_lab.training.rewards import PrefGRPORewards
-from care_sdk.types import Message
+from care_sdk.types import as_messages
 
 __all__ = ["GRPO_DEFAULTS", "REWARD_TERMS", "PrefGRPOResult", "grpo_rows", "run_pref_grpo"]
 
@@ -69,7 +69,7 @@ def grpo_rows(records: list[dict[str, Any]], *, keep: int | None, criteria_per_d
             from care_sdk.errors import InputError
 
             raise InputError(f"a pair record needs {', '.join(missing)}", location=f"record {i}")
-        full = [Message.model_validate(m).model_dump() for m in record["context"]]
+        full = [m.model_dump() for m in as_messages(record["context"])]
         context = full[-keep:] if keep is not None else full
         rows.append(
             {

@@ -88,7 +88,7 @@ class WeightsHeadReader:
         out: list[dict[Dimension, float] | CareError] = []
         for item in reads:
             try:
-                out.append(self.head._weights([item.context], backend)[0])
+                out.append(self.head.weights([item.context], backend)[0])
             except CareError as exc:
                 out.append(exc)
         return out

@@ -269,11 +269,7 @@ class ContextFit:
         another, then every reply after ``"Hi."``, so each prompt is prefilled once (and a reply
         met under several contexts is read once after ``"Hi."``).
         """
-        return self._pmi_batch(_normalised(items))
-
-    def _pmi_batch(self, items: Sequence[tuple[Messages, str]]) -> list[float | CareError]:
-        """:meth:`pmi_batch` on contexts that are messages already."""
-        keyed = [self._read_as(context, reply) for context, reply in items]
+        keyed = [self._read_as(as_messages(context), reply) for context, reply in items]
         with self._lock:
             known = {key: self._memo[key] for key in keyed if key in self._memo}
         for key in keyed:
@@ -338,13 +334,9 @@ class ContextFit:
             >>> ContextFit().own_share("I lost my job today.", reply)  # doctest: +SKIP
             0.777...
         """
-        return self._own_share(_normalised([(context, reply)])[0][0], reply)
-
-    def _own_share(self, messages: Sequence[Message], reply: str) -> float:
-        """:meth:`own_share` on a context that is messages already."""
         if not self.strip_copies:
             return 1.0
-        return own_share(reply, [m.content for m in messages])
+        return own_share(reply, [m.content for m in as_messages(context)])
 
     def score(self, context: Context, reply: str) -> float:
         """How likely the reply was written for ``context``: the gate's value of its PMI, times its
@@ -361,13 +353,13 @@ class ContextFit:
     def score_batch(self, items: Sequence[tuple[Context, str]]) -> list[float | CareError]:
         """:meth:`score` for many ``(context, reply)`` pairs; a failed item is its error (see :meth:`pmi_batch`).
 
-        A context is normalised once here (:class:`~care_sdk.AdaptiveReward` passes messages already;
-        for those that only checks that each is a message).
+        A context is normalised once here (:func:`~care_sdk.types.as_messages`;
+        :class:`~care_sdk.AdaptiveReward` passes :data:`~care_sdk.types.Messages`, which pass as they are).
         """
-        normalised = _normalised(items)
-        values = self._pmi_batch(normalised)
+        normalised = [(as_messages(context), reply) for context, reply in items]
+        values = self.pmi_batch(normalised)
         return [
-            value if isinstance(value, CareError) else self.gate(value) * self._own_share(context, reply)
+            value if isinstance(value, CareError) else self.gate(value) * self.own_share(context, reply)
             for value, (context, reply) in zip(values, normalised, strict=True)
         ]
 
@@ -390,16 +382,6 @@ class ContextFit:
 
     def __repr__(self) -> str:
         return f"ContextFit({self.identity!r})"
-
-
-def _normalised(items: Sequence[tuple[Context, str]]) -> list[tuple[Messages, str]]:
-    """Each item's context as messages: normalised once, where it enters the context fit.
-
-    Examples:
-        >>> _normalised([("Hi.", "Hello.")])[0][0][0].content
-        'Hi.'
-    """
-    return [(tuple(as_messages(context)), reply) for context, reply in items]
 
 
 def context_fit_for(option: ContextFit | str | None) -> ContextFit | None:

@@ -134,7 +134,8 @@ class WeightsHead:
 
     def weights(self, contexts: Sequence[Context], backend: Any) -> list[dict[Dimension, float]]:
         """The weights for each context, reading the states on ``backend`` (one that reads hidden
-        states: a :class:`~care_sdk.backends.HiddenStates`). Each context is normalised once, here.
+        states: a :class:`~care_sdk.backends.HiddenStates`). Each context is normalised here
+        (:func:`~care_sdk.types.as_messages`; :data:`~care_sdk.types.Messages` pass as they are).
 
         A text that does not fit the model's context window (the backend raises
         :class:`~care_sdk.errors.ContextOverflowError`) is read again with fewer messages, the
@@ -143,14 +144,11 @@ class WeightsHead:
         Raises:
             BackendError: the backend cannot read hidden states or failed.
         """
-        return self._weights([as_messages(c) for c in contexts], backend)
-
-    def _weights(self, contexts: Sequence[Sequence[Message]], backend: Any) -> list[dict[Dimension, float]]:
-        """:meth:`weights` for contexts that are messages already (what the weights-head reader reads)."""
         if not isinstance(backend, HiddenStates):
             provider = str(getattr(backend, "provider", type(backend).__name__))
             raise BackendError("this backend cannot read hidden states", provider=provider, hint="use llamacpp or hf")
-        return [self.weights_from_state(self._state(c, backend), self.position_of(c)) for c in contexts]
+        messages = [as_messages(c) for c in contexts]
+        return [self.weights_from_state(self._state(m, backend), self.position_of(m)) for m in messages]
 
     def _state(self, context: Sequence[Message], backend: HiddenStates) -> Sequence[float]:
         keep = self.max_context_messages or len(context)

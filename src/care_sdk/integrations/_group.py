@@ -22,31 +22,26 @@ Examples:
 from __future__ import annotations
 
 import asyncio
-import json
 import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from care_sdk.types import Context, RewardResult, as_messages
+from care_sdk.types import Context, Messages, RewardResult, as_messages
 
 if TYPE_CHECKING:
     from care_sdk.reward import AdaptiveReward
 
 __all__ = ["GroupScorer"]
 
-_Item = tuple[Context, str]
+_Item = tuple[Messages, str]
 
 
 @dataclass
 class _LoopState:
     pending: list[tuple[_Item, asyncio.Future[RewardResult]]] = field(default_factory=list)
     timer: asyncio.TimerHandle | None = None
-    inflight: dict[str, asyncio.Event] = field(default_factory=dict)
+    inflight: dict[Messages, asyncio.Event] = field(default_factory=dict)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
-
-
-def _key(context: Context) -> str:
-    return json.dumps([[m.role, m.content] for m in as_messages(context)])
 
 
 class GroupScorer:
@@ -81,7 +76,7 @@ class GroupScorer:
         if state is None:
             state = self._states[loop] = _LoopState()
         future: asyncio.Future[RewardResult] = loop.create_future()
-        state.pending.append(((context, reply), future))
+        state.pending.append(((as_messages(context), reply), future))
         if len(state.pending) >= self.max_batch:
             self._flush(loop, state)
         elif state.timer is None:
@@ -99,7 +94,7 @@ class GroupScorer:
             task.add_done_callback(state.tasks.discard)
 
     async def _run(self, state: _LoopState, batch: list[tuple[_Item, asyncio.Future[RewardResult]]]) -> None:
-        keys = {_key(context) for (context, _), _ in batch}
+        keys = {context for (context, _), _ in batch}
         earlier = [state.inflight[k] for k in keys if k in state.inflight]
         mine = {k: asyncio.Event() for k in keys if k not in state.inflight}
         state.inflight.update(mine)

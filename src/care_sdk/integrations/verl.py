@@ -160,7 +160,7 @@ def _context(extra_info: Any, context_key: str, where: str) -> Messages:
     if not isinstance(value, str):
         value = [dict(m) for m in value]  # parquet may hand back numpy arrays of dicts
     try:
-        messages = tuple(as_messages(value))
+        messages = as_messages(value)
     except ValueError as exc:
         raise InputError(f"{where}: extra_info[{context_key!r}] is not a list of chat messages: {exc}") from None
     if not messages:
@@ -276,7 +276,7 @@ def compute_score_batch(
         cache=cache,
         add_ons=add_ons,
     )
-    results = reward._results(items)  # the contexts are messages already
+    results = reward.score_batch(items)
     return [_as_dict(r, policy, w) for r, w in zip(results, wheres, strict=True)]
 
 

@@ -46,7 +46,7 @@ from care_sdk.errors import CareError, ConfigError, InputError
 from care_sdk.reward import AdaptiveReward
 from care_sdk.serve.protocol import split_query
 from care_sdk.trajectory import Aggregation
-from care_sdk.types import DIMENSIONS, Dialogue, Message, RewardResult, as_messages
+from care_sdk.types import DIMENSIONS, Dialogue, Message, Messages, RewardResult, as_messages
 
 __all__ = [
     "CareTurnRewardManager",
@@ -62,7 +62,7 @@ logger = logging.getLogger(__name__)
 
 _REPLY_HEADS = ("<|im_start|>assistant\n", "<|start_header_id|>assistant<|end_header_id|>\n\n")
 _TURN_ENDS = ("<|im_end|>", "<|eot_id|>")
-_Item = tuple[tuple[Message, ...], str]
+_Item = tuple[Messages, str]
 
 
 def _weights(n: int, how: Aggregation | None, gamma: float) -> list[float]:
@@ -131,7 +131,7 @@ def assistant_mask(prompt_ids: Any, response_ids: Any, tokenizer: Any) -> list[i
 
 def token_turns(
     prompt_ids: Any, response_ids: Any, tokenizer: Any, response_mask: Any = None
-) -> list[tuple[list[dict[str, str]], str, int]]:
+) -> list[tuple[Messages, str, int]]:
     """Each assistant turn of a verl sample as ``(context, reply, last token position)``.
 
     The text up to each turn's last token is decoded and read back into chat messages
@@ -146,7 +146,7 @@ def token_turns(
         >>> pieces = ["<|im_start|>user\\nI failed.<|im_end|>\\n<|im_start|>assistant\\n", "Oh no.", "<|im_end|>"]
         >>> tok = SimpleNamespace(decode=lambda ids, **kw: "".join(pieces[i] for i in ids))
         >>> token_turns([0], [1, 2], tok, response_mask=[1, 1])
-        [([{'role': 'user', 'content': 'I failed.'}], 'Oh no.', 1)]
+        [((Message(role='user', content='I failed.'),), 'Oh no.', 1)]
     """
     prompt, response = _ints(prompt_ids), _ints(response_ids)
     mask = assistant_mask(prompt, response, tokenizer) if response_mask is None else _ints(response_mask)
@@ -156,7 +156,7 @@ def token_turns(
         split = split_query(text)
         if split.error is not None or isinstance(split.context, str):
             raise InputError(f"verl sample: the turn ending at response token {end} cannot be read back: {split.error}")
-        context = [{"role": m.role, "content": m.content} for m in as_messages(split.context) if m.role != "system"]
+        context = tuple(m for m in as_messages(split.context) if m.role != "system")
         out.append((context, split.reply, end))
     return out
 
@@ -231,7 +231,7 @@ def _score(
 
         reward = get_reward()
     chosen = [list(turns[-1:]) if how == "last" else list(turns) for turns in samples]
-    results = reward._results([item for turns in chosen for item, _ in turns]) if any(chosen) else []
+    results = reward.score_batch([item for turns in chosen for item, _ in turns]) if any(chosen) else []
     out, start = [], 0
     for index, (turns, length) in enumerate(zip(chosen, lengths, strict=True)):
         mine = results[start : start + len(turns)]
@@ -345,7 +345,7 @@ def turn_rewards_from_tokens(
             valid = sum(att[len(rows_p[i]) :])
             r, m = r[:valid], (m[:valid] if m is not None else None)
         turns = token_turns(p, r, tokenizer, m)
-        samples.append([((tuple(as_messages(c)), reply), end) for c, reply, end in turns])
+        samples.append([((c, reply), end) for c, reply, end in turns])
         lengths.append(len(rows_r[i]))
     scored = _score(samples, lengths, reward, how, gamma, on_error)
     rows = [s.token_rewards for s in scored]

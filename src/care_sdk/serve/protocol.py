@@ -42,7 +42,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from care_sdk.errors import InputError
-from care_sdk.types import Context, Message, RewardResult
+from care_sdk.types import Context, Message, Messages, RewardResult, as_messages
 
 __all__ = [
     "REWARD_ONLY",
@@ -225,17 +225,18 @@ def parse_body(model: type[ModelT], raw: bytes | str) -> ModelT:
 _MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(Annotated[list[Message], Field(min_length=1)])
 
 
-def _text_or_messages(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+def _text_or_messages(value: Any, handler: ValidatorFunctionWrapHandler) -> Messages:
     # one branch per JSON type, so an error is located inside the value sent (items[0].context[1].role)
     if isinstance(value, str):
-        return value
+        return as_messages(value)
     if not isinstance(value, list):
         raise PydanticCustomError("context_type", "must be a string or a non-empty list of chat messages")
-    return _MESSAGES.validate_python(value)
+    return as_messages(_MESSAGES.validate_python(value))
 
 
-ContextField = Annotated[str | list[Message], WrapValidator(_text_or_messages)]
-"""A judged context on the wire: plain text, or a non-empty list of chat messages (extra keys dropped)."""
+ContextField = Annotated[Messages, WrapValidator(_text_or_messages)]
+"""A judged context on the wire: plain text (one user message) or a non-empty list of chat messages
+(extra keys dropped), read as :data:`~care_sdk.types.Messages` where the request is parsed."""
 
 
 class ScoreRequestItem(BaseModel):
@@ -244,7 +245,7 @@ class ScoreRequestItem(BaseModel):
     Examples:
         >>> item = ScoreRequestItem.model_validate({"context": [{"role": "user", "content": "Sad."}], "reply": "Why?"})
         >>> item.pair
-        ([Message(role='user', content='Sad.')], 'Why?')
+        ((Message(role='user', content='Sad.'),), 'Why?')
     """
 
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -255,7 +256,7 @@ class ScoreRequestItem(BaseModel):
     """The reply to score."""
 
     @property
-    def pair(self) -> tuple[Context, str]:
+    def pair(self) -> tuple[Messages, str]:
         """The item as the reward takes it."""
         return self.context, self.reply
 
@@ -292,7 +293,7 @@ class ScoreRequest(BaseModel):
     Examples:
         >>> body = parse_body(ScoreRequest, b'{"items": [{"context": "I am sad.", "reply": "Why?"}]}')
         >>> [item.pair for item in body.items], body.options.detail
-        ([('I am sad.', 'Why?')], 'full')
+        ([((Message(role='user', content='I am sad.'),), 'Why?')], 'full')
         >>> parse_body(ScoreRequest, b'{"items": [{"context": [{"role": "bot", "content": "hi"}], "reply": "x"}]}')
         Traceback (most recent call last):
         ...
