@@ -380,16 +380,14 @@ def test_a_stopped_run_keeps_each_context_scored_before_the_stop(toy_data: DataP
         return script(request)
 
     backend = ScriptedBackend(stopping)
-    backend.serial = True
-    stopped = QualityRunner(RubricGenerator(backend), RubricEvaluator(backend), out_dir=out, batch_size=8)
+    stopped = QualityRunner(RubricGenerator(backend), RubricEvaluator(backend), out_dir=out, batch_size=8, serial=True)
     with pytest.raises(KeyboardInterrupt):
         stopped.run(["pairwise"], toy_data, SETTINGS)
     kept = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert {r["key"] for r in kept} == {"a1:1:gold", "a1:1:s1", "a1:1:s2"}  # the first turn, whole
     assert len(kept) == 3 * len(VARIANTS)
     again = ScriptedBackend(script)
-    again.serial = True
-    resumed = QualityRunner(RubricGenerator(again), RubricEvaluator(again), out_dir=out, batch_size=8)
+    resumed = QualityRunner(RubricGenerator(again), RubricEvaluator(again), out_dir=out, batch_size=8, serial=True)
     report = resumed.run(["pairwise"], toy_data, SETTINGS)
     assert (report.scored, report.reused) == (4, 3)
     whole = QualityRunner(
@@ -493,8 +491,7 @@ def test_a_serial_backend_gets_one_contexts_evaluations_together() -> None:
 
     def run(serial: bool) -> tuple[list[dict[str, dict[str, Any]]], list[str]]:
         backend = ScriptedBackend(script)
-        backend.serial = serial
-        scored = VariantScorer(RubricGenerator(backend), RubricEvaluator(backend)).score(items)
+        scored = VariantScorer(RubricGenerator(backend), RubricEvaluator(backend), serial=serial).score(items)
         story = [
             next(s for s in ("story 0", "story 1") if s in r.messages[-1].content)
             for r in backend.requests

@@ -9,7 +9,7 @@ from typing import Any
 
 from care_sdk._core import SCORES
 from care_sdk._engine import Plan, adrive, drive, fewer_messages, parse_plan, unwrap
-from care_sdk.backends import Backend, GenerationRequest, resolve_backend
+from care_sdk.backends import Backend, GenerationRequest, TrainedAdapter, resolve_backend
 from care_sdk.backends.base import EVALUATION, Completion, ForcedReplies, ForcedReply, ForcedRequest
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.prompts import (
@@ -94,7 +94,7 @@ class RubricEvaluator:
             raise ConfigError(f"prompt_version must be one of {EVALUATOR_PROMPT_VERSIONS}, got {prompt_version!r}")
         self.prompt_version = prompt_version
         self.backend = resolve_backend(backend, role="evaluator")
-        adapter = getattr(self.backend, "adapter", None)
+        adapter = self.backend.adapter if isinstance(self.backend, TrainedAdapter) else None
         if adapter is not None:  # e.g. a backend built with the generator's adapter
             adapter.require(role="evaluator", prompt_version=prompt_version)
             if max_context_messages is None:

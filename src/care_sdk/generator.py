@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from care_sdk._engine import Plan, adrive, drive, fewer_messages, parse_plan, retry_request, unwrap
 from care_sdk.addons import WeightRead, WeightReader
-from care_sdk.backends import Backend, GenerationRequest, resolve_backend
+from care_sdk.backends import Backend, GenerationRequest, TrainedAdapter, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.cache import MemoryCache, RubricCache, context_key
 from care_sdk.errors import CareError, ConfigError
@@ -112,7 +112,7 @@ class RubricGenerator:
         self.backend = resolve_backend(backend, role="generator")
         if weight_reader is not None:
             weight_reader.check(self.backend, prompt_version=GENERATOR_PROMPT_VERSION)
-        adapter = getattr(self.backend, "adapter", None)
+        adapter = self.backend.adapter if isinstance(self.backend, TrainedAdapter) else None
         if adapter is not None:
             adapter.require(role="generator", prompt_version=GENERATOR_PROMPT_VERSION)
             if max_context_messages is None:

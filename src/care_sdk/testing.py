@@ -16,7 +16,14 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from care_sdk.backends import base
-from care_sdk.backends.base import Backend, Completion, ForwardingBackend, GenerationRequest, GenerationResult
+from care_sdk.backends.base import (
+    Backend,
+    Completion,
+    ForwardingBackend,
+    GenerationRequest,
+    GenerationResult,
+    with_capabilities,
+)
 from care_sdk.errors import BackendError
 
 __all__ = ["RecordingBackend", "Reply", "ScriptedBackend", "candidate_reply", "evaluation_json", "rubric_json"]
@@ -108,7 +115,6 @@ class ScriptedBackend(Backend):
     """
 
     provider = "scripted"
-    supports_seed = True
     pickles_by_value = True  # a test aid: its script and the requests so far travel with it
 
     def __init__(
@@ -119,8 +125,8 @@ class ScriptedBackend(Backend):
         forced: Callable[[str, Sequence[str]], Sequence[float]] | None = None,
     ) -> None:
         self._forced = forced
-        if forced is not None:  # the capability, on this instance only
-            self.__dict__["forced_replies"] = self._forced_replies
+        if forced is not None:  # the ForcedReplies capability: this instance's class has it (with_capabilities)
+            self.__class__ = with_capabilities(type(self), [_ScriptedForcedReplies])
         self._fn = script if callable(script) else None
         self._queue = [] if callable(script) else list(script)
         self._lock = threading.Lock()
@@ -183,6 +189,12 @@ class ScriptedBackend(Backend):
         except BackendError as exc:
             return GenerationResult(error=exc)
         return GenerationResult(completions=(forced_completion(built, forced),))
+
+
+class _ScriptedForcedReplies(ScriptedBackend):
+    def forced_replies(self, requests: Sequence[base.ForcedRequest]) -> list[GenerationResult]:
+        """Build each forced reply one character at a time, asking the script's ``forced``."""
+        return self._forced_replies(requests)
 
 
 class RecordingBackend(ForwardingBackend):

@@ -172,6 +172,8 @@ class QualityRunner:
             (:mod:`care_sdk.bundled.context_fit`); ``care bench quality --add-on context-fit`` asks for it.
         score_batches: scores the items instead of this process's own scorer, e.g. on a Ray
             cluster (:func:`care_lab.bench.ray_items.ray_item_batches`); the records are kept here.
+        serial: whether one context's requests go together (``None``: where every model is
+            llama.cpp; see :class:`~care_lab.bench.variants.VariantScorer`).
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -193,8 +195,9 @@ class QualityRunner:
         model: str | None = None,
         context_fit: ContextFitReader | None = None,
         score_batches: BatchScorer | None = None,
+        serial: bool | None = None,
     ) -> None:
-        self.scorer = VariantScorer(generator, evaluator, variants, context_fit)
+        self.scorer = VariantScorer(generator, evaluator, variants, context_fit, serial=serial)
         self.score_batches = score_batches or self.scorer.score_batches
         self.context_fit = context_fit
         self.variants = self.scorer.variants

@@ -49,7 +49,7 @@ from care_lab.bench.metrics import Estimate, bootstrap, mean
 from care_lab.bench.tasks import select
 from care_lab.data import load_esconv
 from care_sdk.addons import ContextFitReader
-from care_sdk.backends import Backend, ForwardingBackend, GenerationRequest, GenerationResult
+from care_sdk.backends import Backend, ForwardingBackend, GenerationRequest, GenerationResult, TrainedAdapter
 from care_sdk.backends.base import Request
 from care_sdk.errors import ConfigError
 from care_sdk.evaluator import RubricEvaluator
@@ -254,7 +254,7 @@ class RobustnessRunner:
         self.guards = guards or Guards()
         self.meters = {"off": Meter(evaluator_backend), "on": Meter(evaluator_backend)}
         report_only = self.guards.report_only()
-        adapter = getattr(evaluator_backend, "adapter", None)
+        adapter = evaluator_backend.adapter if isinstance(evaluator_backend, TrainedAdapter) else None
         self.prompt_versions = (
             {"off": adapter.prompt_version, "on": adapter.prompt_version} if adapter else {"off": "v1", "on": "v2"}
         )

@@ -163,6 +163,23 @@ class SharedRequests(ForwardingBackend):
             self._memo.clear()
 
 
+def answers_one_at_a_time(backend: Backend) -> bool:
+    """Whether ``backend`` (or the backend a wrapper forwards to) is llama.cpp, which answers
+    requests one at a time, in order, and keeps the last prompt's evaluated tokens: a larger batch
+    runs no faster there, and requests that share a prompt prefix run faster one after another.
+
+    Examples:
+        >>> from care_sdk.testing import RecordingBackend, ScriptedBackend
+        >>> answers_one_at_a_time(RecordingBackend(ScriptedBackend([])))
+        False
+    """
+    from care_sdk.backends.llamacpp import LlamaCppBackend
+
+    while isinstance(backend, ForwardingBackend):
+        backend = backend.inner
+    return isinstance(backend, LlamaCppBackend)
+
+
 class VariantScorer:
     """Scores items under several variants at once, paying each shared request once.
 
@@ -170,6 +187,12 @@ class VariantScorer:
         generator: the rubric generator (its cache is shared by the variants).
         evaluator: the evaluator.
         variants: which of :data:`VARIANTS` to score.
+        context_fit: the context-fit add-on every model variant's reward reads (one reader, so a
+            reply's fit is read once for every variant).
+        serial: whether every model answers requests one at a time, in order, keeping the last
+            prompt's evaluated tokens (llama.cpp): then one context's requests are sent together
+            (see :meth:`score_batches`). ``None``: where every backend is llama.cpp
+            (:func:`answers_one_at_a_time`).
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
@@ -193,6 +216,7 @@ class VariantScorer:
         evaluator: RubricEvaluator | None,
         variants: Sequence[str] = VARIANTS,
         context_fit: ContextFitReader | None = None,
+        serial: bool | None = None,
     ) -> None:
         unknown = [v for v in variants if v not in VARIANTS]
         if unknown:
@@ -204,6 +228,9 @@ class VariantScorer:
             raise ConfigError(f"variant(s) {', '.join(needs_model)} need an evaluator")
         if generating and generator is None:
             raise ConfigError(f"variant(s) {', '.join(generating)} need a generator")
+        components = [c for c in (generator, evaluator) if c is not None]
+        self.serial = all(answers_one_at_a_time(c.backend) for c in components) if serial is None else serial
+        """Whether one context's requests are sent together (see :meth:`score_batches`)."""
         self._shared: dict[int, SharedRequests] = {}
         self.generator = self._wrap(generator) if generator is not None else None
         self.evaluator = self._wrap(evaluator) if evaluator is not None else None
@@ -260,8 +287,7 @@ class VariantScorer:
             ...         return evaluation_json([5, 5, 3, 3, 1, 1])
             ...     return rubric_json({"cognitive": 2, "affective": 1, "proactive": 1})
             >>> backend = ScriptedBackend(script)
-            >>> backend.serial = True
-            >>> scorer = VariantScorer(RubricGenerator(backend), RubricEvaluator(backend), ["care"])
+            >>> scorer = VariantScorer(RubricGenerator(backend), RubricEvaluator(backend), ["care"], serial=True)
             >>> items = [Item(key=f"k{i}", context=(Message(role="user", content=f"Story {i}."),), reply="Oh.")
             ...          for i in range(2)]
             >>> [[(i, r["care"]["reward"]) for i, r in batch] for batch in scorer.score_batches(items)]
@@ -296,11 +322,10 @@ class VariantScorer:
 
     def _batches(self, items: Sequence[Item], indices: list[int]) -> list[list[int]]:
         """The items to score, in one batch; or, where every model answers requests one at a time
-        (:attr:`~care_sdk.backends.Backend.serial`), one batch per context, so that one context's
-        evaluations under every variant's criteria run back to back and its dialogue, which starts
-        each evaluation prompt, is evaluated once instead of once per set of criteria."""
-        components = [c for c in (self.generator, self.evaluator) if c is not None]
-        if not indices or not all(c.backend.serial for c in components):
+        (:attr:`serial`), one batch per context, so that one context's evaluations under every
+        variant's criteria run back to back and its dialogue, which starts each evaluation prompt,
+        is evaluated once instead of once per set of criteria."""
+        if not indices or not self.serial:
             return [indices] if indices else []
         by_context: dict[tuple[tuple[str, str], ...], list[int]] = {}
         for i in indices:

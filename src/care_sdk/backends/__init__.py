@@ -37,6 +37,7 @@ from care_sdk.backends.base import (
     HiddenStates,
     ReplyLogprobs,
     TokenLogprob,
+    TrainedAdapter,
     remember_config,
 )
 from care_sdk.errors import ConfigError
@@ -59,6 +60,7 @@ __all__ = [
     "ReplyLogprobs",
     "SpecScheme",
     "TokenLogprob",
+    "TrainedAdapter",
     "register_spec_scheme",
     "resolve_backend",
     "spec_per_role",

@@ -10,13 +10,15 @@ That, with :attr:`Backend.identity` and :meth:`Backend.close`, is what every tra
 A backend that holds the model may also implement optional capabilities, each a protocol that
 callers test with ``isinstance``: :class:`ForcedReplies` (a reply fixed except in a few slots,
 built by scoring the slots: :class:`ForcedRequest`), :class:`ReplyLogprobs` (how likely a given
-reply is) and :class:`HiddenStates` (a layer's hidden states of a text).
+reply is), :class:`HiddenStates` (a layer's hidden states of a text) and :class:`TrainedAdapter`
+(the records of the care-sdk adapter it applies). Nothing else is part of the contract: a setting
+only one backend reads is that backend's own.
 
 Examples:
     >>> from care_sdk.testing import ScriptedBackend
     >>> plain = ScriptedBackend([])
-    >>> isinstance(plain, ForcedReplies), isinstance(plain, ReplyLogprobs), isinstance(plain, HiddenStates)
-    (False, False, False)
+    >>> [isinstance(plain, c) for c in (ForcedReplies, ReplyLogprobs, HiddenStates, TrainedAdapter)]
+    [False, False, False, False]
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ import pickle
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from care_sdk.errors import BackendError, ConfigError
 from care_sdk.types import Message
+
+if TYPE_CHECKING:
+    from care_sdk.backends.lora import AdapterInfo
 
 __all__ = [
     "EVALUATION",
@@ -46,11 +51,14 @@ __all__ = [
     "ReplyLogprobs",
     "Request",
     "TokenLogprob",
+    "TrainedAdapter",
     "run_sync",
+    "with_capabilities",
 ]
 
 T = TypeVar("T")
 R = TypeVar("R", bound="GenerationRequest | ForcedRequest")
+B = TypeVar("B", bound="Backend")
 
 RUBRIC = "rubric"
 """The purpose of a rubric generator's request."""
@@ -128,8 +136,10 @@ class GenerationRequest:
     top_logprobs: int | None = None
     """When set, return this many top alternatives with each token's logprob."""
     purpose: str | None = None
-    """What the request is for: :data:`RUBRIC`, :data:`EVALUATION`, ``"simulated user"``, ...
-    (for wrappers, logs and tests; backends do not read it)."""
+    """What the request is for: :data:`RUBRIC`, :data:`EVALUATION`, ``"simulated user"``, ... A
+    label for the callers around a backend (wrappers that count or meter requests by it, such as
+    :meth:`~care_sdk.testing.RecordingBackend.count`, logs, scripted test backends); backends do
+    not read it, and it never changes a reply."""
 
 
 @dataclass(frozen=True)
@@ -355,6 +365,77 @@ class HiddenStates(Protocol):
         ...
 
 
+@runtime_checkable
+class TrainedAdapter(Protocol):
+    """The optional capability of applying a care-sdk LoRA adapter (llama.cpp): ``adapter`` holds its
+    records (role, prompt version, the context cut it was trained with; ``None`` when the model runs
+    without one). :class:`~care_sdk.RubricGenerator` and :class:`~care_sdk.RubricEvaluator` built on
+    such a backend check the adapter's role and prompt version and cut the context as it was trained.
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> isinstance(ScriptedBackend([]), TrainedAdapter)
+        False
+    """
+
+    @property
+    def adapter(self) -> AdapterInfo | None:
+        """The records of the adapter the model applies, or ``None``."""
+        ...
+
+
+_CAPABILITY_CLASSES: dict[tuple[type[Any], tuple[type[Any], ...]], type[Any]] = {}
+_CAPABILITY_LOCK = threading.Lock()
+
+
+def with_capabilities(cls: type[B], mixins: Sequence[type[Any]]) -> type[B]:
+    """``cls`` with the methods of ``mixins`` (each implementing an optional capability), as a class
+    made once per set: what a backend whose capabilities depend on how it was built (a wrapper, a
+    scripted backend given ``forced=``) makes its class in ``__init__``
+    (``self.__class__ = with_capabilities(type(self), mixins)``), so that its class, and with it
+    ``isinstance`` on the capability protocols, says what it has. An instance pickles as one of
+    ``cls`` with the same mixins.
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> class Reads:
+        ...     def reply_logprobs(self, messages, reply):
+        ...         return [0.0]
+        >>> made = with_capabilities(ScriptedBackend, [Reads])
+        >>> made is with_capabilities(ScriptedBackend, [Reads]), made.__name__, issubclass(made, ReplyLogprobs)
+        (True, 'ScriptedBackend', True)
+        >>> with_capabilities(ScriptedBackend, []) is ScriptedBackend
+        True
+    """
+    declared: type[B] = cls.__dict__.get("_care_declared", cls)
+    # a mixin goes first in the new class's bases, so it only adds what the declared class lacks
+    wanted = tuple(m for m in mixins if not all(hasattr(declared, name) for name in _public(m)))
+    if not wanted:
+        return declared
+    key = (declared, wanted)
+    with _CAPABILITY_LOCK:
+        made = _CAPABILITY_CLASSES.get(key)
+        if made is None:
+            namespace = {
+                "__module__": declared.__module__,
+                "__qualname__": declared.__qualname__,
+                "__doc__": declared.__doc__,
+                "_care_declared": declared,
+                "_care_mixins": wanted,
+            }
+            made = _CAPABILITY_CLASSES[key] = type(declared.__name__, (*wanted, declared), namespace)
+    return made
+
+
+def _public(mixin: type[Any]) -> list[str]:
+    return [name for name in vars(mixin) if not name.startswith("_")]
+
+
+def _capability_instance(cls: type[Any], mixins: tuple[type[Any], ...]) -> Any:
+    """An empty instance of ``cls`` with ``mixins``, its state set next by pickle."""
+    return object.__new__(with_capabilities(cls, mixins))
+
+
 class Backend:
     """A model provider behind one small interface.
 
@@ -371,15 +452,6 @@ class Backend:
 
     provider: str = "backend"
     """Short provider name used in errors and logs."""
-    supports_seed: bool = False
-    """Whether the same seed gives the same output."""
-    supports_logprobs: bool = False
-    """Whether ``top_logprobs`` requests return logprobs."""
-    serial: bool = False
-    """Whether requests are answered one at a time, in order, by an engine that keeps the last
-    prompt's evaluated tokens (llama.cpp): a larger batch runs no faster, and requests that share
-    a prompt prefix run faster when sent one after another. Callers that can choose the order (a
-    quality run scoring several reward variants) then send one context's requests together."""
 
     @property
     def identity(self) -> str:
@@ -398,27 +470,6 @@ class Backend:
             raise NotImplementedError(f"{type(self).__name__} implements neither generate nor agenerate")
         return await asyncio.to_thread(self.generate, requests)
 
-    @property
-    def supports_forced_replies(self) -> bool:
-        """Whether this backend is a :class:`ForcedReplies`: ``isinstance(backend, ForcedReplies)``."""
-        return isinstance(self, ForcedReplies)
-
-    @property
-    def supports_reply_logprobs(self) -> bool:
-        """Whether this backend is a :class:`ReplyLogprobs`: ``isinstance(backend, ReplyLogprobs)``.
-
-        Examples:
-            >>> from care_sdk.testing import ScriptedBackend
-            >>> ScriptedBackend([]).supports_reply_logprobs
-            False
-        """
-        return isinstance(self, ReplyLogprobs)
-
-    @property
-    def supports_hidden_states(self) -> bool:
-        """Whether this backend is a :class:`HiddenStates`: ``isinstance(backend, HiddenStates)``."""
-        return isinstance(self, HiddenStates)
-
     def close(self) -> None:
         """Release resources (models, connections). Safe to call twice."""
 
@@ -436,7 +487,12 @@ class Backend:
                 "from a spec instead, e.g. AdaptiveReward.from_backend('llamacpp:PATH.gguf'), "
                 "from_backend('openai:MODEL@BASE_URL'), from_backend('vllm:MODEL') or from_backend('hf:PATH')"
             )
-        return super().__reduce_ex__(protocol)
+        reduced = super().__reduce_ex__(protocol)
+        declared = type(self).__dict__.get("_care_declared")
+        if declared is None:
+            return reduced
+        # a class made by with_capabilities is not importable: rebuilt from its declared class and mixins
+        return (_capability_instance, (declared, type(self).__dict__["_care_mixins"]), *reduced[2:])
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: _NewLock() if isinstance(v, _LOCK_TYPES) else v for k, v in self.__dict__.items()}
@@ -459,8 +515,10 @@ class ForwardingBackend(Backend):
     or meter requests. Override :meth:`on_requests` and :meth:`on_results` (or, to time, memoise or
     skip requests, :meth:`forward` and :meth:`aforward`); sync and async calls and forced replies all
     pass through them. The optional capabilities of ``inner`` (:class:`ForcedReplies`,
-    :class:`ReplyLogprobs`, :class:`HiddenStates`) are forwarded as they are: a wrapper has those
-    ``inner`` has, and only those.
+    :class:`ReplyLogprobs`, :class:`HiddenStates`, :class:`TrainedAdapter`) are forwarded as they
+    are: a wrapper is an instance of a class made once per set of capabilities
+    (:func:`with_capabilities`), so it has those ``inner`` has, and only those, and ``isinstance``
+    says so.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
@@ -473,6 +531,9 @@ class ForwardingBackend(Backend):
         ('ok', 1, 'scripted:scripted')
         >>> isinstance(counter, ForcedReplies)  # the scripted backend builds no forced replies
         False
+        >>> forced = Counter(ScriptedBackend([], forced=lambda text, chars: [0.0] * len(chars)))
+        >>> isinstance(forced, ForcedReplies), type(forced).__name__, "forced_replies" in vars(forced)
+        (True, 'Counter', False)
     """
 
     pickles_by_value = True
@@ -480,20 +541,8 @@ class ForwardingBackend(Backend):
     def __init__(self, inner: Backend) -> None:
         self.inner = inner
         self.provider = inner.provider
-        self.supports_seed = inner.supports_seed
-        self.supports_logprobs = inner.supports_logprobs
-        self.serial = inner.serial
-        # the optional capabilities the inner backend has, and only those, are forwarded
-        if isinstance(inner, ForcedReplies):
-            self.__dict__["forced_replies"] = self._forced_replies
-        if isinstance(inner, ReplyLogprobs):
-            self.__dict__["reply_logprobs"] = inner.reply_logprobs
-        if isinstance(inner, HiddenStates):
-            self.__dict__["hidden_state_means"] = inner.hidden_state_means
-        self.adapter: Any = getattr(inner, "adapter", None)
-        """The inner backend's trained adapter, if any: a wrapper answers with the same model, so
-        components built on it check the adapter's role and prompt version and cut the context as
-        it was trained."""
+        # this instance's class: its own with the mixins that forward the inner backend's capabilities
+        self.__class__ = with_capabilities(type(self), [m for c, m in _FORWARDED if isinstance(inner, c)])
 
     @property
     def identity(self) -> str:
@@ -534,12 +583,49 @@ class ForwardingBackend(Backend):
         """Forward a batch to ``inner.agenerate``."""
         return await self.aforward(requests, self.inner.agenerate)
 
-    def _forced_replies(self, requests: Sequence[ForcedRequest]) -> list[GenerationResult]:
-        """``forced_replies`` of a wrapper whose inner backend has it: forwarded through :meth:`forward`."""
+    def close(self) -> None:
+        """Close the inner backend."""
+        self.inner.close()
+
+
+class _ForwardsForcedReplies(ForwardingBackend):
+    def forced_replies(self, requests: Sequence[ForcedRequest]) -> list[GenerationResult]:
+        """Build each request's reply on the inner backend, through :meth:`forward`."""
         inner = self.inner
         assert isinstance(inner, ForcedReplies)
         return self.forward(requests, inner.forced_replies)
 
-    def close(self) -> None:
-        """Close the inner backend."""
-        self.inner.close()
+
+class _ForwardsReplyLogprobs(ForwardingBackend):
+    def reply_logprobs(self, messages: Sequence[Message], reply: str) -> list[float]:
+        """The inner backend's :meth:`ReplyLogprobs.reply_logprobs`."""
+        inner = self.inner
+        assert isinstance(inner, ReplyLogprobs)
+        return inner.reply_logprobs(messages, reply)
+
+
+class _ForwardsHiddenStates(ForwardingBackend):
+    def hidden_state_means(self, texts: Sequence[str], layer: int) -> list[list[float]]:
+        """The inner backend's :meth:`HiddenStates.hidden_state_means`."""
+        inner = self.inner
+        assert isinstance(inner, HiddenStates)
+        return inner.hidden_state_means(texts, layer)
+
+
+class _ForwardsAdapter(ForwardingBackend):
+    @property
+    def adapter(self) -> AdapterInfo | None:
+        """The inner backend's adapter: a wrapper answers with the same model, so components built
+        on it check the adapter's role and prompt version and cut the context as it was trained."""
+        inner = self.inner
+        assert isinstance(inner, TrainedAdapter)
+        return inner.adapter
+
+
+_FORWARDED: tuple[tuple[type[Any], type[ForwardingBackend]], ...] = (
+    (ForcedReplies, _ForwardsForcedReplies),
+    (ReplyLogprobs, _ForwardsReplyLogprobs),
+    (HiddenStates, _ForwardsHiddenStates),
+    (TrainedAdapter, _ForwardsAdapter),
+)
+"""Each optional capability and the mixin that forwards it."""

@@ -76,8 +76,6 @@ class HFBackend(Backend):
     """
 
     provider = "hf"
-    supports_seed = True
-    supports_logprobs = True
 
     def __init__(
         self,

@@ -259,8 +259,6 @@ class LlamaCppBackend(Backend):
     """
 
     provider = "llamacpp"
-    supports_seed = True
-    serial = True
 
     def __init__(
         self,
@@ -314,7 +312,7 @@ class LlamaCppBackend(Backend):
                 raise ConfigError("llamacpp: options apply only when the backend builds the model from a path")
             self.llama = model
             self.model_path = str(getattr(model, "model_path", "llama"))
-        self.supports_logprobs = bool(getattr(self.llama, "_logits_all", logprobs))
+        self._logits_all = bool(getattr(self.llama, "_logits_all", logprobs))
         self.evaluated_tokens = 0
         """Tokens evaluated for forced replies so far (what the KV cache did not already hold)."""
         self._n_threads = n_threads or max(1, _usable_cores() // 2)
@@ -501,7 +499,7 @@ class LlamaCppBackend(Backend):
             return [self._forced_reply(r) for r in requests]
 
     def _request(self, request: GenerationRequest) -> GenerationResult:
-        if request.top_logprobs and not self.supports_logprobs:
+        if request.top_logprobs and not self._logits_all:
             return GenerationResult(
                 error=BackendError(
                     "logprobs were requested but the model keeps no logits",

@@ -135,8 +135,6 @@ class OpenAIBackend(Backend):
     """
 
     provider = "openai"
-    supports_seed = True
-    supports_logprobs = True
 
     def __init__(
         self,

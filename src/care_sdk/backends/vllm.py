@@ -165,8 +165,6 @@ class VLLMBackend(Backend):
     """
 
     provider = "vllm"
-    supports_seed = True
-    supports_logprobs = True
 
     def __init__(
         self,
