@@ -40,7 +40,7 @@ from care_sdk._engine import Offload, Plan, offload
 from care_sdk._targets import load_target
 from care_sdk.backends.base import Backend, GenerationRequest
 from care_sdk.errors import CareError, ConfigError
-from care_sdk.types import Context, Dimension, Message
+from care_sdk.types import Context, Dimension, Messages
 
 __all__ = [
     "ADD_ONS",
@@ -65,7 +65,7 @@ __all__ = [
 class WeightRead:
     """One parsed rubric whose weights a :class:`WeightReader` reads again."""
 
-    context: tuple[Message, ...]
+    context: Messages
     """The whole context the rubric is for."""
     request: GenerationRequest
     """The generator request the rubric was written on (its prompt may show fewer messages)."""

@@ -225,7 +225,7 @@ class ContextFit:
         self.baseline: Messages = (Message(role="user", content=NEUTRAL),)
         """What a reply's likelihood after its context is compared with: the one message ``"Hi."``."""
         self.gate = gate if gate is not None else BUNDLED_GATE
-        self._memo: OrderedDict[tuple[tuple[Message, ...], str], float] = OrderedDict()
+        self._memo: OrderedDict[tuple[Messages, str], float] = OrderedDict()
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -276,7 +276,7 @@ class ContextFit:
             if not key[0] or not key[1]:  # an empty context or reply: no evidence either way
                 known[key] = 0.0
         todo = [i for i, key in enumerate(keyed) if key not in known]
-        first_seen: dict[tuple[Message, ...], int] = {}
+        first_seen: dict[Messages, int] = {}
         for i in todo:
             first_seen.setdefault(keyed[i][0], len(first_seen))
         conditional: dict[int, list[float] | CareError] = {}
@@ -305,7 +305,7 @@ class ContextFit:
                     self._memo.popitem(last=False)
         return out
 
-    def _read_fitting(self, messages: tuple[Message, ...], reply: str) -> list[float] | CareError:
+    def _read_fitting(self, messages: Messages, reply: str) -> list[float] | CareError:
         """The reply read after ``messages``; when they do not fit the model's context with it
         (:class:`ContextOverflowError`), after fewer of them, the oldest dropped first, down to the
         last one. Any other error is returned as it is."""
