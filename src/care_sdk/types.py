@@ -11,7 +11,7 @@ from enum import Enum
 from functools import cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from care_sdk._core import CRITERION_TEXT_LIMIT, MAX_CRITERIA, MAX_SCORE, MIN_SCORE, fixed_criteria_texts
 
@@ -105,7 +105,8 @@ def as_messages(value: Context) -> Messages:
 
     Raises:
         ValueError: a message is not a string, a :class:`Message` or a mapping with ``role``
-            (``system``, ``user`` or ``assistant``) and ``content`` (pydantic's ``ValidationError``).
+            (``system``, ``user`` or ``assistant``) and ``content`` (pydantic's ``ValidationError``,
+            which names its position and field, e.g. ``1.role``).
 
     Examples:
         >>> as_messages("I can't sleep.")
@@ -120,15 +121,11 @@ def as_messages(value: Context) -> Messages:
         return (Message(role="user", content=value),)
     if isinstance(value, tuple) and all(isinstance(m, Message) for m in value):
         return value
-    return tuple(_message(m) for m in value)
+    return _MESSAGES.validate_python([Message(role="user", content=m) if isinstance(m, str) else m for m in value])
 
 
-def _message(value: Message | Mapping[str, Any] | str) -> Message:
-    if isinstance(value, Message):
-        return value
-    if isinstance(value, str):
-        return Message(role="user", content=value)
-    return Message.model_validate(value)
+_MESSAGES: TypeAdapter[Messages] = TypeAdapter(Messages)
+"""Validates a list of messages, naming the position of a bad one (``1.role``)."""
 
 
 class Turn(_Frozen):
