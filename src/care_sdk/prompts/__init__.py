@@ -32,7 +32,6 @@ from care_sdk._core import CRITERION_MAX_CHARS, CRITERION_MIN_CHARS, SCORES
 from care_sdk.prompts.fence import ROLE_NAMES, fenced_fields, template
 from care_sdk.types import (
     DIMENSIONS,
-    Context,
     CriterionScore,
     Dimension,
     Evaluation,
@@ -47,7 +46,6 @@ __all__ = [
     "GENERATOR_PROMPT_VERSION",
     "MAX_WEIGHT",
     "PROMPT_VERSION",
-    "Context",
     "evaluation_schema",
     "evaluator_messages",
     "fixed_criteria",
@@ -75,8 +73,8 @@ EVALUATOR_PROMPT_VERSION = "v2"
 EVALUATOR_PROMPT_VERSIONS = ("v1", "v2")
 """Evaluator prompt versions that can be loaded (``v1``: the reply pasted in as plain text)."""
 
-# Context, SCORES, the criterion length bounds and fixed_criteria live in care_sdk.types and
-# care_sdk._core (below this module); they stay importable from here.
+# SCORES, the criterion length bounds and fixed_criteria live in care_sdk.types and care_sdk._core
+# (below this module); fixed_criteria stays importable from here. A context is care_sdk.types.Context.
 
 
 @cache
