@@ -87,11 +87,11 @@ def raw_bound_llamacpp(backend: LlamaCppBackend, requests: list[Request]) -> tup
 
 
 def raw_bound_hf(backend: Any, requests: list[Request]) -> tuple[float, float]:
+    """The same bound with transformers as constraints.txt pins it (5.24: the cache argument and
+    output are named ``cache``; only the last position's logits computed)."""
     import torch
 
-    from care_sdk.backends._hf_decode import _cache_of, _forward_options
-
-    extra, cache_arg = _forward_options(backend.model)
+    extra = {"logits_to_keep": 1}
     prompts = [backend._prompt_ids(r.messages) for r in requests]
     shared = min(common_prefix(prompts[0], p) for p in prompts[1:])
     model = backend.model
@@ -100,11 +100,11 @@ def raw_bound_hf(backend: Any, requests: list[Request]) -> tuple[float, float]:
         start = time.perf_counter()
         out = model(input_ids=torch.tensor([prompts[0][:shared]]), use_cache=True, **extra)
         prefix = time.perf_counter() - start
-        cache = _cache_of(out)
+        cache = out.cache
         for prompt in prompts:
             cache.crop(shared - cache.get_seq_length())
             start = time.perf_counter()
-            step = {cache_arg: cache, "use_cache": True, **extra}
+            step = {"cache": cache, "use_cache": True, **extra}
             out = model(input_ids=torch.tensor([prompt[shared:]]), **step)
             for _ in range(6):
                 out = model(input_ids=torch.tensor([[prompt[-1]]]), **step)

@@ -13,11 +13,11 @@ import pytest
 
 from care_sdk import RubricEvaluator
 from care_sdk._core import SCORES
-from care_sdk._engine import drive, parse_plan
 from care_sdk.backends.base import Backend, ForcedReplies, ForcedReply, ForcedRequest, GenerationRequest
 from care_sdk.backends.forced import build_forced_reply, choice_tokens, common_prefix, forced_completion
 from care_sdk.errors import BackendError, ConfigError
 from care_sdk.evaluator import expected_scores, forced_evaluation
+from care_sdk.plans import drive, parse_plan
 from care_sdk.prompts import parse_evaluation
 from care_sdk.testing import RecordingBackend, ScriptedBackend, evaluation_json
 from care_sdk.types import Evaluation, Message, Rubric

@@ -6,6 +6,10 @@ simulated users and judge (``care_lab.simulation``) and never import each other;
 do not import the training recipes; the shared parts import none of the packages that use them.
 Every import counts: at module level, inside functions, under ``TYPE_CHECKING``, relative ones,
 ``from care_lab import training`` and ``importlib.import_module("care_lab.training")``.
+
+The lab (``src/care_lab``, ``benchmarks/``, ``examples/``, ``training/``) uses only the SDK's public
+names: no import of an underscore module of ``care_sdk`` (``care_sdk._text``,
+``care_sdk.backends._hf_load``) or of an underscore name from one of its modules.
 """
 
 from __future__ import annotations
@@ -16,7 +20,10 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
+LAB = (SRC / "care_lab", ROOT / "benchmarks", ROOT / "examples", ROOT / "training")
+"""Where the lab's code lives: everything here may use only the SDK's public names."""
 
 USERS = ("care_lab.training", "care_lab.evals", "care_lab.bench", "care_lab.plots")
 """The lab packages built on the shared parts."""
@@ -150,3 +157,68 @@ def test_a_forbidden_import_is_found(module: str, source: str) -> None:
 )
 def test_an_allowed_import_passes(module: str, source: str, is_package: bool) -> None:
     assert violations(source, module, is_package=is_package) == []
+
+
+# -- the lab uses the SDK's public names only -------------------------------------------------------
+
+
+def private_sdk_imports(source: str, module: str, *, is_package: bool = False) -> list[str]:
+    """The imports of an underscore module or name of ``care_sdk`` in one module's source, as
+    ``<module>:<line> imports <target>`` (``__version__`` and other dunders are public)."""
+    found = []
+    for line, target in imported(ast.parse(source), module, is_package=is_package):
+        parts = target.split(".")
+        if parts[0] == "care_sdk" and any(p.startswith("_") and not p.startswith("__") for p in parts[1:]):
+            found.append(f"{module}:{line} imports {target}")
+    return sorted(set(found))
+
+
+def _lab_sources() -> list[Path]:
+    return sorted(p for folder in LAB if folder.is_dir() for p in folder.rglob("*.py"))
+
+
+def test_the_lab_imports_no_underscore_module_of_the_sdk() -> None:
+    sources = _lab_sources()
+    assert len([p for p in sources if p.is_relative_to(SRC)]) > 50, "the walk missed src/care_lab"
+    assert any(p.is_relative_to(ROOT / "benchmarks") for p in sources), "the walk missed benchmarks/"
+    assert any(p.is_relative_to(ROOT / "examples") for p in sources), "the walk missed examples/"
+    found = [
+        v
+        for path in sources
+        for v in private_sdk_imports(
+            path.read_text(encoding="utf-8"),
+            module_name(path, SRC if path.is_relative_to(SRC) else ROOT),
+            is_package=path.name == "__init__.py",
+        )
+    ]
+    assert not found, "the lab imports SDK internals:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("care_lab.simulation.judge", "from care_sdk._text import clip"),
+        ("care_lab.training.models", "def f():\n    from care_sdk.backends._hf_load import cache_gguf"),
+        ("care_lab.training.models", "from care_sdk.backends import _hf_load"),
+        ("care_lab.evals.simuser", "import care_sdk._engine"),
+        ("care_lab.bench.quality", "from care_sdk.cli import _build_reward"),
+        ("care_lab.bench.quality", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import care_sdk._calls"),
+        ("benchmarks.bench_cost", "import importlib\nimportlib.import_module('care_sdk._copies')"),
+    ],
+)
+def test_a_private_sdk_import_is_found(module: str, source: str) -> None:
+    assert private_sdk_imports(source, module)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from care_sdk import __version__, AdaptiveReward",
+        "from care_sdk.plans import drive, parse_plan",
+        "from care_sdk.backends.hf import cache_gguf",
+        "from care_lab.simulation.replies import clip",
+        "from care_lab.training._calls import ask",
+    ],
+)
+def test_public_sdk_names_and_lab_internals_pass(source: str) -> None:
+    assert private_sdk_imports(source, "care_lab.training.pairs") == []

@@ -21,7 +21,7 @@ FORBIDDEN = {
     "jsonl.py": ("care_sdk.types", "care_sdk.prompts", "care_sdk.reward"),
     "prompts/__init__.py": ("care_sdk.backends", "care_sdk.reward", "care_sdk.generator", "care_sdk.evaluator"),
     "backends/base.py": ("care_sdk.prompts", "care_sdk.reward", "care_sdk.generator", "care_sdk.evaluator"),
-    "_engine.py": ("care_sdk.prompts", "care_sdk.reward", "care_sdk.integrations"),
+    "plans.py": ("care_sdk.prompts", "care_sdk.reward", "care_sdk.integrations"),
     "generator.py": ("care_sdk.reward", "care_sdk.integrations", "care_lab.training", "care_lab.bench"),
     "evaluator.py": ("care_sdk.reward", "care_sdk.integrations", "care_lab.training", "care_lab.bench"),
     "bundled/context_fit.py": ("care_sdk.reward", "care_sdk.evaluator", "care_sdk.generator", "care_sdk.prompts"),

@@ -36,10 +36,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from care_sdk._engine import Offload, Plan, offload
 from care_sdk._targets import load_target
 from care_sdk.backends.base import Backend, GenerationRequest
 from care_sdk.errors import CareError, ConfigError
+from care_sdk.plans import Plan
 from care_sdk.types import Context, Dimension, Messages
 
 __all__ = [
@@ -49,13 +49,10 @@ __all__ = [
     "AddOns",
     "AutoFit",
     "ContextFitReader",
-    "Offload",
     "OwnContextFit",
-    "Plan",
     "WeightRead",
     "WeightReader",
     "add_ons",
-    "offload",
     "parse_add_on",
     "resolve_context_fit",
 ]
@@ -75,11 +72,12 @@ class WeightRead:
 class WeightReader(Protocol):
     """Reads a rubric's weights another way than the generator wrote them (the criteria stay its own).
 
-    ``read`` is a plan on the generator's engine (:mod:`care_sdk._engine`): it may ``yield`` lists of
-    :class:`~care_sdk.backends.GenerationRequest` (sent back their results) and
-    ``yield from offload(call)`` a blocking call (run in place, or in a worker thread under async
-    use); it returns one weights mapping, or the :class:`~care_sdk.errors.CareError` of that item,
-    per read. The generator normalises the weights it gets back.
+    ``read`` is a plan (:mod:`care_sdk.plans`) the generator runs inside its own: it may ``yield``
+    lists of :class:`~care_sdk.backends.GenerationRequest` (sent back their results) and
+    ``yield from offload(call)`` a blocking call (:func:`care_sdk.plans.offload`: run in place, or
+    in a worker thread under async use); it returns one weights mapping, or the
+    :class:`~care_sdk.errors.CareError` of that item, per read. The generator normalises the
+    weights it gets back.
     """
 
     @property

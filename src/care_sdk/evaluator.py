@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from care_sdk._core import SCORES
-from care_sdk._engine import Plan, adrive, drive, fewer_messages, parse_plan, unwrap
 from care_sdk.backends import Backend, GenerationRequest, TrainedAdapter, resolve_backend
 from care_sdk.backends.base import EVALUATION, Completion, ForcedReplies, ForcedReply, ForcedRequest
 from care_sdk.errors import CareError, ConfigError
+from care_sdk.plans import Plan, adrive, drive, fewer_messages, parse_plan, unwrap
 from care_sdk.prompts import (
     EVALUATOR_PROMPT_VERSION,
     EVALUATOR_PROMPT_VERSIONS,

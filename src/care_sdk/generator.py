@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from care_sdk._engine import Plan, adrive, drive, fewer_messages, parse_plan, retry_request, unwrap
 from care_sdk.addons import WeightRead, WeightReader
 from care_sdk.backends import Backend, GenerationRequest, TrainedAdapter, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.cache import MemoryCache, RubricCache, context_key
 from care_sdk.errors import CareError, ConfigError
+from care_sdk.plans import Plan, adrive, drive, fewer_messages, parse_plan, retry_request, unwrap
 from care_sdk.prompts import (
     GENERATOR_PROMPT_VERSION,
     generator_messages,

@@ -7,13 +7,13 @@ from functools import partial
 from typing import Any, cast
 
 from care_sdk._calls import METRIC_PREFIX, completion_text, report_to_trainer, trl_items
-from care_sdk._engine import Plan, adrive, drive, offload
 from care_sdk.addons import AUTO_FIT, AutoFit, ContextFitReader, resolve_context_fit
 from care_sdk.backends import Backend, resolve_backend, spec_per_role
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
 from care_sdk.guards import Guards, merge_outcomes, screen_items
+from care_sdk.plans import Plan, adrive, drive, offload
 from care_sdk.types import (
     DIMENSIONS,
     Context,

@@ -52,11 +52,11 @@ from care_lab.evals.eqbench3_judge import (
     rubric_schema,
     task_rubric_score,
 )
-from care_sdk._engine import drive, parse_plan
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.errors import CareError
 from care_sdk.jsonl import replace_jsonl
+from care_sdk.plans import drive, parse_plan
 from care_sdk.types import Message
 
 __all__ = ["EQBENCH3_PROTOCOL", "EqBench3Report", "EqBench3Runner"]

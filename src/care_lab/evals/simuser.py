@@ -30,12 +30,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from care_lab.simulation.episodes import BackendPolicy
 from care_lab.simulation.profiles import UserProfile
-from care_sdk._engine import drive, parse_plan
-from care_sdk._replies import parse_json_reply
-from care_sdk._text import clip
+from care_lab.simulation.replies import clip, parse_json_reply
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.errors import CareError
+from care_sdk.plans import drive, parse_plan
 from care_sdk.types import Message
 
 __all__ = [

@@ -21,12 +21,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from care_sdk._engine import drive, parse_plan, unwrap
-from care_sdk._replies import parse_json_reply
-from care_sdk._text import clip
+from care_lab.simulation.replies import clip, parse_json_reply
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.errors import CareError
+from care_sdk.plans import drive, parse_plan, unwrap
 from care_sdk.types import Message
 
 __all__ = ["JUDGE_PROMPT_VERSION", "DialogueJudge", "JudgeVerdict", "judge_schema", "parse_verdict"]

@@ -16,12 +16,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from care_lab.simulation.profiles import UserProfile
-from care_sdk._engine import drive, parse_plan, unwrap
-from care_sdk._replies import parse_json_reply
-from care_sdk._text import clip
+from care_lab.simulation.replies import clip, parse_json_reply
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.errors import CareError
+from care_sdk.plans import drive, parse_plan, unwrap
 from care_sdk.types import Message
 
 __all__ = ["SIMULATOR_PROMPT_VERSION", "SimulatedUser", "UserTurn", "user_turn_schema"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from care_sdk._engine import drive, parse_plan
 from care_sdk.backends import Backend, GenerationRequest
 from care_sdk.errors import CareError
+from care_sdk.plans import drive, parse_plan
 from care_sdk.types import Message
 
 __all__ = ["ask"]

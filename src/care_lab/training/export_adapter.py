@@ -240,7 +240,7 @@ def import_lora_gguf(
         from transformers import AutoTokenizer
     except ImportError as exc:
         raise MissingDependencyError(exc.name or "gguf", extra="train") from exc
-    from care_sdk.backends._hf_load import cache_gguf
+    from care_sdk.backends.hf import cache_gguf
     from care_sdk.backends.llamacpp import default_model_path
 
     path, out_dir = Path(path), Path(out_dir)

@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from care_sdk.backends._hf_load import COMPLETE, build_once
+from care_sdk.backends.hf import build_once, cache_gguf, default_cache_dir
 from care_sdk.errors import MissingDependencyError
 
 __all__ = [
@@ -45,8 +45,6 @@ def require_train() -> None:
 def _cache_root(cache_dir: str | os.PathLike[str] | None, kind: str = "tiny") -> Path:
     if cache_dir is not None:
         return Path(cache_dir)
-    from care_sdk.backends._hf_load import default_cache_dir
-
     return default_cache_dir().parent / kind
 
 
@@ -62,7 +60,6 @@ def bundled_model_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
         True
     """
     require_train()
-    from care_sdk.backends._hf_load import cache_gguf
     from care_sdk.backends.llamacpp import default_model_path
 
     return cache_gguf(default_model_path(), cache_dir)
@@ -117,25 +114,23 @@ def tiny_model_dir(
     }
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     target = _cache_root(cache_dir) / f"smollm2-tiny-{layers}x{hidden}-{key}"
-    if (target / COMPLETE).exists():
-        return target
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
-    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
-    config.num_hidden_layers = layers
-    config.hidden_size = hidden
-    config.num_attention_heads = heads
-    config.num_key_value_heads = kv_heads
-    config.intermediate_size = intermediate
-    config.head_dim = hidden // heads
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
+    def write(staging: Path) -> None:  # called only when no complete copy is cached
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    def write(staging: Path) -> None:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+        config.num_hidden_layers = layers
+        config.hidden_size = hidden
+        config.num_attention_heads = heads
+        config.num_key_value_heads = kv_heads
+        config.intermediate_size = intermediate
+        config.head_dim = hidden // heads
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
 

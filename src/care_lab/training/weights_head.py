@@ -120,7 +120,7 @@ def transformers_states(
         return out
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from care_sdk.backends._hf_load import cache_gguf
+    from care_sdk.backends.hf import cache_gguf
     from care_sdk.backends.llamacpp import default_model_path
 
     folder = cache_gguf(default_model_path())

@@ -4,6 +4,11 @@ Requests are rendered with the tokenizer's chat template, decoded in left-padded
 KV cache, and, when a request carries a JSON schema, masked token by token by an ``llguidance``
 matcher so the reply always follows the schema. Install with ``pip install "care-sdk[hf]"``.
 
+A GGUF file loads as a plain transformers copy, converted once and cached
+(:func:`cache_gguf`, under :func:`default_cache_dir`); :func:`build_once` is how any such model
+directory is written (whole, safely when several processes build it at once), for code that
+builds its own models from the same files.
+
 Examples:
     >>> from care_sdk.backends.hf import HFBackend
     >>> backend = HFBackend.from_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")  # doctest: +SKIP
@@ -21,7 +26,15 @@ from typing import Any
 
 from care_sdk.backends._hf_decode import Row, decode_rows, text_pieces
 from care_sdk.backends._hf_forced import PrefixCache
-from care_sdk.backends._hf_load import load_gguf, load_pretrained, require_hf, resolve_dtype
+from care_sdk.backends._hf_load import (
+    build_once,
+    cache_gguf,
+    default_cache_dir,
+    load_gguf,
+    load_pretrained,
+    require_hf,
+    resolve_dtype,
+)
 from care_sdk.backends.base import (
     Backend,
     Completion,
@@ -35,7 +48,7 @@ from care_sdk.backends.forced import build_forced_reply, forced_completion
 from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
 from care_sdk.types import Message
 
-__all__ = ["JSON_FORMAT", "HFBackend"]
+__all__ = ["JSON_FORMAT", "HFBackend", "build_once", "cache_gguf", "default_cache_dir"]
 
 JSON_FORMAT: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 """How constrained JSON is laid out: on one line, with ``json.dumps``' default separators.

@@ -26,12 +26,12 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from care_sdk._engine import Plan, offload
 from care_sdk.addons import WeightRead
 from care_sdk.backends.base import Backend, ForcedReplies, HiddenStates
 from care_sdk.bundled.expected_weights import DEFAULT_BRANCH, expected_weights_plan
 from care_sdk.bundled.weights_head import WeightsHead, bundled_weights_head
 from care_sdk.errors import CareError, ConfigError
+from care_sdk.plans import Plan, offload
 from care_sdk.types import Dimension
 
 if TYPE_CHECKING:

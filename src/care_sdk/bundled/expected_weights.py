@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from care_sdk._engine import Plan
 from care_sdk.backends.base import RUBRIC, Completion, ForcedReply, ForcedRequest, GenerationRequest
 from care_sdk.errors import CareError, OutputError
+from care_sdk.plans import Plan
 from care_sdk.prompts import MAX_WEIGHT
 from care_sdk.types import DIMENSIONS, Dimension
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from care_lab.simulation.episodes import Episode
-from care_sdk._calls import report_to_trainer, trl_items
+from care_sdk.integrations.trl import report_to_trainer, trl_items
 from care_sdk.reward import AdaptiveReward
 from care_sdk.score_files import turn_record
 from care_sdk.trajectory import Aggregation, TrajectoryResult, TrajectoryReward

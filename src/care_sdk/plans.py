@@ -1,14 +1,56 @@
-"""The request/parse/retry loop shared by the generator and the evaluator, written once.
+"""Plans and drivers: how the generator, the evaluator and add-ons talk to a backend, written once.
 
-A *plan* is a generator that yields batches of requests and receives their results; it returns
-one parsed value or :class:`CareError` per input. A batch holds requests to decode
-(:class:`GenerationRequest`, sent to ``generate``) or forced replies to build
-(:class:`ForcedRequest`, sent to the backend's :class:`ForcedReplies` capability), not both. A
-plan can also yield an :class:`Offload`, a call it receives the value of: a blocking one (a read of
-the model's hidden states, ...), or a sync and an async form of one (another component's batch
-method, which runs its own plan on its own backend). :func:`drive` and :func:`adrive` run a plan
-on a backend synchronously or asynchronously (a blocking call or forced replies in a worker thread,
-so they never block the event loop), so sync and async APIs share every line of logic.
+The generator, the evaluator, the weight readers of :mod:`care_sdk.addons` and the lab's simulated
+users and judges all do the same thing: build requests, send them, parse the replies, retry the
+ones that do not parse. Each writes that once, as a *plan*, and a *driver* runs it on a backend,
+synchronously (:func:`drive`) or asynchronously (:func:`adrive`). Sync and async APIs therefore
+share every line of logic, and a plan never touches the backend itself.
+
+The protocol. A plan is a Python generator (:data:`Plan`) that:
+
+- ``yield``\\s a :data:`Batch`: a list of :class:`~care_sdk.backends.base.GenerationRequest`
+  (sent to the backend's ``generate``/``agenerate``) or a list of
+  :class:`~care_sdk.backends.base.ForcedRequest` (sent to its
+  :class:`~care_sdk.backends.base.ForcedReplies` capability), never both in one batch; the driver
+  sends back one :class:`~care_sdk.backends.base.GenerationResult` per request, in order;
+- ``yield from offload(call)``\\s a blocking call (a read of the model's hidden states, a file
+  read, ...): the driver runs ``call()`` in place (:func:`drive`) or in a worker thread
+  (:func:`adrive`, so it never blocks the event loop) and sends back its value;
+  ``offload(call, acall)`` gives an async form too, which :func:`adrive` awaits instead (another
+  component's batch method, which runs its own plan on its own backend);
+- ``return``\\s one value per input, or the :class:`~care_sdk.errors.CareError` of that input
+  (errors are values: one bad item never fails the batch; :func:`unwrap` raises it for a single
+  call).
+
+Plans compose with ``yield from``: :func:`parse_plan` is the request/parse/retry loop every
+component uses, and a plan built on it can run another plan on its outcomes (the generator runs a
+:class:`~care_sdk.addons.WeightReader`'s ``read`` plan this way).
+
+Examples:
+    A plan that asks for a number and retries a reply that is not one, driven both ways:
+
+    >>> import asyncio
+    >>> from care_sdk.backends.base import GenerationRequest
+    >>> from care_sdk.testing import ScriptedBackend
+    >>> def numbers(questions):
+    ...     requests = [GenerationRequest(messages=(), max_tokens=4) for _ in questions]
+    ...     return parse_plan(requests, lambda i, reply: int(reply.text), what="number", max_attempts=2)
+    >>> drive(numbers(["n?"]), ScriptedBackend(["many", "42"]))
+    [42]
+    >>> asyncio.run(adrive(numbers(["n?", "m?"]), ScriptedBackend(["1", "2"])))
+    [1, 2]
+    >>> [error] = drive(numbers(["n?"]), ScriptedBackend(["many", "lots"]))  # errors are values
+    >>> print(error)
+    number reply invalid: invalid literal for int() with base 10: 'lots' (after 2 attempts)
+
+    A hand-written plan: one batch, one offloaded call, one value per input:
+
+    >>> def shouted(texts):
+    ...     results = yield [GenerationRequest(messages=(), max_tokens=8) for _ in texts]
+    ...     suffix = yield from offload(lambda: "!")
+    ...     return [r.completions[0].text.upper() + suffix for r in results]
+    >>> drive(shouted(["a", "b"]), ScriptedBackend(["hi", "yo"]))
+    ['HI!', 'YO!']
 """
 
 from __future__ import annotations
@@ -29,6 +71,21 @@ from care_sdk.backends.base import (
     Request,
 )
 from care_sdk.errors import CareError, ConfigError, ContextOverflowError, OutputError
+
+__all__ = [
+    "RETRY_TEMPERATURE",
+    "Batch",
+    "Offload",
+    "Plan",
+    "adrive",
+    "drive",
+    "fewer_messages",
+    "offload",
+    "parse_plan",
+    "ran_out_of_window",
+    "retry_request",
+    "unwrap",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -64,25 +121,69 @@ class Offload:
 
 
 Batch = list[GenerationRequest] | list[ForcedRequest]
-"""What a plan sends at once: requests to decode, or forced replies to build."""
+"""What a plan sends at once: requests to decode, or forced replies to build (never both).
+
+Examples:
+    >>> from care_sdk.testing import ScriptedBackend
+    >>> batch: Batch = [GenerationRequest(messages=(), max_tokens=8)]
+    >>> ScriptedBackend(["hi"]).generate(batch)[0].text
+    'hi'
+"""
 
 Plan = Generator[Batch | Offload, Any, list[T | CareError]]
-"""Yields request batches (sent back their results) and :class:`Offload` calls (sent back their values)."""
+"""A plan returning ``T`` per input: it yields request batches (sent back their results) and
+:class:`Offload` calls (sent back their values), and returns one ``T`` or
+:class:`~care_sdk.errors.CareError` per input.
+
+Examples:
+    >>> from care_sdk.testing import ScriptedBackend
+    >>> def lengths(texts: list[str]) -> Plan[int]:
+    ...     results = yield [GenerationRequest(messages=(), max_tokens=8) for _ in texts]
+    ...     return [len(r.completions[0].text) for r in results]
+    >>> drive(lengths(["a", "b"]), ScriptedBackend(["hi", "hello"]))
+    [2, 5]
+"""
 
 
 def offload(call: Callable[[], R], acall: Callable[[], Awaitable[R]] | None = None) -> Generator[Offload, Any, R]:
     """Inside a plan, ``value = yield from offload(call, acall)``: ``call()`` run by the driver, or
-    ``await acall()`` by the async driver when given (see :class:`Offload`)."""
+    ``await acall()`` by the async driver when given (see :class:`Offload`).
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> def plan() -> Plan[str]:
+        ...     text = yield from offload(lambda: "read from disk")
+        ...     return [text]
+        >>> drive(plan(), ScriptedBackend([]))
+        ['read from disk']
+    """
     value: R = yield Offload(call, acall)
     return value
 
 
 RETRY_TEMPERATURE = 0.7
-"""Sampling temperature used for retries when the first attempt was greedy."""
+"""Sampling temperature used for retries when the first attempt was greedy.
+
+Examples:
+    >>> retry_request(GenerationRequest(messages=(), temperature=0.0), 1).temperature == RETRY_TEMPERATURE
+    True
+"""
 
 
 def retry_request(request: RequestT, attempt: int) -> RequestT:
-    """The request for a retry: a new seed and, for greedy decoding, some temperature."""
+    """The request for a retry: a new seed and, for greedy decoding, some temperature.
+
+    Attempt 0 is the request itself; attempt ``k`` adds ``k`` to its seed (when it has one) and
+    samples at :data:`RETRY_TEMPERATURE` at least.
+
+    Examples:
+        >>> first = GenerationRequest(messages=(), temperature=0.0, seed=7)
+        >>> retry_request(first, 0) is first
+        True
+        >>> again = retry_request(first, 2)
+        >>> again.seed, again.temperature
+        (9, 0.7)
+    """
     if attempt == 0:
         return request
     return dataclasses.replace(
@@ -136,6 +237,27 @@ def parse_plan(
     context window filled up before ``max_tokens`` (:func:`ran_out_of_window`) is sent with fewer
     messages the same way; with nothing left to drop it counts as a failed attempt. A request
     without a ``purpose`` is sent with ``what`` as its purpose.
+
+    Args:
+        requests: one request per input.
+        parse: ``parse(index, completion)``, the input's value; raises ``ValueError`` for a reply
+            to retry.
+        what: what is asked for, in error messages and logs (``"rubric"``, ``"evaluation"``).
+        max_attempts: unusable replies per input before it becomes an :class:`OutputError`.
+        accept: ``accept(index, value)``, ``None`` or the reason a parsed value is refused.
+        shorter: ``shorter(index)``, the input's request with fewer context messages (see
+            :func:`fewer_messages`), or ``None``.
+
+    Returns:
+        A plan returning the parsed value or the :class:`~care_sdk.errors.CareError` of each input.
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> requests = [GenerationRequest(messages=(), max_tokens=4) for _ in range(2)]
+        >>> even = parse_plan(requests, lambda i, c: int(c.text), what="number", max_attempts=2,
+        ...                   accept=lambda i, n: None if n % 2 == 0 else "odd")
+        >>> drive(even, ScriptedBackend(["4", "3", "8"]))
+        [4, 8]
     """
 
     def with_purpose(request: RequestT) -> RequestT:
@@ -233,7 +355,18 @@ def _is_forced(batch: Batch) -> bool:
 
 def drive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
     """Run a plan with the backend's blocking API: a batch to decode goes to ``generate``, forced
-    replies to ``forced_replies``, and an :class:`Offload` is called in place."""
+    replies to ``forced_replies``, and an :class:`Offload` is called in place.
+
+    Raises:
+        ConfigError: the plan yields forced replies and ``backend`` has no
+            :class:`~care_sdk.backends.base.ForcedReplies` capability.
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> plan = parse_plan([GenerationRequest(messages=())], lambda i, c: c.text, what="echo", max_attempts=1)
+        >>> drive(plan, ScriptedBackend(["hello"]))
+        ['hello']
+    """
     try:
         step = next(plan)
         while True:
@@ -250,7 +383,15 @@ def drive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
 
 async def adrive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
     """Run a plan with the backend's async API (forced replies, and an :class:`Offload` without an
-    async form, in a worker thread)."""
+    async form, in a worker thread).
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> import asyncio
+        >>> plan = parse_plan([GenerationRequest(messages=())], lambda i, c: c.text, what="echo", max_attempts=1)
+        >>> asyncio.run(adrive(plan, ScriptedBackend(["hello"])))
+        ['hello']
+    """
     try:
         step = next(plan)
         while True:
@@ -267,7 +408,16 @@ async def adrive(plan: Plan[T], backend: Backend) -> list[T | CareError]:
 
 
 def unwrap(value: T | CareError) -> T:
-    """Return ``value``, or raise it when it is an error (single-item calls raise; batches don't)."""
+    """Return ``value``, or raise it when it is an error (single-item calls raise; batches don't).
+
+    Examples:
+        >>> unwrap(3)
+        3
+        >>> unwrap(OutputError("rubric reply invalid", attempts=2))
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.OutputError: rubric reply invalid (after 2 attempts)
+    """
     if isinstance(value, CareError):
         raise value
     return value
