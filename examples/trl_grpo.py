@@ -1,35 +1,54 @@
-"""GRPO on ESConv contexts with CARE rewards: `python examples/trl_grpo.py [POLICY] [STEPS]`.
+"""GRPO with CARE rewards on your dialogues: `python examples/trl_grpo.py [DIALOGUES] [POLICY] [STEPS]`.
 
-POLICY is `tiny` (a random SmolLM2-shaped model, for a smoke run), `bundled` (SmolLM2-135M) or a
-model directory. The judge is the bundled SmolLM2 on llama.cpp; swap in any backend spec. The
-prompts are ESConv train contexts: training reads train data only, and the role check refuses
-anything else (ESConv valid and test are selection data).
+DIALOGUES is a JSONL file of logged dialogues, one `{"id": ..., "messages": [...]}` a line
+(default: `dialogues.jsonl` beside this file); the context of every assistant turn becomes a
+prompt. POLICY is a transformers model directory (default: the bundled SmolLM2-135M-Instruct,
+converted once from its GGUF). STEPS defaults to 2. The judge is `$CARE_BACKEND`, any backend spec
+(default: the bundled SmolLM2 on llama.cpp). Needs `pip install "care-sdk[llamacpp,hf]" trl datasets`.
 """
 
+import os
 import sys
+from pathlib import Path
 
+import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
-from care_lab.data import data_dir, load_esconv, require_trainable
-from care_lab.training.models import resolve_model
 from care_sdk import AdaptiveReward
+from care_sdk.backends.hf import cache_gguf
+from care_sdk.backends.llamacpp import default_model_path
+from care_sdk.dialogues import read_dialogues
 
-policy, steps = (sys.argv[1:] + ["tiny", "2"][len(sys.argv) - 1 :])[:2]
-train = data_dir() / "esconv" / "train.jsonl"
-require_trainable(train, what="GRPO prompts")  # refuses selection, test and eval-only data
-turns = [t for d in load_esconv(train).records for t in d.supporter_turns()]
-dataset = Dataset.from_list([{"prompt": t.context_messages()[-6:]} for t in turns[:256]])
-reward = AdaptiveReward.from_backend("default")  # e.g. "openai:my-judge@http://127.0.0.1:8000/v1"
-args = GRPOConfig(
+args = sys.argv[1:]
+dialogues = Path(args[0]) if args else Path(__file__).with_name("dialogues.jsonl")
+policy = args[1] if len(args) > 1 else str(cache_gguf(default_model_path()))
+steps = int(args[2]) if len(args) > 2 else 2
+
+lines = list(read_dialogues(dialogues))
+for line in lines:
+    if line.error is not None:
+        sys.exit(f"{line.error}")  # the file, line, field and reason
+prompts = [
+    [{"role": m.role, "content": m.content} for m in turn.context[-6:]]
+    for line in lines
+    if line.dialogue is not None
+    for turn in line.dialogue.turns()
+]
+dataset = Dataset.from_list([{"prompt": p} for p in prompts])
+reward = AdaptiveReward.from_backend(
+    os.environ.get("CARE_BACKEND", "default")
+)  # "openai:judge@http://127.0.0.1:8000/v1"
+config = GRPOConfig(
     output_dir="runs/trl_grpo",
-    max_steps=int(steps),
+    max_steps=steps,
     per_device_train_batch_size=8,
     num_generations=8,
     max_completion_length=48,
     logging_steps=1,
     report_to="none",
     save_strategy="no",
+    use_cpu=not torch.cuda.is_available(),
 )
-GRPOTrainer(model=str(resolve_model(policy)), reward_funcs=[reward], args=args, train_dataset=dataset).train()
+GRPOTrainer(model=policy, reward_funcs=[reward], args=config, train_dataset=dataset).train()
 print("rubric cache:", reward.generator.cache.stats)  # one rubric per context, reused by all 8 replies

@@ -21,8 +21,8 @@ from care_sdk import (
     RubricGenerator,
 )
 from care_sdk.backends.base import GenerationResult
-from care_sdk.prompts import fixed_criteria
 from care_sdk.testing import ScriptedBackend, candidate_reply, evaluation_json, rubric_json
+from care_sdk.types import fixed_criteria
 
 CONTEXT = [{"role": "user", "content": "My exam went terribly and I feel stupid."}]
 GOOD_RUBRIC = rubric_json({"cognitive": 1, "affective": 3, "proactive": 1})

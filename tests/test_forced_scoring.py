@@ -380,7 +380,7 @@ def tiny_hf() -> Iterator[Backend]:
     pytest.importorskip("trl", reason="the tiny model helper needs the train extra")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from care_lab.training.tiny import tiny_model_dir
+    from care_lab.training.models import tiny_model_dir
     from care_sdk.backends.hf import HFBackend
 
     path = tiny_model_dir()

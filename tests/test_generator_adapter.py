@@ -12,7 +12,8 @@ import pytest
 from care_lab.data import load_esconv
 from care_sdk import Message, RubricEvaluator, RubricGenerator
 from care_sdk.backends.llamacpp import LlamaCppBackend, open_llama
-from care_sdk.bundled.adapters import bundled_adapter, read_adapter
+from care_sdk.backends.lora import read_adapter
+from care_sdk.bundled.adapters import bundled_adapter
 from care_sdk.bundled.addons import ExpectedWeightsReader, WeightsHeadReader
 from care_sdk.errors import ConfigError
 from care_sdk.prompts import GENERATOR_PROMPT_VERSION

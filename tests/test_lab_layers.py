@@ -222,3 +222,16 @@ def test_a_private_sdk_import_is_found(module: str, source: str) -> None:
 )
 def test_public_sdk_names_and_lab_internals_pass(source: str) -> None:
     assert private_sdk_imports(source, "care_lab.training.pairs") == []
+
+
+def test_the_examples_a_user_copies_need_only_the_sdk() -> None:
+    """``examples/`` imports no lab module: a user copies them with ``care-sdk`` and their trainer installed."""
+    examples = sorted((ROOT / "examples").glob("*.py"))
+    assert examples, "no example found"
+    found = [
+        f"{path.name}:{line} imports {target}"
+        for path in examples
+        for line, target in imported(ast.parse(path.read_text(encoding="utf-8")), path.stem)
+        if _within(target, "care_lab")
+    ]
+    assert not found, "examples import the lab:\n" + "\n".join(found)

@@ -18,9 +18,9 @@ from care_lab.simulation import load_profiles
 from care_lab.training.policy import EvalPolicyConfig, PolicyGRPOConfig, evaluate_policy, run_policy_grpo
 from care_sdk.backends import BackendPool, GenerationRequest
 from care_sdk.dialogues import read_dialogues
-from care_sdk.prompts import fixed_criteria
 from care_sdk.report.records import read_records
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+from care_sdk.types import fixed_criteria
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from care_sdk import PROMPT_VERSION, AdaptiveReward, RubricEvaluator, RubricGenerator, __version__
+from care_sdk import FIXED_CRITERIA_VERSION, AdaptiveReward, RubricEvaluator, RubricGenerator, __version__
 from care_sdk.cli import main
 from care_sdk.report import DialogueTexts, build_report, embed_json, report_data, write_report
 from care_sdk.score_files import score_file
@@ -181,7 +181,7 @@ def test_score_records_carry_their_producer(tmp_path: Path) -> None:
     by = json.loads(out.read_text().splitlines()[0])["scored_by"]
     assert by["generator"].startswith("scripted:scripted|prompt=")
     assert by["evaluator"].startswith("scripted:scripted|t=0.0")
-    assert (by["prompt_version"], by["care_sdk"]) == (PROMPT_VERSION, __version__)
+    assert (by["prompt_version"], by["care_sdk"]) == (FIXED_CRITERIA_VERSION, __version__)
     assert (by["weights"], by["criteria"]) == ("generated", "generated")
     assert report_data([json.loads(x) for x in out.read_text().splitlines()])["producers"][0]["turns"] == 3
 

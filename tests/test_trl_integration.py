@@ -248,3 +248,47 @@ def test_async_variant_with_a_context_column_reuses_every_rubric(
     check_logs(history)
     assert change > 0.0, "no weight changed: every group's rewards tied"
     assert generator_backend.count() == generated  # the second epoch made zero generator calls
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "trl_grpo.py"
+EXAMPLE_RUN = """
+import runpy, sys, types
+sys.modules["care_lab"] = None  # the example needs only the SDK and the trainer: importing the lab fails
+from care_sdk.backends import register_spec_scheme
+from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+
+def evaluation(request):  # replies of odd length score higher, so a group's rewards differ
+    return evaluation_json([5, 5, 5, 5, 1, 1] if len(request.messages[-1].content) % 2 else [3] * 6)
+
+def open_judge(rest, role, options):
+    if role == "generator":
+        return ScriptedBackend(lambda request: rubric_json({"cognitive": 1, "affective": 2, "proactive": 1}))
+    return ScriptedBackend(evaluation)
+
+judge = types.ModuleType("example_judge")
+judge.open_judge = open_judge
+sys.modules["example_judge"] = judge
+register_spec_scheme("examplejudge", "example_judge:open_judge", bare=True, per_role=True)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_the_trl_example_trains_with_the_sdk_and_the_trainer_alone(tmp_path: Path) -> None:
+    """``examples/trl_grpo.py`` on its dialogues file, a tiny policy and a scripted judge (``$CARE_BACKEND``),
+    with ``care_lab`` made unimportable."""
+    pytest.importorskip("trl")
+    import os
+    import subprocess
+    import sys
+
+    from care_lab.training.models import tiny_model_dir
+
+    dialogues = EXAMPLE.with_name("dialogues.jsonl")
+    command = [sys.executable, "-c", EXAMPLE_RUN, str(EXAMPLE), str(dialogues), str(tiny_model_dir()), "1"]
+    env = {**os.environ, "CARE_BACKEND": "examplejudge"}
+    out = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "'rewards/care_reward/mean'" in out.stdout + out.stderr
+    assert "rubric cache: CacheStats(hits=0, misses=1)" in out.stdout  # 8 replies to one context: one rubric

@@ -105,12 +105,12 @@ def file_hashes(paths: Iterable[Path]) -> dict[str, str]:
 def run_meta(benchmark: str, seconds: float) -> dict[str, Any]:
     """The versions, platform and time every report starts with."""
     from care_sdk import __version__
-    from care_sdk.prompts import PROMPT_VERSION
+    from care_sdk.prompts import FIXED_CRITERIA_VERSION
 
     return {
         "benchmark": benchmark,
         "care_sdk": __version__,
-        "prompt_version": PROMPT_VERSION,
+        "prompt_version": FIXED_CRITERIA_VERSION,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -26,7 +26,7 @@ from care_sdk.errors import (
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
 from care_sdk.guards import Guards
-from care_sdk.prompts import EVALUATOR_PROMPT_VERSION, PROMPT_VERSION
+from care_sdk.prompts import EVALUATOR_PROMPT_VERSION, FIXED_CRITERIA_VERSION, GENERATOR_PROMPT_VERSION
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import (
     DIMENSIONS,
@@ -69,7 +69,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DIMENSIONS",
     "EVALUATOR_PROMPT_VERSION",
-    "PROMPT_VERSION",
+    "FIXED_CRITERIA_VERSION",
+    "GENERATOR_PROMPT_VERSION",
     "AdaptiveReward",
     "Backend",
     "BackendError",

@@ -60,7 +60,14 @@ __all__ = [
 
 @dataclass(frozen=True)
 class WeightRead:
-    """One parsed rubric whose weights a :class:`WeightReader` reads again."""
+    """One parsed rubric whose weights a :class:`WeightReader` reads again.
+
+    Examples:
+        >>> from care_sdk.types import as_messages
+        >>> read = WeightRead(context=as_messages("I failed."), request=GenerationRequest(messages=()))
+        >>> read.context[-1].content
+        'I failed.'
+    """
 
     context: Messages
     """The whole context the rubric is for."""
@@ -78,6 +85,18 @@ class WeightReader(Protocol):
     in a worker thread under async use); it returns one weights mapping, or the
     :class:`~care_sdk.errors.CareError` of that item, per read. The generator normalises the
     weights it gets back.
+
+    Examples:
+        >>> from care_sdk.plans import offload
+        >>> class Even:
+        ...     name = "even_weights"
+        ...     identity = "even"
+        ...     def check(self, backend, *, prompt_version): pass
+        ...     def read(self, reads, backend):
+        ...         n = yield from offload(lambda: len(reads))
+        ...         return [{"cognitive": 1.0, "affective": 1.0, "proactive": 1.0}] * n
+        >>> isinstance(Even(), WeightReader)
+        True
     """
 
     @property
@@ -106,6 +125,21 @@ class ContextFitReader(Protocol):
     :class:`~care_sdk.AdaptiveReward` reads the fit of every evaluated reply with ``score_batch``
     (``ascore_batch`` in async use), keeps it in ``RewardResult.context_fit`` and pays
     ``combine(rubric_reward, fit)``; an item whose fit could not be read fails with stage ``context_fit``.
+
+    Examples:
+        >>> from care_sdk import AdaptiveReward, Rubric
+        >>> from care_sdk.testing import ScriptedBackend, evaluation_json
+        >>> class HalfFit:
+        ...     identity = "half"
+        ...     def score_batch(self, items): return [0.5 for _ in items]
+        ...     async def ascore_batch(self, items): return self.score_batch(items)
+        ...     def combine(self, rubric_reward, fit): return rubric_reward * fit
+        >>> isinstance(HalfFit(), ContextFitReader)
+        True
+        >>> reward = AdaptiveReward.from_backend(ScriptedBackend(lambda r: evaluation_json([5] * 6)),
+        ...                                      rubric=Rubric.uniform_fixed(), context_fit=HalfFit())
+        >>> reward.score("I failed.", "That hurts.").reward
+        0.5
     """
 
     @property

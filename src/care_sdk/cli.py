@@ -215,7 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``care`` command; returns the exit status (0 ok, 1 some items failed, 2 usage error)."""
+    """Run the ``care`` command; returns the exit status (0 ok, 1 some items failed, 2 usage error).
+
+    Examples:
+        >>> main(["score", "/nonexistent/dialogues.jsonl", "--backend", "default"])  # doctest: +SKIP
+        2
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

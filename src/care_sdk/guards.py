@@ -61,6 +61,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from care_sdk._copies import copied_share, own_share, repeated_share, strip_copied
+from care_sdk.prompts.fence import ROLE_LABELS
 from care_sdk.types import Context, Message, RewardResult, as_messages
 
 __all__ = [
@@ -77,7 +78,6 @@ __all__ = [
     "POLICY_FLAGS",
     "REPEATED_OWN_TURN",
     "REPEATED_TEXT",
-    "ROLE_LABELS",
     "SCORE_FORMAT",
     "TRUNCATED",
     "Guards",
@@ -265,12 +265,6 @@ _FORMAT = re.compile(
     re.IGNORECASE,
 )
 
-ROLE_LABELS = (
-    r"user|users|supporter|system|assistant|seeker|human|ai|evaluator|judge|usuario|sistema|asistente|"
-    r"utilisateur|syst[èe]me|benutzer|nutzer|пользователь|система|ассистент|"
-    r"用户|用戶|助手|系统|系統|ユーザー|システム|アシスタント"
-)
-"""Speaker labels (several languages) that mark a dialogue turn when followed by a colon."""
 _TURN = re.compile(
     rf"(?:^|\n)[\s>*_#\-\[(]*(?:{ROLE_LABELS})[\s\])*_]*[:：]|"  # a role line
     rf"(?<!\w)(?:{ROLE_LABELS})\s*[:：](?![-()\[\]DPpOo3/|*])",  # a role label anywhere (not an emoticon)

@@ -64,6 +64,14 @@ def iter_jsonl(
     Raises:
         InputError: the file cannot be read.
         BadLine: a bad line, when ``on_bad`` is ``None``.
+
+    Examples:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "x.jsonl")
+        >>> _ = open(path, "w").write('{"a": 1}\\n\\nnot json\\n')
+        >>> bad = []
+        >>> list(iter_jsonl(path, on_bad=bad.append)), [b.line for b in bad]
+        ([(1, {'a': 1})], [3])
     """
     path = Path(path)
     try:
@@ -127,7 +135,16 @@ def append_jsonl(handle: IO[str], record: Mapping[str, Any]) -> None:
 
 
 def write_jsonl(path: str | Path, records: Iterable[Mapping[str, Any]], *, append: bool = False) -> int:
-    """Write objects one a line (appending when ``append``); returns how many were written."""
+    """Write objects one a line (appending when ``append``); returns how many were written.
+
+    Examples:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "out.jsonl")
+        >>> write_jsonl(path, [{"id": "a"}, {"id": "b"}]), write_jsonl(path, [{"id": "c"}], append=True)
+        (2, 1)
+        >>> [line for _, line in iter_jsonl(path)]
+        [{'id': 'a'}, {'id': 'b'}, {'id': 'c'}]
+    """
     count = 0
     with Path(path).open("a" if append else "w", encoding="utf-8") as handle:
         for record in records:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
 
-from care_sdk._calls import METRIC_PREFIX, completion_text, report_to_trainer, trl_items
+from care_sdk._calls import METRIC_PREFIX, report_to_trainer, trl_items
 from care_sdk.addons import AUTO_FIT, AutoFit, ContextFitReader, resolve_context_fit
 from care_sdk.backends import Backend, resolve_backend, spec_per_role
 from care_sdk.errors import CareError, ConfigError
@@ -29,7 +29,7 @@ from care_sdk.variants import CriteriaMode, Variant, WeightsMode, needs_generato
 
 Outcome = tuple[RewardResult, CareError | None]
 
-__all__ = ["AdaptiveReward", "build_reward", "completion_text"]
+__all__ = ["AdaptiveReward", "build_reward"]
 
 DEFAULT_NAME = "care_reward"
 """The ``__name__`` of a reward not given ``name=``; its metrics keep the ``care/`` prefix."""

@@ -99,9 +99,9 @@ def scored_by(reward: AdaptiveReward) -> dict[str, str | None]:
 
     ``generator`` is the generator's identity (its backend, prompt version and sampling settings), or
     ``None`` when every turn is judged against one fixed rubric; ``evaluator`` is the evaluator's
-    backend identity and settings (its prompt version included); ``prompt_version`` is
-    :data:`care_sdk.PROMPT_VERSION`; ``guards`` is the reward's guards settings (``"off"`` without);
-    ``context_fit`` is the context fit's model, window and gate (``"off"`` without).
+    backend identity and settings (its prompt version included); ``prompt_version`` is the fixed
+    criteria's version, :data:`care_sdk.FIXED_CRITERIA_VERSION`; ``guards`` is the reward's guards
+    settings (``"off"`` without); ``context_fit`` is the context fit's model, window and gate (``"off"`` without).
 
     Examples:
         >>> from care_sdk import RubricEvaluator, Rubric
@@ -112,14 +112,14 @@ def scored_by(reward: AdaptiveReward) -> dict[str, str | None]:
         (None, 'scripted:scripted', 'fixed rubric')
     """
     from care_sdk import __version__
-    from care_sdk.prompts import PROMPT_VERSION
+    from care_sdk.prompts import FIXED_CRITERIA_VERSION
 
     ev = reward.evaluator
     return {
         "generator": reward.generator.identity if reward.generator and reward.rubric is None else None,
         "evaluator": f"{ev.backend.identity}|t={ev.temperature}|seed={ev.seed}|max_tokens={ev.max_tokens}"
         f"|logprobs={ev.use_logprobs}|prompt={ev.prompt_version}",
-        "prompt_version": PROMPT_VERSION,
+        "prompt_version": FIXED_CRITERIA_VERSION,
         "guards": repr(reward.guards) if reward.guards is not None else "off",
         "context_fit": reward.context_fit.identity if reward.context_fit is not None else "off",
         "care_sdk": __version__,
@@ -130,7 +130,15 @@ def scored_by(reward: AdaptiveReward) -> dict[str, str | None]:
 
 def load_records(path: Path) -> dict[Key, dict[str, Any]]:
     """Read an output file to resume from; a bad line (e.g. one cut off by an interrupt) is logged and
-    its turn scored again."""
+    its turn scored again.
+
+    Examples:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "scores.jsonl"
+        >>> _ = path.write_text('{"id": "d1", "turn": 1, "reward": 0.5}\\n{"id": "d1", "tu\\n')
+        >>> load_records(path)
+        {('d1', 1): {'id': 'd1', 'turn': 1, 'reward': 0.5}}
+    """
     records: dict[Key, dict[str, Any]] = {}
     if not path.exists():
         return records

@@ -37,7 +37,6 @@ __all__ = [
 ]
 
 Role = Literal["system", "user", "assistant"]
-MAX_CRITERION_CHARS = CRITERION_TEXT_LIMIT  # the former name, kept for imports
 
 
 class Dimension(str, Enum):

@@ -45,7 +45,7 @@ from care_sdk.errors import ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
 from care_sdk.jsonl import BadLine, append_jsonl, iter_jsonl, replace_jsonl
-from care_sdk.prompts import PROMPT_VERSION
+from care_sdk.prompts import FIXED_CRITERIA_VERSION
 
 __all__ = ["BatchScorer", "QualityReport", "QualityRunner", "markdown_report"]
 
@@ -180,7 +180,7 @@ class QualityRunner:
         >>> import tempfile
         >>> backend = ScriptedBackend(lambda req: "{}")
         >>> runner = QualityRunner(RubricGenerator(backend), RubricEvaluator(backend), out_dir=tempfile.mkdtemp())
-        >>> runner.identity()["prompt_version"] == PROMPT_VERSION
+        >>> runner.identity()["prompt_version"] == FIXED_CRITERIA_VERSION
         True
     """
 
@@ -217,7 +217,7 @@ class QualityRunner:
                 f"|max_tokens={self.evaluator.max_tokens}|logprobs={self.evaluator.use_logprobs}"
                 f"|prompt={self.evaluator.prompt_version}"
             ),
-            "prompt_version": PROMPT_VERSION,
+            "prompt_version": FIXED_CRITERIA_VERSION,
             "context_fit": self.context_fit.identity if self.context_fit is not None else "off",
         }
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from care_sdk.bundled.adapters import gguf_metadata, read_adapter
+from care_sdk.backends.lora import gguf_metadata, read_adapter
 from care_sdk.errors import ConfigError, InputError, MissingDependencyError
 
 __all__ = ["GGUF_NAMES", "export_lora_gguf", "import_lora_gguf"]

@@ -23,8 +23,8 @@ from care_lab.training.config import BuildDataConfig
 from care_lab.training.prompts import judge_messages, judge_schema, parse_verdict, teacher_messages
 from care_sdk.backends import Backend, BackendPool
 from care_sdk.errors import CareError, OutputError
-from care_sdk.prompts import fixed_criteria, parse_rubric, rubric_reply_json, rubric_schema
-from care_sdk.types import DIMENSIONS, Dimension, Message, Rubric
+from care_sdk.prompts import parse_rubric, rubric_reply_json, rubric_schema
+from care_sdk.types import DIMENSIONS, Dimension, Message, Rubric, fixed_criteria
 
 __all__ = ["BuildContext", "build_targets", "count_weights"]
 

@@ -16,3 +16,5 @@ Examples:
     >>> bundled_adapter("generator").name
     'generator.gguf'
 """
+
+__all__: list[str] = []  # the subpackages are the public surface

@@ -77,6 +77,14 @@ def expected_weights_plan(
 
     An item whose reads fail gets the error (the backend's, or :class:`OutputError` for a reply
     without a distribution); weights that are all 0 in expectation are an :class:`OutputError` too.
+
+    Examples:
+        >>> from care_sdk.plans import drive
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> likes_5 = ScriptedBackend([], forced=lambda text, chars: [0.0 if c == "5" else -9.0 for c in chars])
+        >>> [weights] = drive(expected_weights_plan([GenerationRequest(messages=())]), likes_5)
+        >>> {str(d): round(w, 2) for d, w in weights.items()}
+        {'cognitive': 5.0, 'affective': 5.0, 'proactive': 5.0}
     """
     paths: list[dict[tuple[int, ...], float]] = [{(): 1.0} for _ in requests]
     errors: list[CareError | None] = [None] * len(requests)

@@ -14,3 +14,5 @@
 
 The TRL, verl (both), slime and ART modules do not import their framework: they only speak its calling conventions.
 """
+
+__all__: list[str] = []  # the subpackages are the public surface

@@ -110,6 +110,17 @@ class CareSupportEnv(BaseTextEnv):  # type: ignore[misc]  # skyrl-gym ships no t
     Raises:
         ConfigError: an unknown ``how`` or ``on_error``, ``gamma`` outside [0, 1], or no user
             (neither ``user_replies`` nor a user model).
+
+    Examples:
+        >>> from care_sdk import AdaptiveReward, Rubric
+        >>> from care_sdk.testing import ScriptedBackend, evaluation_json
+        >>> reward = AdaptiveReward.from_backend(ScriptedBackend(lambda r: evaluation_json([5] * 6)),
+        ...                                      rubric=Rubric.uniform_fixed())
+        >>> env = CareSupportEnv(extras={"user_replies": [], "max_turns": 1}, reward=reward)
+        >>> _ = env.init([{"role": "user", "content": "I lost my job."}])
+        >>> out = env.step("That is a shock.")
+        >>> out["reward"], out["done"]
+        (1.0, True)
     """
 
     def __init__(

@@ -294,6 +294,16 @@ def score_turns_batch(
     Raises:
         InputError: the numbers of assistant turns and turn ends differ, or an end is out of range.
         CareError: a turn could not be scored and ``on_error="raise"``.
+
+    Examples:
+        >>> from care_sdk import AdaptiveReward, Rubric
+        >>> from care_sdk.testing import ScriptedBackend, evaluation_json
+        >>> reward = AdaptiveReward.from_backend(ScriptedBackend(lambda r: evaluation_json([5] * 6)),
+        ...                                      rubric=Rubric.uniform_fixed())
+        >>> dialogue = [{"role": "user", "content": "I lost my job."}, {"role": "assistant", "content": "Oh no."}]
+        >>> [sample] = score_turns_batch([dialogue], [[2]], 4, reward=reward)
+        >>> sample.token_rewards, sample.turn_rewards
+        ([0.0, 0.0, 1.0, 0.0], (1.0,))
     """
     lengths = [response_length] * len(dialogues) if isinstance(response_length, int) else list(response_length)
     if len(turn_ends) != len(dialogues) or len(lengths) != len(dialogues):
@@ -334,6 +344,14 @@ def turn_rewards_from_tokens(
     Returns:
         ``rm_scores`` (a float32 tensor shaped like ``responses`` when it is a tensor, else lists)
         and the extra columns, one list per key, one value per sample.
+
+    Examples:
+        >>> from transformers import AutoTokenizer  # doctest: +SKIP
+        >>> tokenizer = AutoTokenizer.from_pretrained("Qwen/Qwen2.5-0.5B-Instruct")  # doctest: +SKIP
+        >>> scores, extra = turn_rewards_from_tokens(batch["prompts"], batch["responses"], tokenizer,
+        ...                                          response_mask=batch["response_mask"])  # doctest: +SKIP
+        >>> scores.shape == batch["responses"].shape  # doctest: +SKIP
+        True
     """
     rows_p, rows_r = [_ints(p) for p in prompts], [_ints(r) for r in responses]
     masks = [None] * len(rows_r) if response_mask is None else [_ints(m) for m in response_mask]

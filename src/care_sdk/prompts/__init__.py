@@ -4,7 +4,8 @@ The templates live beside this module as package data (``generator_v2.txt``,
 ``evaluator_v1.txt``, ``evaluator_v2.txt``); changing a template means a new version, which changes
 rubric cache keys. The generator prompt has its own version (:data:`GENERATOR_PROMPT_VERSION`): a
 trained generator adapter records the version it was trained with; so has the evaluator prompt
-(:data:`EVALUATOR_PROMPT_VERSION`).
+(:data:`EVALUATOR_PROMPT_VERSION`), and the fixed criteria that the ``fixed_criteria`` and
+``fixed_rubric`` variants use (``fixed_criteria_v1.json``, :data:`FIXED_CRITERIA_VERSION`).
 
 The prompt builders take a context as chat messages (a sequence of :class:`~care_sdk.types.Message`,
 normalised once where it enters the SDK); :func:`~care_sdk.types.as_messages` turns a string or
@@ -28,7 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from care_sdk._core import CRITERION_MAX_CHARS, CRITERION_MIN_CHARS, SCORES
+from care_sdk._core import CRITERION_MAX_CHARS, CRITERION_MIN_CHARS, FIXED_CRITERIA_VERSION, SCORES
 from care_sdk.prompts.fence import ROLE_NAMES, fenced_fields, template
 from care_sdk.types import (
     DIMENSIONS,
@@ -37,18 +38,16 @@ from care_sdk.types import (
     Evaluation,
     Message,
     Rubric,
-    fixed_criteria,
 )
 
 __all__ = [
     "EVALUATOR_PROMPT_VERSION",
     "EVALUATOR_PROMPT_VERSIONS",
+    "FIXED_CRITERIA_VERSION",
     "GENERATOR_PROMPT_VERSION",
     "MAX_WEIGHT",
-    "PROMPT_VERSION",
     "evaluation_schema",
     "evaluator_messages",
-    "fixed_criteria",
     "generator_messages",
     "generator_position",
     "integer_weights",
@@ -60,8 +59,6 @@ __all__ = [
     "shown_messages",
 ]
 
-PROMPT_VERSION = "v1"
-"""Version of the fixed criteria (the evaluator template has its own :data:`EVALUATOR_PROMPT_VERSION`)."""
 GENERATOR_PROMPT_VERSION = "v2"
 """Version of the generator template and rubric schema; part of every rubric cache key and recorded
 in trained generator adapters."""
@@ -73,14 +70,11 @@ EVALUATOR_PROMPT_VERSION = "v2"
 EVALUATOR_PROMPT_VERSIONS = ("v1", "v2")
 """Evaluator prompt versions that can be loaded (``v1``: the reply pasted in as plain text)."""
 
-# SCORES, the criterion length bounds and fixed_criteria live in care_sdk.types and care_sdk._core
-# (below this module); fixed_criteria stays importable from here. A context is care_sdk.types.Context.
-
 
 @cache
-def _template(name: str) -> tuple[Template, Template]:
-    version = GENERATOR_PROMPT_VERSION if name == "generator" else PROMPT_VERSION
-    text = resources.files(__package__).joinpath(f"{name}_{version}.txt").read_text(encoding="utf-8")
+def _generator_template() -> tuple[Template, Template]:
+    name = f"generator_{GENERATOR_PROMPT_VERSION}.txt"
+    text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
     _, _, rest = text.partition("### system\n")
     system, _, user = rest.partition("### user\n")
     return Template(system.strip()), Template(user.strip())
@@ -154,7 +148,7 @@ def generator_messages(
         >>> generator_messages(ctx, max_context_messages=2)[1].content.splitlines()[0]
         'Position: supporter turn 2, after 3 messages (the first 1 not shown).'
     """
-    system, user = _template("generator")
+    system, user = _generator_template()
     kept, turn, hidden = generator_position(context, max_context_messages)
     example = ", ".join("C" for _ in range(criteria_per_dimension))
     total = len(kept) + hidden

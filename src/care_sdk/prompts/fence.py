@@ -25,13 +25,31 @@ from functools import cache
 from importlib import resources
 from string import Template
 
-from care_sdk.guards import ROLE_LABELS
 from care_sdk.types import Message
 
-__all__ = ["fence_tag", "fenced_fields", "neutralise", "template"]
+__all__ = ["ROLE_LABELS", "ROLE_NAMES", "fence_tag", "fenced_fields", "neutralise", "template"]
 
 ROLE_NAMES = {"user": "User", "assistant": "Supporter", "system": "System"}
-"""How the prompts' transcripts name each role (fenced and plain)."""
+"""How the prompts' transcripts name each role (fenced and plain).
+
+Examples:
+    >>> ROLE_NAMES["assistant"]
+    'Supporter'
+"""
+ROLE_LABELS = (
+    r"user|users|supporter|system|assistant|seeker|human|ai|evaluator|judge|usuario|sistema|asistente|"
+    r"utilisateur|syst[èe]me|benutzer|nutzer|пользователь|система|ассистент|"
+    r"用户|用戶|助手|系统|系統|ユーザー|システム|アシスタント"
+)
+"""Speaker labels (several languages, a regular-expression alternation) that mark a dialogue turn
+when followed by a colon: neutralised in quoted text here, and a forged turn for
+:mod:`care_sdk.guards`.
+
+Examples:
+    >>> import re
+    >>> bool(re.fullmatch(ROLE_LABELS, "Supporter", re.IGNORECASE)), bool(re.fullmatch(ROLE_LABELS, "Doctor"))
+    (True, False)
+"""
 _LABEL = re.compile(rf"\b({ROLE_LABELS})(\s*)[:：]", re.IGNORECASE)
 _ANGLES = re.compile(r"<{2,}|>{2,}")
 _TEMPLATE_TOKEN = re.compile(r"<\||\|>")

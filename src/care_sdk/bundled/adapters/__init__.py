@@ -13,9 +13,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from care_sdk.backends.lora import AdapterInfo, gguf_metadata, read_adapter
-
-__all__ = ["AdapterInfo", "bundled_adapter", "gguf_metadata", "read_adapter"]
+__all__ = ["bundled_adapter"]
 
 _BUNDLED = {"generator": "generator.gguf", "evaluator": "evaluator.gguf"}
 
