@@ -45,7 +45,7 @@ def clip(text: str, limit: int | None) -> str:
 
 def parse_json_reply(text: str, model: type[M], what: str, *, strip: bool = False) -> M:
     """``text`` as ``model``; raises ``ValueError`` (``"<what> is not JSON: ..."`` or
-    ``"<what>: <field>: <problem>"``), which the engine's parse plans retry.
+    ``"<what>: <field>: <problem>"``), which :func:`care_sdk.plans.parse_plan` retries.
 
     ``strip`` strips the reply's top-level string values first.
 
