@@ -172,22 +172,38 @@ def _cmd_sim_user(args: argparse.Namespace) -> int:
     from care_lab.evals.simuser import EmotionSimulator
     from care_lab.evals.simuser_run import SimUserRunner
     from care_lab.simulation import DEFAULT_SYSTEM_PROMPT, BackendPolicy, DialogueJudge, UserSettings, load_profiles
+    from care_lab.simulation.adversarial import check_user_types, with_user_types
+    from care_lab.simulation.consistency import StateReader
 
     if args.simulator == args.policy:
         raise ConfigError("--simulator must be another model than --policy (the policy would play its own user)")
+    reader_spec = None if args.no_reader else args.reader or args.simulator
+    if reader_spec == args.policy:
+        raise ConfigError("--reader must be another model than --policy (the policy would read its own replies)")
+    try:
+        check_user_types(args.user_types)
+    except ValueError as exc:
+        raise ConfigError(f"--user-types: {exc}") from exc
     users = UserSettings(source=args.source, held_out_path=args.profiles, max_profiles=args.limit)
-    profiles = load_profiles(users, "held_out", args.data_dir)  # refuses a file declared train
+    # refuses a file declared train; every profile is played once per user type (scenario-matched)
+    profiles = with_user_types(load_profiles(users, "held_out", args.data_dir), args.user_types)
     default = data_dir(args.data_dir) / "sage_rlver" / "profiles" / "simulator_profile_withfirsttalk.jsonl"
     source = Path(args.profiles) if args.profiles else default if args.source == "sage" else None
     with BackendPool() as backends:
         policy = BackendPolicy(backends.get(args.policy), max_tokens=args.policy_max_tokens, seed=args.seed)
         simulator = EmotionSimulator(backends.get(args.simulator), max_tokens=args.simulator_max_tokens, seed=args.seed)
         judge = DialogueJudge(backends.get(args.judge), max_tokens=args.judge_max_tokens) if args.judge else None
+        reader = (
+            StateReader(backends.get(reader_spec), max_tokens=args.reader_max_tokens, seed=args.seed)
+            if reader_spec
+            else None
+        )
         out = Path(args.out) if args.out else Path("care-eval-sim-user") / slug(args.policy)
         runner = SimUserRunner(
             policy,
             simulator,
             judge=judge,
+            reader=reader,
             out_dir=out,
             max_turns=args.max_turns,
             initial_emotion=args.initial_emotion,
@@ -205,7 +221,7 @@ def _cmd_sim_user(args: argparse.Namespace) -> int:
     print(
         f"\ncare eval sim-user: {report.scored} episodes run, {report.reused} reused; reports in {out}", file=sys.stderr
     )
-    return 1 if report.counts.get("error") or report.counts.get("unjudged") else 0
+    return 1 if report.counts.get("error") or report.counts.get("unjudged") or report.counts.get("unread") else 0
 
 
 def _add_sim_user_command(sub: Any) -> None:
@@ -216,13 +232,27 @@ def _add_sim_user_command(sub: Any) -> None:
             "Each held-out profile (default: the SAGE/RLVER profiles, eval-only) plays a user who, after every "
             "policy reply, says why its feelings changed, gives its emotion (0-100) and answers. Reports the "
             "success rate (final emotion >= --success), failure rate (<= --failure) and mean final emotion with "
-            "bootstrap intervals, and an optional independent judge's mean score. Writes records.jsonl, "
-            "simuser.json and simuser.md to --out; a re-run with the same --out reuses finished episodes."
+            "bootstrap intervals, and an optional independent judge's mean score. --user-types plays every profile "
+            "as each type (cooperative, or the adversarial types: gaslighting, escalation, validation, "
+            "hidden_intention); a state reader (--reader) reads each policy reply alone for the state it "
+            "acknowledges, giving the consistency score (tracking the user's emotion) beside the emotion change "
+            "(improving it), per type. Writes records.jsonl, simuser.json and simuser.md to --out; a re-run with "
+            "the same --out reuses finished episodes."
         ),
     )
     cmd.add_argument("--policy", required=True, help="the policy's backend spec")
     cmd.add_argument("--simulator", default="base", help="the simulated user's backend spec (default: %(default)s)")
     cmd.add_argument("--judge", help="an independent judge's backend spec (default: no judge)")
+    cmd.add_argument(
+        "--user-types",
+        type=csv_list,
+        default=["cooperative"],
+        help="comma-separated simulated-user types, each played on every profile: cooperative, gaslighting, "
+        "escalation, validation, hidden_intention (default: cooperative)",
+    )
+    cmd.add_argument("--reader", help="the state reader's backend spec (default: the simulator's)")
+    cmd.add_argument("--no-reader", action="store_true", help="no state reader (no consistency score)")
+    cmd.add_argument("--reader-max-tokens", type=int, default=48, help="token budget of a reading")
     cmd.add_argument("--source", choices=["sage", "esconv"], default="sage", help="profile source (default: sage)")
     cmd.add_argument("--profiles", help="a held-out profiles file (default: the SAGE profiles under --data-dir)")
     cmd.add_argument("--limit", type=int, help="the first N profiles only")

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from care_lab.simulation.adversarial import behaviour_paragraph
 from care_lab.simulation.episodes import BackendPolicy
 from care_lab.simulation.profiles import UserProfile
 from care_lab.simulation.replies import clip, parse_json_reply
@@ -61,7 +62,7 @@ Who you are: {persona}
 
 Your situation: {situation}
 
-Your hidden goal (what would truly help you; never state it outright): {goal}
+Your hidden goal (what would truly help you; never state it outright): {goal}{behaviour}
 
 You track how you feel as a number from 0 (desperate) to 100 (fully at ease). It is now {emotion}.
 After each supporter message: first, in "reason", say in one sentence how that message changed your \
@@ -160,7 +161,8 @@ class EmotionSimulator:
 
     @property
     def identity(self) -> str:
-        """Backend identity, prompt version and sampling settings."""
+        """Backend identity, prompt version and sampling settings (the adversarial behaviours' version is the
+        runner's, with the user types)."""
         return (
             f"{self.backend.identity}|prompt={SIM_USER_PROMPT_VERSION}|t={self.temperature}|seed={self.seed}"
             f"|max_tokens={self.max_tokens}|profile_chars={self.max_profile_chars}"
@@ -176,6 +178,7 @@ class EmotionSimulator:
             persona=clip(profile.persona, limit),
             situation=clip(profile.situation, limit),
             goal=clip(profile.goal, limit),
+            behaviour=behaviour_paragraph(profile.user_type),
             emotion=emotion,
             language=_LANGUAGE[profile.language],
         )
@@ -231,6 +234,8 @@ class SimEpisode:
     """``success``, ``failure``, ``user_ended``, ``max_turns``, ``simulator_error`` or ``policy_error``."""
     error: str | None = None
     """What failed, for ``error`` episodes."""
+    user_type: str = "cooperative"
+    """The simulated user's type (:data:`~care_lab.simulation.adversarial.USER_TYPES`)."""
 
     @property
     def final_emotion(self) -> int:
@@ -249,6 +254,7 @@ class SimEpisode:
             "status": self.status,
             "end_reason": self.end_reason,
             "error": self.error,
+            "user_type": self.user_type,
         }
 
 
@@ -277,7 +283,7 @@ def run_sim_episodes(
     """
     if not 0 <= failure < success <= 100:
         raise ValueError(f"thresholds need 0 <= failure < success <= 100, got failure={failure}, success={success}")
-    episodes = [SimEpisode(p.id, p.id, [p.first_message()], initial_emotion) for p in profiles]
+    episodes = [SimEpisode(p.id, p.id, [p.first_message()], initial_emotion, user_type=p.user_type) for p in profiles]
     running = list(range(len(profiles)))
     head = [Message(role="system", content=system_prompt)] if system_prompt else []
     for turn in range(1, max_turns + 1):

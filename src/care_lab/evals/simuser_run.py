@@ -5,6 +5,10 @@ re-run rolls out only the profiles without a finished episode), ``run.json`` (th
 simulator's and judge's identities and the thresholds; another setting is refused) and
 ``simuser.json`` / ``simuser.md``: success rate, failure rate and mean final emotion with
 bootstrap intervals over episodes, the optional independent judge's mean score, errors apart.
+With a :class:`~care_lab.simulation.consistency.StateReader`, every policy reply is read for the
+state it acknowledges and each episode gets its consistency score (tracking) beside its emotion
+change (improvement); the report then has one row per simulated-user type
+(:mod:`care_lab.simulation.adversarial`), cooperative and adversarial side by side.
 
 Examples:
     >>> from care_sdk.testing import ScriptedBackend
@@ -23,13 +27,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from care_lab._run_dir import RECORDS, check_identity, file_hashes, load_records, run_meta
 from care_lab.bench.metrics import Estimate, bootstrap, mean
-from care_lab.evals.simuser import EmotionSimulator, run_sim_episodes
+from care_lab.evals.simuser import EmotionSimulator, SimEpisode, run_sim_episodes
+from care_lab.simulation.adversarial import ADVERSARIAL_PROMPT_VERSION
+from care_lab.simulation.consistency import StateReader, consistency
 from care_lab.simulation.episodes import BackendPolicy
 from care_lab.simulation.judge import DialogueJudge
 from care_lab.simulation.profiles import UserProfile
@@ -54,7 +60,11 @@ class SimUserReport:
     meta: dict[str, Any]
     """Models, thresholds, data hashes, timings."""
     counts: dict[str, int]
-    """Episodes per status (``success``, ``failure``, ``neither``, ``error``) and unjudged ones."""
+    """Episodes per status (``success``, ``failure``, ``neither``, ``error``), unjudged ones and, with a
+    reader, replies whose reading failed (``unread``)."""
+    by_user_type: dict[str, dict[str, Estimate]] = field(default_factory=dict)
+    """Per simulated-user type: ``success_rate``, ``failure_rate``, ``mean_final_emotion``,
+    ``mean_emotion_change`` and, with a reader, ``consistency`` and ``direction_agreement``."""
     scored: int = 0
     """Episodes rolled out in this run."""
     reused: int = 0
@@ -68,6 +78,7 @@ class SimUserReport:
             "episodes_scored": self.scored,
             "episodes_reused": self.reused,
             "metrics": {k: v.to_json() for k, v in self.metrics.items()},
+            "by_user_type": {t: {k: v.to_json() for k, v in m.items()} for t, m in self.by_user_type.items()},
         }
 
     def markdown(self) -> str:
@@ -75,6 +86,13 @@ class SimUserReport:
         lines = ["| metric | n | value [95 % CI] |", "|---|---|---|"]
         lines += [f"| {name.replace('_', ' ')} | {est.n} | {est.format()} |" for name, est in self.metrics.items()]
         settings = self.meta.get("settings", {})
+        if self.by_user_type:
+            names = list(next(iter(self.by_user_type.values())))
+            lines += ["", "| user type | " + " | ".join(n.replace("_", " ") for n in names) + " |"]
+            lines.append("|---|" + "---|" * len(names))
+            for user_type, row in self.by_user_type.items():
+                cells = [f"{row[n].format()} (n={row[n].n})" for n in names]
+                lines.append(f"| {user_type} | " + " | ".join(cells) + " |")
         lines += [
             "",
             f"Success: final emotion >= {settings.get('success')}; failure: <= {settings.get('failure')}; "
@@ -85,6 +103,8 @@ class SimUserReport:
             f"- simulator: `{self.meta.get('simulator')}`",
             f"- judge: `{self.meta.get('judge')}`",
         ]
+        if self.meta.get("reader"):
+            lines.append(f"- state reader: `{self.meta['reader']}`")
         lines += [f"- data `{path}`: `{digest}`" for path, digest in self.meta.get("data", {}).items()]
         if self.meta.get("seconds_per_episode") is not None:
             lines.append(
@@ -101,6 +121,7 @@ class SimUserRunner:
         policy: the policy under test.
         simulator: the simulated user (its backend set apart from the policy's).
         judge: an optional independent judge of each finished episode.
+        reader: reads every policy reply for the state it acknowledges (the consistency score).
         out_dir: where records and reports go; an existing run there is resumed.
         max_turns: policy turns per episode, as in :func:`run_sim_episodes`.
         initial_emotion: the users' starting emotion, as in :func:`run_sim_episodes`.
@@ -128,6 +149,7 @@ class SimUserRunner:
         *,
         out_dir: str | Path,
         judge: DialogueJudge | None = None,
+        reader: StateReader | None = None,
         max_turns: int = 5,
         initial_emotion: int = 30,
         success: int = 80,
@@ -138,7 +160,7 @@ class SimUserRunner:
         seed: int = 0,
         sources: Sequence[Path] = (),
     ) -> None:
-        self.policy, self.simulator, self.judge = policy, simulator, judge
+        self.policy, self.simulator, self.judge, self.reader = policy, simulator, judge, reader
         self.out_dir = Path(out_dir)
         self.max_turns, self.initial_emotion, self.success, self.failure = max_turns, initial_emotion, success, failure
         self.system_prompt = system_prompt
@@ -163,6 +185,7 @@ class SimUserRunner:
             "simulator": self.simulator.identity,
             "judge": self.judge.identity if self.judge is not None else None,
             "settings": self.settings,
+            **({"reader": self.reader.identity} if self.reader is not None else {}),
         }
 
     def run(
@@ -174,7 +197,10 @@ class SimUserRunner:
     ) -> SimUserReport:
         """Roll out what is missing, then write ``simuser.json`` and ``simuser.md``."""
         started = time.perf_counter()
-        check_identity(self.out_dir, self.identity(), merge="")
+        identity = self.identity()
+        if any(p.user_type != "cooperative" for p in profiles):
+            identity["user_behaviours"] = ADVERSARIAL_PROMPT_VERSION
+        check_identity(self.out_dir, identity, merge="")
         path = self.out_dir / RECORDS
         store = load_records(path, lambda r: str(r["id"]))
         todo = [p for p in profiles if store.get(p.id, {}).get("status") in (None, "error")]
@@ -202,6 +228,8 @@ class SimUserRunner:
                         record["judge_score"] = None if failed else verdict.score  # type: ignore[union-attr]
                         record["judge_reason"] = None if failed else verdict.reason  # type: ignore[union-attr]
                         record["judge_error"] = str(verdict) if failed else None
+                if self.reader is not None:
+                    self._read(episodes, records)
                 for record in records:
                     store[record["id"]] = record
                     handle.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -214,8 +242,9 @@ class SimUserRunner:
         done = [store[i] for i in ids if i in store]
         meta = {
             **run_meta("care-eval-sim-user", time.perf_counter() - started),
-            **self.identity(),
+            **identity,
             "profiles": len(profiles),
+            "user_types": list(dict.fromkeys(p.user_type for p in profiles)),
             "data": file_hashes(self.sources),
             "resamples": self.resamples,
             "seed": self.seed,
@@ -223,6 +252,20 @@ class SimUserRunner:
             "cpu_seconds_per_episode": cpu / len(todo) if todo else None,
         }
         return self._report(done, meta, scored=len(todo), reused=len(profiles) - len(todo))
+
+    def _read(self, episodes: Sequence[SimEpisode], records: list[dict[str, Any]]) -> None:
+        """Read every policy reply of the episodes (one batch) and add each episode's consistency."""
+        assert self.reader is not None
+        replies = [[m.content for m in e.messages if m.role == "assistant"] for e in episodes]
+        readings = self.reader.read_batch([r for rs in replies for r in rs])
+        start = 0
+        for episode, record, own in zip(episodes, records, replies, strict=True):
+            mine, start = readings[start : start + len(own)], start + len(own)
+            states: list[int | None] = [episode.initial_emotion, *(int(t["emotion"]) for t in episode.trace)]
+            score = consistency(states[: len(own)], mine)
+            record["readings"] = [r.model_dump() if not isinstance(r, CareError) else {"error": str(r)} for r in mine]
+            record["consistency"] = score.to_json()
+            record["emotion_change"] = episode.final_emotion - episode.initial_emotion
 
     def _report(
         self, records: list[dict[str, Any]], meta: dict[str, Any], *, scored: int, reused: int
@@ -236,6 +279,12 @@ class SimUserRunner:
         def stat(key: str) -> Callable[[Sequence[dict[str, Any]]], float | None]:
             return lambda sample: mean(float(r[key]) for r in sample)
 
+        def change(sample: Sequence[dict[str, Any]]) -> float | None:
+            return mean(float(r["final_emotion"] - r["initial_emotion"]) for r in sample)
+
+        def read_mean(key: str) -> Callable[[Sequence[dict[str, Any]]], float | None]:
+            return lambda sample: mean(float(r["consistency"][key]) for r in sample)
+
         boot = {"resamples": self.resamples, "seed": self.seed}
         metrics = {
             "success_rate": bootstrap(valid, rate("success"), **boot),  # type: ignore[arg-type]
@@ -246,7 +295,25 @@ class SimUserRunner:
             judged = [r for r in records if r.get("judge_score") is not None]
             counts["unjudged"] = len(records) - len(judged)
             metrics["mean_judge_score"] = bootstrap(judged, stat("judge_score"), **boot)  # type: ignore[arg-type]
-        report = SimUserReport(metrics, meta, counts, scored=scored, reused=reused)
+        if self.reader is not None:
+            counts["unread"] = sum(int(r.get("consistency", {}).get("unread", 0)) for r in records)
+        types = list(dict.fromkeys(str(r.get("user_type", "cooperative")) for r in records))
+        by_type: dict[str, dict[str, Estimate]] = {}
+        if self.reader is not None or types != ["cooperative"]:
+            for user_type in types:
+                mine = [r for r in valid if r.get("user_type", "cooperative") == user_type]
+                row = {
+                    "success_rate": bootstrap(mine, rate("success"), **boot),  # type: ignore[arg-type]
+                    "failure_rate": bootstrap(mine, rate("failure"), **boot),  # type: ignore[arg-type]
+                    "mean_final_emotion": bootstrap(mine, stat("final_emotion"), **boot),  # type: ignore[arg-type]
+                    "mean_emotion_change": bootstrap(mine, change, **boot),  # type: ignore[arg-type]
+                }
+                if self.reader is not None:
+                    for name, key in (("consistency", "tracking"), ("direction_agreement", "direction")):
+                        read = [r for r in mine if r.get("consistency", {}).get(key) is not None]
+                        row[name] = bootstrap(read, read_mean(key), **boot)  # type: ignore[arg-type]
+                by_type[user_type] = row
+        report = SimUserReport(metrics, meta, counts, scored=scored, reused=reused, by_user_type=by_type)
         (self.out_dir / "simuser.json").write_text(json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
         (self.out_dir / "simuser.md").write_text(report.markdown() + "\n", encoding="utf-8")
         return report

@@ -11,7 +11,11 @@ the training recipes nor the evals import each other. Importing this package is 
 - :mod:`care_lab.simulation.episodes`: :func:`run_episodes` rolls out conversations between a
   policy (:class:`BackendPolicy`, or the model being trained) and the simulated user;
 - :mod:`care_lab.simulation.judge`: :class:`DialogueJudge`, one holistic verdict per
-  conversation from a model that is not the training reward.
+  conversation from a model that is not the training reward;
+- :mod:`care_lab.simulation.adversarial`: adversarial user types (gaslighting, escalation,
+  validation, hidden intention) for evaluation, :func:`with_user_types`;
+- :mod:`care_lab.simulation.consistency`: :class:`StateReader` and :func:`consistency`, whether the
+  policy's replies track the user's emotion, apart from whether they improve it.
 
 Examples:
     >>> from care_sdk.testing import ScriptedBackend
@@ -25,6 +29,8 @@ Examples:
 
 from __future__ import annotations
 
+from care_lab.simulation.adversarial import USER_TYPES, with_user_types
+from care_lab.simulation.consistency import Consistency, StateReader, StateReading, consistency
 from care_lab.simulation.episodes import DEFAULT_SYSTEM_PROMPT, BackendPolicy, Episode, TurnPolicy, run_episodes
 from care_lab.simulation.judge import DialogueJudge, JudgeVerdict
 from care_lab.simulation.profiles import (
@@ -39,18 +45,24 @@ from care_lab.simulation.simulated_user import SimulatedUser, UserTurn
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
+    "USER_TYPES",
     "BackendPolicy",
+    "Consistency",
     "DialogueJudge",
     "Episode",
     "JudgeVerdict",
     "SimulatedUser",
+    "StateReader",
+    "StateReading",
     "TurnPolicy",
     "UserProfile",
     "UserSettings",
     "UserTurn",
+    "consistency",
     "esconv_profiles",
     "load_profiles",
     "run_episodes",
     "sage_profiles",
     "split_profiles",
+    "with_user_types",
 ]

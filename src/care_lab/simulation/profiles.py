@@ -63,6 +63,10 @@ class UserProfile(BaseModel):
     """The user's first message."""
     emotion: str | None = None
     """A label of the user's emotion or character type (for plots), when known."""
+    user_type: str = "cooperative"
+    """How the simulated user behaves: ``cooperative``, or an adversarial type of
+    :data:`care_lab.simulation.adversarial.USER_TYPES` (set by
+    :func:`~care_lab.simulation.adversarial.with_user_types`; evaluation only)."""
 
     def first_message(self) -> Message:
         """The opening line as a user message."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from care_lab.simulation.adversarial import behaviour_paragraph
 from care_lab.simulation.profiles import UserProfile
 from care_lab.simulation.replies import clip, parse_json_reply
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
@@ -37,7 +38,7 @@ Who you are: $persona
 Your situation: $situation
 
 Your hidden goal (what would truly help you; never state it outright, react to whether the supporter \
-gets you there): $goal
+gets you there): $goal$behaviour
 
 After each supporter message, write your next message as this person: one to three sentences, \
 reacting honestly to what the supporter just said.$language
@@ -154,6 +155,7 @@ class SimulatedUser:
             persona=clip(profile.persona, self.max_profile_chars),
             situation=clip(profile.situation, self.max_profile_chars),
             goal=clip(profile.goal, self.max_profile_chars),
+            behaviour=behaviour_paragraph(profile.user_type),
             language=_LANGUAGE[profile.language],
         )
         shown = [m for m in dialogue if m.role != "system"]

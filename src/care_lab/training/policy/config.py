@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from care_lab.simulation.adversarial import check_user_types
 from care_lab.simulation.episodes import DEFAULT_SYSTEM_PROMPT
 from care_lab.simulation.profiles import UserSettings
 from care_lab.training.config import LoraSettings
@@ -15,11 +16,13 @@ from care_sdk.addons import parse_add_on
 from care_sdk.variants import VariantField
 
 __all__ = [
+    "CurriculumSettings",
     "EpisodeSettings",
     "EvalPolicyConfig",
     "JudgeSettings",
     "PolicyGRPOConfig",
     "PromptSettings",
+    "ReaderSettings",
     "RewardSettings",
     "SimulatorSettings",
 ]
@@ -177,6 +180,46 @@ class JudgeSettings(_Config):
     """Sampling seed of the judge."""
 
 
+class ReaderSettings(_Config):
+    """The state reader of ``eval-policy``: reads each policy reply alone for the state it acknowledges
+    (:class:`~care_lab.simulation.consistency.StateReader`), giving the consistency score.
+
+    Examples:
+        >>> ReaderSettings().backend
+        'base'
+    """
+
+    backend: str = "base"
+    """The reader's backend spec (not the policy's)."""
+    options: dict[str, Any] = {}
+    """Reader backend constructor options."""
+    max_tokens: int = Field(default=48, ge=16)
+    """Token budget of one reading."""
+    max_attempts: int = Field(default=2, ge=1)
+    """Readings tried per reply before it is counted unread (never a silent 0)."""
+
+
+class CurriculumSettings(_Config):
+    """Competence-boundary sampling of the training scenarios
+    (:mod:`care_lab.training.policy.curriculum`): scenarios whose pass rate in the groups already
+    rolled out lies near ``target`` are drawn more often, every scenario keeps a rehearsal floor.
+
+    Examples:
+        >>> CurriculumSettings().target, CurriculumSettings().rehearsal
+        (0.5, 0.2)
+    """
+
+    target: float = Field(default=0.5, gt=0, lt=1)
+    """The pass rate at the policy's competence boundary (drawn most often)."""
+    pass_threshold: float = Field(default=0.5, ge=0, le=1)
+    """A rollout passes when its reward is at least this (CARE rewards lie in [0, 1])."""
+    rehearsal: float = Field(default=0.2, gt=0, le=1)
+    """The share of the sampling probability spread uniformly: every scenario keeps at least
+    ``rehearsal / N`` (1: uniform sampling)."""
+    sharpness: float = Field(default=1.0, gt=0)
+    """Exponent on the boundary score: above 1 concentrates the draws nearer the target."""
+
+
 class PolicyGRPOConfig(_Config):
     """Settings of ``care train policy-grpo``.
 
@@ -204,6 +247,9 @@ class PolicyGRPOConfig(_Config):
     """Multi-turn episode settings."""
     reward: RewardSettings = RewardSettings()
     """The CARE reward."""
+    curriculum: CurriculumSettings | None = None
+    """Competence-boundary sampling of the prompts / simulated users (``null``: TRL's uniform shuffle);
+    logged per step to ``curriculum.jsonl``."""
     data_dir: str | None = None
     """The data directory; ``$CARE_DATA_DIR`` when omitted (see :func:`care_lab.data.data_dir`)."""
     finetune: Literal["lora", "full"] = "lora"
@@ -256,6 +302,12 @@ class EvalPolicyConfig(_Config):
     judge: JudgeSettings = JudgeSettings()
     """Who judges the episodes: an independent judge by default; ``kind: training_reward`` scores
     them with ``reward`` instead (labelled as the training reward)."""
+    user_types: tuple[str, ...] = ("cooperative",)
+    """Simulated-user types, each played on every profile (scenario-matched): ``cooperative`` and the
+    adversarial ``gaslighting``, ``escalation``, ``validation``, ``hidden_intention``
+    (:mod:`care_lab.simulation.adversarial`); the summary has one row per type. Training never uses them."""
+    reader: ReaderSettings | None = None
+    """A state reader for the consistency score per user type (``null``: none)."""
     reward: RewardSettings = RewardSettings()
     """The CARE reward the policy was trained with; used only with ``judge.kind: training_reward``."""
     data_dir: str | None = None
@@ -263,11 +315,20 @@ class EvalPolicyConfig(_Config):
     seed: int = 0
     """Sampling seed of the policy."""
 
+    @field_validator("user_types")
+    @classmethod
+    def _known_user_types(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return check_user_types(value)
+
     @model_validator(mode="after")
     def _judge_is_independent(self) -> EvalPolicyConfig:
         if self.judge.kind == "independent" and self.judge.backend in (self.reward.generator, self.reward.evaluator):
             raise ValueError(
                 f"judge.backend {self.judge.backend!r} is the training reward's generator or evaluator, so it "
                 "is not an independent judge; choose another model, or set judge.kind: training_reward"
+            )
+        if self.reader is not None and self.reader.backend == self.policy:
+            raise ValueError(
+                f"reader.backend {self.reader.backend!r} is the policy; the policy would read its own replies"
             )
         return self

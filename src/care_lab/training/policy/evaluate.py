@@ -6,6 +6,12 @@ because the reward the policy was trained with cannot see the policy gaming it. 
 ``judge.kind: training_reward`` the CARE reward of the ``reward`` section scores every turn
 instead, and the summary says that it is the training reward.
 
+With ``user_types`` every profile is played once per simulated-user type (cooperative and the
+adversarial types of :mod:`care_lab.simulation.adversarial`; episode ids carry ``@<type>``), and
+with a ``reader`` every policy reply is read alone for the state it acknowledges: the summary's
+``by_user_type`` holds, per type, the final emotions and each episode's consistency score
+(:mod:`care_lab.simulation.consistency`).
+
 Writes, under ``output_dir``:
 
 - ``dialogues.jsonl``: one episode a line, ``{"id", "messages", "end_reason", "emotions", ...}``
@@ -24,6 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from care_lab.simulation.adversarial import with_user_types
+from care_lab.simulation.consistency import StateReader, consistency
 from care_lab.simulation.episodes import BackendPolicy, Episode, run_episodes
 from care_lab.simulation.profiles import load_profiles
 from care_lab.training._common import check_dir
@@ -84,6 +92,10 @@ class EvalSummary:
     """``independent`` or ``training_reward`` (see :class:`~care_lab.training.policy.config.JudgeSettings`)."""
     judge: str = TRAINING_REWARD_LABEL
     """The judge: the independent judge's identity, or :data:`TRAINING_REWARD_LABEL`."""
+    by_user_type: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """Per simulated-user type: ``final_emotions`` and, with a reader, ``tracking`` and ``direction``
+    (each episode's consistency score and direction agreement, :mod:`care_lab.simulation.consistency`)
+    and ``unread`` (one 1.0 per reply whose reading failed)."""
     judge_scores: list[int] = field(default_factory=list)
     """The independent judge's score (1-10) of every episode it judged."""
     failed_judgements: int = 0
@@ -104,6 +116,10 @@ class EvalSummary:
         data["mean_weights"] = {d: _mean(v) for d, v in self.weights.items()}
         data["mean_final_emotion"] = _mean([float(e) for e in self.final_emotions])
         data["mean_judge_score"] = _mean([float(x) for x in self.judge_scores])
+        data["mean_by_user_type"] = {
+            t: {k: _mean(v) if k != "unread" else len(v) for k, v in row.items()}
+            for t, row in self.by_user_type.items()
+        }
         return data
 
     def table(self) -> str:
@@ -131,6 +147,12 @@ class EvalSummary:
         for reason, count in sorted(self.end_reasons.items()):
             rows.append((f"ended: {reason}", str(count)))
         rows.append(("mean final emotion", fmt(_mean([float(e) for e in self.final_emotions]))))
+        names = {"final_emotions": "final emotion", "tracking": "consistency (tracking)", "direction": "direction"}
+        if len(self.by_user_type) > 1 or any("unread" in row for row in self.by_user_type.values()):
+            for user_type, row in self.by_user_type.items():
+                for key, values in row.items():
+                    if key in names:
+                        rows.append((f"{user_type}: mean {names[key]} (n={len(values)})", fmt(_mean(values))))
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 
@@ -156,7 +178,7 @@ def evaluate_policy(
 
     pool = pool if pool is not None else BackendPool()
     out = check_dir(config.output_dir, "output_dir")
-    profiles = load_profiles(config.users, config.split, config.data_dir)
+    profiles = with_user_types(load_profiles(config.users, config.split, config.data_dir), config.user_types)
     independent = config.judge.kind == "independent"
     judge = trajectory = None
     if independent:
@@ -170,6 +192,14 @@ def evaluate_policy(
         care = build_reward(config.reward, pool)
         trajectory = TrajectoryReward(care, how=config.episode.trajectory, gamma=config.episode.gamma)
     simulator = build_simulator(config.simulator, pool, seed=config.seed)
+    reader = None
+    if config.reader is not None:
+        reader = StateReader(
+            pool.get(config.reader.backend, config.reader.options),
+            max_tokens=config.reader.max_tokens,
+            seed=config.seed,
+            max_attempts=config.reader.max_attempts,
+        )
     policy = BackendPolicy(
         pool.get(config.policy, config.policy_options),
         max_tokens=config.policy_max_tokens,
@@ -198,12 +228,16 @@ def evaluate_policy(
             system_prompt=config.system_prompt,
             ids=[f"{p.id}#{r}" for p, r in batch],
         )
-        for episode in episodes:
+        for episode, (profile, _) in zip(episodes, batch, strict=True):
             summary.dialogues += 1
             summary.end_reasons[episode.end_reason] = summary.end_reasons.get(episode.end_reason, 0) + 1
             rated = [e for e in episode.emotions if e is not None]
+            row = summary.by_user_type.setdefault(profile.user_type, {"final_emotions": []})
             if rated:
                 summary.final_emotions.append(rated[-1])
+                row["final_emotions"].append(float(rated[-1]))
+        if reader is not None:
+            _read(reader, episodes, [p.user_type for p, _ in batch], summary)
         if judge is not None:
             verdicts = judge.judge_batch([list(e.messages) for e in episodes])
             _write_verdicts(recorder, config.label, episodes, verdicts, summary)
@@ -213,6 +247,22 @@ def evaluate_policy(
         log(f"eval-policy: {summary.dialogues}/{len(jobs)} episodes")
     (out / "summary.json").write_text(json.dumps(summary.to_json(), indent=2), encoding="utf-8")
     return summary
+
+
+def _read(reader: StateReader, episodes: Sequence[Episode], types: Sequence[str], summary: EvalSummary) -> None:
+    """Read every policy reply (one batch) and add each episode's consistency to its user type's row."""
+    replies = [[m.content for m in e.messages if m.role == "assistant"] for e in episodes]
+    readings = reader.read_batch([r for rs in replies for r in rs])
+    start = 0
+    for episode, user_type, own in zip(episodes, types, replies, strict=True):
+        mine, start = readings[start : start + len(own)], start + len(own)
+        # reply k answers user message k, whose emotion the simulator rated (None for the opening)
+        score = consistency(list(episode.emotions[: len(own)]), mine)
+        row = summary.by_user_type[user_type]
+        for key, value in (("tracking", score.tracking), ("direction", score.direction)):
+            if value is not None:
+                row.setdefault(key, []).append(value)
+        row.setdefault("unread", []).extend([1.0] * score.unread)
 
 
 def _write_verdicts(
