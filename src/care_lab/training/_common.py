@@ -29,6 +29,7 @@ __all__ = [
     "reward_log",
     "save_outputs",
     "stage_setup",
+    "with_train_sampler",
     "write_run_files",
 ]
 
@@ -277,6 +278,27 @@ def stage_setup(
     return out, build_trl_config(config_class, values, config.trl, source)
 
 
+def with_train_sampler(trainer_class: type[Any], make_sampler: Callable[[Any, Any], Any]) -> type[Any]:
+    """A subclass of a TRL trainer whose training sampler is ``make_sampler(trainer, dataset)``.
+
+    It overrides ``_get_train_sampler``, the one method ``GRPOTrainer`` builds its ``RepeatSampler``
+    in; everything else (generation, reuse across iterations, the loss) is TRL's.
+
+    Examples:
+        >>> class Base:
+        ...     train_dataset = [1, 2]
+        ...     def _get_train_sampler(self, dataset=None): return "repeat"
+        >>> Sub = with_train_sampler(Base, lambda trainer, dataset: f"boundary over {len(dataset)}")
+        >>> Sub()._get_train_sampler(), Sub.__name__
+        ('boundary over 2', 'Base')
+    """
+
+    def _get_train_sampler(self: Any, dataset: Any = None) -> Any:
+        return make_sampler(self, dataset if dataset is not None else self.train_dataset)
+
+    return type(trainer_class.__name__, (trainer_class,), {"_get_train_sampler": _get_train_sampler})
+
+
 def make_trainer(
     trainer: Literal["sft", "grpo"],
     config: TrainerStage,
@@ -289,8 +311,12 @@ def make_trainer(
     **options: Any,
 ) -> Any:
     """TRL's ``SFTTrainer`` or ``GRPOTrainer`` (by ``trainer``) on ``rows`` (and ``eval_rows``, when
-    any), with the stage's LoRA adapters under ``finetune: lora``; ``options`` go to the trainer as they are."""
+    any), with the stage's LoRA adapters under ``finetune: lora``; ``options`` go to the trainer as they
+    are, except ``train_sampler``: ``make(trainer, dataset)`` building the training sampler (see
+    :func:`with_train_sampler`)."""
     from datasets import Dataset
+
+    train_sampler = options.pop("train_sampler", None)
 
     if eval_rows:
         options["eval_dataset"] = Dataset.from_list(eval_rows)
@@ -304,6 +330,8 @@ def make_trainer(
         from trl.trainer.grpo_trainer import GRPOTrainer
 
         trainer_class = GRPOTrainer
+    if train_sampler is not None:
+        trainer_class = with_train_sampler(trainer_class, train_sampler)
     return trainer_class(
         model=model,
         args=args,

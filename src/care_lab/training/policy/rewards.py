@@ -19,7 +19,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from care_lab.simulation.episodes import Episode
 from care_sdk.integrations.trl import report_to_trainer, trl_items
@@ -28,6 +28,9 @@ from care_sdk.score_files import turn_record
 from care_sdk.trajectory import Aggregation, TrajectoryResult, TrajectoryReward
 from care_sdk.types import Message, RewardResult, as_messages
 from care_sdk.variants import Variant
+
+if TYPE_CHECKING:
+    from care_lab.training.policy.curriculum import BoundaryCurriculum
 
 __all__ = ["EpisodeRecorder", "PolicyReward", "Variant"]
 
@@ -126,6 +129,9 @@ class PolicyReward:
         how: how turn rewards become the episode reward (``mean``, ``last``, ``discounted``).
         gamma: the discount of ``discounted``.
         recorder: where to write scored dialogues and turns (``None``: nowhere).
+        curriculum: a :class:`~care_lab.training.policy.curriculum.BoundaryCurriculum` that records
+            each scenario's pass rate from these rewards (no extra rollouts) and whose metrics are logged.
+        scenario_key: the dataset column that names a sample's scenario for the curriculum.
 
     Examples:
         >>> from care_sdk import RubricEvaluator, Rubric
@@ -146,8 +152,12 @@ class PolicyReward:
         how: Aggregation = "mean",
         gamma: float = 0.9,
         recorder: EpisodeRecorder | None = None,
+        curriculum: BoundaryCurriculum | None = None,
+        scenario_key: str = "profile_id",
     ) -> None:
         self.reward = reward
+        self.curriculum = curriculum
+        self.scenario_key = scenario_key
         self.multi_turn = multi_turn
         self.trajectory = TrajectoryReward(reward, how=how, gamma=gamma)
         self.recorder = recorder
@@ -199,9 +209,17 @@ class PolicyReward:
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """TRL reward signature: one reward (or ``None``) per completion."""
-        if self.multi_turn:
-            return self._episodes(kwargs)
-        return self._replies(prompts, completions, kwargs)
+        rewards = self._episodes(kwargs) if self.multi_turn else self._replies(prompts, completions, kwargs)
+        if self.curriculum is not None:
+            keys = kwargs.get(self.scenario_key)
+            if keys is None:
+                raise ValueError(f"the curriculum needs the dataset column {self.scenario_key!r}")
+            self.curriculum.observe(keys, rewards, step=self._step(kwargs))
+            log_metric = kwargs.get("log_metric")
+            if callable(log_metric):
+                for name, value in self.curriculum.metrics().items():
+                    log_metric(name, value)
+        return rewards
 
     def __repr__(self) -> str:
         return f"PolicyReward({self.reward!r}, multi_turn={self.multi_turn}, how={self.trajectory.how!r})"

@@ -53,6 +53,9 @@ class PolicyGRPOResult(GRPORunResult):
 
     dialogues: str = ""
     """The scored dialogues file (``dialogues.jsonl``)."""
+    curriculum: str | None = None
+    """The curriculum's per-step log (``curriculum.jsonl``; ``curriculum.json`` beside it holds all of it and
+    the final pass rates and probabilities), with ``curriculum`` set."""
     turns: str = ""
     """The scored turns file (``turns.jsonl``)."""
 
@@ -169,11 +172,24 @@ def run_policy_grpo(
     else:
         rows = prompt_rows(config.prompts, config.system_prompt, config.data_dir)
         what = f"{len(rows)} {config.prompts.source} contexts"
-    for name in ("dialogues.jsonl", "turns.jsonl"):
+    for name in ("dialogues.jsonl", "turns.jsonl", "curriculum.jsonl"):
         (out / name).unlink(missing_ok=True)
     recorder = EpisodeRecorder(out, variant=config.reward.variant, emotions=emotions)
+    scenario_key = "profile_id" if multi else "id"
+    curriculum = None
+    if config.curriculum is not None:
+        from care_lab.training.policy.curriculum import BoundaryCurriculum
+
+        curriculum = BoundaryCurriculum([r[scenario_key] for r in rows], config.curriculum, out / "curriculum.jsonl")
+        what += f", competence-boundary sampling (target pass rate {config.curriculum.target})"
     reward = PolicyReward(
-        care, multi_turn=multi, how=config.episode.trajectory, gamma=config.episode.gamma, recorder=recorder
+        care,
+        multi_turn=multi,
+        how=config.episode.trajectory,
+        gamma=config.episode.gamma,
+        recorder=recorder,
+        curriculum=curriculum,
+        scenario_key=scenario_key,
     )
     model, tokenizer, model_path = load_model(config.model, config.dtype)
     log(f"policy-grpo ({config.mode}, reward {config.reward.variant}): {what}, policy {model_path}")
@@ -188,6 +204,7 @@ def run_policy_grpo(
         reward_funcs=[reward],
         callbacks=callbacks,
         rollout_func=rollout_func,
+        **({"train_sampler": curriculum.sampler} if curriculum is not None else {}),
     )
     trainer.train()
     rewards = reward_log(trainer.state.log_history, [REWARD_NAME], metrics_prefix="care/")
@@ -200,10 +217,13 @@ def run_policy_grpo(
         "policy": str(model_path),
     }
     write_run_files(out, metrics, trainer.state.log_history, rewards)
+    if curriculum is not None:
+        (out / "curriculum.json").write_text(json.dumps(curriculum.summary(), indent=2) + "\n", encoding="utf-8")
     return PolicyGRPOResult(
         output_dir=str(out),
         rewards=rewards,
         saved=saved,
         dialogues=str(recorder.dialogues_path),
         turns=str(recorder.turns_path),
+        curriculum=str(curriculum.log_path) if curriculum is not None else None,
     )
