@@ -118,8 +118,8 @@ def test_one_evaluator_definition_serves_pref_grpo_and_policy_grpo() -> None:
     shared = yaml.safe_load((CONFIGS / "shared" / "evaluator_paper.yaml").read_text())
     pref = [load_config(PrefGRPOConfig, p) for p in sorted(CONFIGS.glob("pref_grpo_paper*.yaml"))]
     policy = [load_config(PolicyGRPOConfig, p) for p in sorted(CONFIGS.glob("policy_grpo_paper*.yaml"))]
-    evals = [load_config(EvalPolicyConfig, CONFIGS / "policy_eval_paper.yaml")]
-    assert len(pref) == 2 and len(policy) == 6
+    evals = [load_config(EvalPolicyConfig, p) for p in sorted(CONFIGS.glob("policy_eval_paper*.yaml"))]
+    assert len(pref) == 2 and len(policy) == 7 and len(evals) == 2
     expected = (shared["backend"], shared["max_tokens"], shared["max_attempts"])
     assert {(c.evaluator, c.evaluator_max_tokens, c.evaluator_max_attempts) for c in pref} == {expected}
     assert {(r.evaluator, r.evaluator_max_tokens, r.max_attempts) for r in [c.reward for c in policy + evals]} == {
