@@ -125,6 +125,7 @@ def test_cli_sim_user_on_the_bundled_model(data_dir: Path, tmp_path: Path, capsy
         assert 0 <= record["final_emotion"] <= 100 and record["trace"][0]["reason"]
     report = json.loads((out / "simuser.json").read_text())
     assert report["data"] and report["cpu_seconds_per_episode"] > 0
+    assert (report["role"], report["test_reads"]) == ("eval-only", 0)  # the SAGE profiles
     assert code == (1 if report["counts"]["error"] or report["counts"]["unjudged"] or report["counts"]["unread"] else 0)
     # the state reader (the simulator's spec by default) read the policy's reply
     assert "reader-v1" in report["reader"]

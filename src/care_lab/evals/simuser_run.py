@@ -33,6 +33,7 @@ from typing import Any
 
 from care_lab._run_dir import RECORDS, check_identity, file_hashes, load_records, run_meta
 from care_lab.bench.metrics import Estimate, bootstrap, mean
+from care_lab.data.roles import data_role
 from care_lab.evals.simuser import EmotionSimulator, SimEpisode, run_sim_episodes
 from care_lab.simulation.adversarial import ADVERSARIAL_PROMPT_VERSION
 from care_lab.simulation.consistency import StateReader, consistency
@@ -246,6 +247,7 @@ class SimUserRunner:
             "profiles": len(profiles),
             "user_types": list(dict.fromkeys(p.user_type for p in profiles)),
             "data": file_hashes(self.sources),
+            **_data_role(self.sources),
             "resamples": self.resamples,
             "seed": self.seed,
             "seconds_per_episode": wall / len(todo) if todo else None,
@@ -317,3 +319,14 @@ class SimUserRunner:
         (self.out_dir / "simuser.json").write_text(json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
         (self.out_dir / "simuser.md").write_text(report.markdown() + "\n", encoding="utf-8")
         return report
+
+
+def _data_role(sources: Sequence[Path]) -> dict[str, Any]:
+    """The profiles' declared data role (``None`` when undeclared or mixed) and ``test_reads``: 0 for data
+    that is not a test set (this command records no test read; ``None`` for test data)."""
+    roles = {data_role(p) for p in sources}
+    role = roles.pop() if len(roles) == 1 else None
+    role = "selection" if role == "valid" else role
+    if role == "by-record":
+        role = None
+    return {"role": role, "test_reads": 0 if role in ("train", "selection", "eval-only") else None}

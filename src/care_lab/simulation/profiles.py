@@ -28,6 +28,7 @@ __all__ = [
     "UserSettings",
     "esconv_profiles",
     "load_profiles",
+    "profiles_file",
     "sage_profiles",
     "split_profiles",
 ]
@@ -222,7 +223,13 @@ class UserSettings(BaseModel):
 _SAGE_PROFILES = ("sage_rlver", "profiles", "simulator_profile_withfirsttalk.jsonl")
 
 
-def _profiles_file(settings: UserSettings, split: Literal["train", "held_out"], root: Path) -> Path:
+def profiles_file(settings: UserSettings, split: Literal["train", "held_out"], root: Path) -> Path:
+    """The file of the training or held-out users: the settings' path, else the source's default under ``root``.
+
+    Examples:
+        >>> profiles_file(UserSettings(), "held_out", Path("data")).as_posix()
+        'data/esconv/test.jsonl'
+    """
     if split == "train":
         if settings.path:
             return Path(settings.path)
@@ -262,7 +269,7 @@ def load_profiles(settings: UserSettings, split: Split, data_dir: str | None = N
         root = Path(data_dir) if data_dir is not None else find_data_dir()
     chosen: list[UserProfile] = []
     for part in parts:
-        path = _profiles_file(settings, part, root)
+        path = profiles_file(settings, part, root)
         if part == "train":
             require_trainable(path, what="training users")
         else:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from care_lab.data.roles import require_trainable
+from care_lab.simulation.profiles import UserSettings, profiles_file
 from care_lab.simulation.simulated_user import SimulatedUser
 from care_lab.training.policy.config import PromptSettings, RewardSettings, SimulatorSettings
 from care_sdk.addons import add_ons
@@ -21,7 +22,7 @@ from care_sdk.generator import RubricGenerator
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import Dialogue, Message
 
-__all__ = ["build_reward", "build_simulator", "prompt_rows"]
+__all__ = ["build_reward", "build_simulator", "prompt_rows", "prompts_file", "training_data_file"]
 
 
 def _data_root(data_dir: str | None, given: str | None = None) -> Path:
@@ -69,15 +70,33 @@ def build_simulator(settings: SimulatorSettings, pool: BackendPool, *, seed: int
     )
 
 
-def _dialogues(settings: PromptSettings, root: Path) -> list[Dialogue]:
+def prompts_file(settings: PromptSettings, root: Path) -> Path:
+    """The file single-turn prompts are read from: ``prompts.path``, else the source's default under ``root``.
+
+    Raises:
+        InputError: ``jsonl`` without a path.
+
+    Examples:
+        >>> prompts_file(PromptSettings(), Path("data")).as_posix()
+        'data/esconv/train.jsonl'
+    """
+    if settings.path:
+        return Path(settings.path)
     if settings.source == "jsonl":
-        if not settings.path:
-            raise InputError("prompts.source jsonl needs prompts.path", location="prompts.path")
+        raise InputError("prompts.source jsonl needs prompts.path", location="prompts.path")
+    if settings.source == "esconv":
+        return root / "esconv" / "train.jsonl"
+    return root / "mint_lend_an_ear" / "training" / "conversations_322.json"
+
+
+def _dialogues(settings: PromptSettings, root: Path) -> list[Dialogue]:
+    path = prompts_file(settings, root)
+    require_trainable(path, what="training prompts")
+    if settings.source == "jsonl":
         from care_sdk.dialogues import read_dialogues
 
-        require_trainable(settings.path, what="training prompts")
         out = []
-        for line in read_dialogues(settings.path):
+        for line in read_dialogues(path):
             if line.error is not None:
                 raise line.error
             assert line.dialogue is not None
@@ -86,17 +105,24 @@ def _dialogues(settings: PromptSettings, root: Path) -> list[Dialogue]:
     if settings.source == "esconv":
         from care_lab.data import load_esconv
 
-        path = Path(settings.path) if settings.path else root / "esconv" / "train.jsonl"
-        require_trainable(path, what="training prompts")
         loaded = load_esconv(path)
     else:
         from care_lab.data import load_mint_conversations
 
-        default = root / "mint_lend_an_ear" / "training" / "conversations_322.json"
-        path = Path(settings.path) if settings.path else default
-        require_trainable(path, what="training prompts")
         loaded = load_mint_conversations(path)
     return [d.to_dialogue() for d in loaded.records]
+
+
+def training_data_file(mode: str, prompts: PromptSettings, users: UserSettings, data_dir: str | None = None) -> Path:
+    """The file a policy run trains on: the prompts file (single turn) or the training users' file (multi turn).
+
+    Examples:
+        >>> training_data_file("multi_turn", PromptSettings(), UserSettings(path="u.jsonl")).as_posix()
+        'u.jsonl'
+    """
+    if mode == "multi_turn":
+        return profiles_file(users, "train", _data_root(data_dir, users.path))
+    return prompts_file(prompts, _data_root(data_dir, prompts.path))
 
 
 def prompt_rows(

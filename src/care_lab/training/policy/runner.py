@@ -16,6 +16,7 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from care_lab.simulation.episodes import run_episodes
@@ -30,8 +31,9 @@ from care_lab.training._common import (
     stage_setup,
     write_run_files,
 )
-from care_lab.training.policy.components import build_reward, build_simulator, prompt_rows
+from care_lab.training.policy.components import build_reward, build_simulator, prompt_rows, training_data_file
 from care_lab.training.policy.config import PolicyGRPOConfig
+from care_lab.training.policy.curriculum import BoundaryCurriculum
 from care_lab.training.policy.rewards import EpisodeRecorder, PolicyReward
 from care_sdk.backends import BackendPool
 from care_sdk.types import Message
@@ -178,8 +180,6 @@ def run_policy_grpo(
     scenario_key = "profile_id" if multi else "id"
     curriculum = None
     if config.curriculum is not None:
-        from care_lab.training.policy.curriculum import BoundaryCurriculum
-
         curriculum = BoundaryCurriculum([r[scenario_key] for r in rows], config.curriculum, out / "curriculum.jsonl")
         what += f", competence-boundary sampling (target pass rate {config.curriculum.target})"
     reward = PolicyReward(
@@ -204,7 +204,7 @@ def run_policy_grpo(
         reward_funcs=[reward],
         callbacks=callbacks,
         rollout_func=rollout_func,
-        **({"train_sampler": curriculum.sampler} if curriculum is not None else {}),
+        train_sampler=curriculum.sampler if curriculum is not None else None,
     )
     trainer.train()
     rewards = reward_log(trainer.state.log_history, [REWARD_NAME], metrics_prefix="care/")
@@ -218,7 +218,7 @@ def run_policy_grpo(
     }
     write_run_files(out, metrics, trainer.state.log_history, rewards)
     if curriculum is not None:
-        (out / "curriculum.json").write_text(json.dumps(curriculum.summary(), indent=2) + "\n", encoding="utf-8")
+        _write_curriculum(out / "curriculum.json", curriculum, config)
     return PolicyGRPOResult(
         output_dir=str(out),
         rewards=rewards,
@@ -227,3 +227,20 @@ def run_policy_grpo(
         turns=str(recorder.turns_path),
         curriculum=str(curriculum.log_path) if curriculum is not None else None,
     )
+
+
+def _write_curriculum(path: Path, curriculum: BoundaryCurriculum, config: PolicyGRPOConfig) -> None:
+    """``curriculum.json``: the training data with its declared role, then the curriculum's whole log."""
+    from care_lab.data.roles import data_role
+
+    data = training_data_file(config.mode, config.prompts, config.users, config.data_dir)
+    role = data_role(data)
+    summary = {
+        "data": str(data),
+        "role": "selection" if role == "valid" else role,
+        "test_reads": 0,  # training reads no test data (refused)
+        "model": config.model,
+        "mode": config.mode,
+        **curriculum.summary(),
+    }
+    path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
