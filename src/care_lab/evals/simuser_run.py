@@ -36,7 +36,7 @@ from care_lab.bench.metrics import Estimate, bootstrap, mean
 from care_lab.data.roles import data_role
 from care_lab.evals.simuser import EmotionSimulator, SimEpisode, run_sim_episodes
 from care_lab.simulation.adversarial import ADVERSARIAL_PROMPT_VERSION
-from care_lab.simulation.consistency import StateReader, consistency
+from care_lab.simulation.consistency import StateReader
 from care_lab.simulation.episodes import BackendPolicy
 from care_lab.simulation.judge import DialogueJudge
 from care_lab.simulation.profiles import UserProfile
@@ -259,12 +259,14 @@ class SimUserRunner:
         """Read every policy reply of the episodes (one batch) and add each episode's consistency."""
         assert self.reader is not None
         replies = [[m.content for m in e.messages if m.role == "assistant"] for e in episodes]
-        readings = self.reader.read_batch([r for rs in replies for r in rs])
-        start = 0
-        for episode, record, own in zip(episodes, records, replies, strict=True):
-            mine, start = readings[start : start + len(own)], start + len(own)
-            states: list[int | None] = [episode.initial_emotion, *(int(t["emotion"]) for t in episode.trace)]
-            score = consistency(states[: len(own)], mine)
+        # reply t answers the user at the emotion before it: the initial one, then each rated one
+        states = [
+            [e.initial_emotion, *(int(t["emotion"]) for t in e.trace)][: len(r)]
+            for e, r in zip(episodes, replies, strict=True)
+        ]
+        for episode, record, (score, mine) in zip(
+            episodes, records, self.reader.score_episodes(replies, states), strict=True
+        ):
             record["readings"] = [r.model_dump() if not isinstance(r, CareError) else {"error": str(r)} for r in mine]
             record["consistency"] = score.to_json()
             record["emotion_change"] = episode.final_emotion - episode.initial_emotion

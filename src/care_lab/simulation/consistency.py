@@ -173,6 +173,34 @@ class StateReader:
         requests = [self.request(r, i) for i, r in enumerate(replies)]
         return drive(parse_plan(requests, parse, what="state reader", max_attempts=self.max_attempts), self.backend)
 
+    def score_episodes(
+        self, replies: Sequence[Sequence[str]], states: Sequence[Sequence[int | None]], *, deadband: int = 5
+    ) -> list[tuple[Consistency, list[StateReading | CareError]]]:
+        """Read the replies of several episodes (one batch) and score each episode with :func:`consistency`.
+
+        Args:
+            replies: per episode, its policy replies in order.
+            states: per episode, the user's emotion when each reply was written (as :func:`consistency`).
+            deadband: as :func:`consistency`.
+
+        Examples:
+            >>> from care_sdk.testing import ScriptedBackend
+            >>> reading = '{"acknowledged": true, "emotion": 40, "change": "same"}'
+            >>> reader = StateReader(ScriptedBackend(lambda r: reading))
+            >>> scored = reader.score_episodes([["a", "b"], ["c"]], [[30, 40], [50]])
+            >>> [(score.tracking, len(read)) for score, read in scored]
+            [(0.95, 2), (0.9, 1)]
+        """
+        if len(replies) != len(states):
+            raise ValueError(f"{len(replies)} episodes of replies for {len(states)} of states")
+        readings = self.read_batch([r for own in replies for r in own])
+        out: list[tuple[Consistency, list[StateReading | CareError]]] = []
+        start = 0
+        for own, state in zip(replies, states, strict=True):
+            mine, start = readings[start : start + len(own)], start + len(own)
+            out.append((consistency(state, mine, deadband=deadband), mine))
+        return out
+
     def __repr__(self) -> str:
         return f"StateReader({self.backend!r})"
 

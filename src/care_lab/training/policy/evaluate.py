@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from care_lab.simulation.adversarial import with_user_types
-from care_lab.simulation.consistency import StateReader, consistency
+from care_lab.simulation.consistency import StateReader
 from care_lab.simulation.episodes import BackendPolicy, Episode, run_episodes
 from care_lab.simulation.profiles import load_profiles
 from care_lab.training._common import check_dir
@@ -252,12 +252,9 @@ def evaluate_policy(
 def _read(reader: StateReader, episodes: Sequence[Episode], types: Sequence[str], summary: EvalSummary) -> None:
     """Read every policy reply (one batch) and add each episode's consistency to its user type's row."""
     replies = [[m.content for m in e.messages if m.role == "assistant"] for e in episodes]
-    readings = reader.read_batch([r for rs in replies for r in rs])
-    start = 0
-    for episode, user_type, own in zip(episodes, types, replies, strict=True):
-        mine, start = readings[start : start + len(own)], start + len(own)
-        # reply k answers user message k, whose emotion the simulator rated (None for the opening)
-        score = consistency(list(episode.emotions[: len(own)]), mine)
+    # reply k answers user message k, whose emotion the simulator rated (None for the opening)
+    states = [list(e.emotions[: len(r)]) for e, r in zip(episodes, replies, strict=True)]
+    for user_type, (score, _) in zip(types, reader.score_episodes(replies, states), strict=True):
         row = summary.by_user_type[user_type]
         for key, value in (("tracking", score.tracking), ("direction", score.direction)):
             if value is not None:
