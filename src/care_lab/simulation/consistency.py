@@ -36,11 +36,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from care_sdk._engine import drive, parse_plan
-from care_sdk._replies import parse_json_reply
+from care_lab.simulation.replies import parse_json_reply
 from care_sdk.backends import Backend, GenerationRequest, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.errors import CareError
+from care_sdk.plans import drive, parse_plan
 from care_sdk.types import Message
 
 __all__ = [
