@@ -328,7 +328,6 @@ def _data_role(sources: Sequence[Path]) -> dict[str, Any]:
     that is not a test set (this command records no test read; ``None`` for test data)."""
     roles = {data_role(p) for p in sources}
     role = roles.pop() if len(roles) == 1 else None
-    role = "selection" if role == "valid" else role
     if role == "by-record":
         role = None
     return {"role": role, "test_reads": 0 if role in ("train", "selection", "eval-only") else None}

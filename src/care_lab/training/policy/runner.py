@@ -234,10 +234,9 @@ def _write_curriculum(path: Path, curriculum: BoundaryCurriculum, config: Policy
     from care_lab.data.roles import data_role
 
     data = training_data_file(config.mode, config.prompts, config.users, config.data_dir)
-    role = data_role(data)
     summary = {
         "data": str(data),
-        "role": "selection" if role == "valid" else role,
+        "role": data_role(data),
         "test_reads": 0,  # training reads no test data (refused)
         "model": config.model,
         "mode": config.mode,
