@@ -55,11 +55,11 @@ class PolicyGRPOResult(GRPORunResult):
 
     dialogues: str = ""
     """The scored dialogues file (``dialogues.jsonl``)."""
+    turns: str = ""
+    """The scored turns file (``turns.jsonl``)."""
     curriculum: str | None = None
     """The curriculum's per-step log (``curriculum.jsonl``; ``curriculum.json`` beside it holds all of it and
     the final pass rates and probabilities), with ``curriculum`` set."""
-    turns: str = ""
-    """The scored turns file (``turns.jsonl``)."""
 
 
 def _key(prompt: Sequence[Any]) -> str:
