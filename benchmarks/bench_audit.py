@@ -105,9 +105,7 @@ def make_reward(arm: str, audit: Audit) -> Any:
 
 def run_arm(arm: str, steps: int, out_dir: Path, log: Any) -> dict[str, Any]:
     config = load_config(PolicyGRPOConfig, CONFIG)
-    config = config.model_copy(
-        update={"output_dir": str(out_dir / arm), "trl": {**config.trl, "max_steps": steps}}
-    )
+    config = config.model_copy(update={"output_dir": str(out_dir / arm), "trl": {**config.trl, "max_steps": steps}})
     out, args = stage_setup("grpo", config, GRPO_DEFAULTS, str(CONFIG))
     audit_log = out / "audit.jsonl"
     audit_log.unlink(missing_ok=True)
@@ -185,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--runs", default="runs/bench_audit", help="where each arm's run and audit log go")
     parser.add_argument("--out", default=str(OUT))
-    parser.add_argument("--merge", default="", help="comma-separated results files of single arms (run apart) to write as one")
+    parser.add_argument(
+        "--merge", default="", help="comma-separated results files of single arms (run apart) to write as one"
+    )
     args = parser.parse_args(argv)
     arms = [a for a in args.arms.split(",") if a] if not args.merge else []
     unknown = sorted(set(arms) - set(ARMS))

@@ -9,6 +9,7 @@ import math
 import pickle
 import threading
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from care_sdk.integrations.trl import per_dimension
 from care_sdk.report import build_report
 from care_sdk.report.audit import read_audit
 from care_sdk.testing import ScriptedBackend, candidate_reply, evaluation_json, rubric_json
-from care_sdk.types import RewardResult, as_messages
+from care_sdk.types import RewardResult
 from care_sdk.types import fixed_criteria as fixed_criteria_list
 
 CONTEXTS = ["I failed my driving test again.", "My cat died last week.", "I can't sleep before exams."]
@@ -34,12 +35,13 @@ def pays_length(request: Any) -> str:
     return evaluation_json([min(5, 1 + len(candidate_reply(request)) // 20)] * 6)
 
 
-PARAGRAPH = (
+TEXT = (
     "That sounds really hard and I am sorry it happened again after all the practice you put in before "
     "the day itself came around so quickly this time. What part of the test felt the worst for you, the "
     "moment it went wrong or the waiting afterwards? Maybe we could think about what you would want to "
     "try differently next time, and who could sit with you in the car for a few extra lessons beforehand."
-).split()
+)
+PARAGRAPH = TEXT.split()
 
 
 def batch(n_groups: int = 3, size: int = 4, grow: int = 0) -> tuple[list[str], list[str]]:
@@ -169,8 +171,13 @@ def test_a_rising_gap_raises_one_alarm_with_log_line_metric_callback_and_log(
 def test_the_plain_length_blind_reward_raises_no_alarm() -> None:
     judge = ScriptedBackend(lambda r: evaluation_json([3] * 6))
     audit = Audit(
-        lambda items: [0.5] * len(items), fraction=1.0, max_wait_s=5, window=3, gap_threshold=0.2,
-        gap_trend_threshold=0.02, length_threshold=0.5,
+        lambda items: [0.5] * len(items),
+        fraction=1.0,
+        max_wait_s=5,
+        window=3,
+        gap_threshold=0.2,
+        gap_trend_threshold=0.02,
+        length_threshold=0.5,
     )
     reward = AdaptiveReward(evaluator=RubricEvaluator(judge), rubric=Rubric.uniform_fixed(), audit=audit)
     for step in range(6):
@@ -237,6 +244,12 @@ def test_a_failing_reference_is_logged_and_training_goes_on(caplog: pytest.LogCa
     assert "judge down" in caplog.text
 
 
+def hashed_scores(request: Any, salt: str) -> str:
+    """A judge whose criterion scores follow a hash of the reply: deterministic, and rarely tied between replies."""
+    reply = candidate_reply(request)
+    return evaluation_json([1 + zlib.crc32(f"{salt}{i}{reply}".encode()) % 5 for i in range(6)])
+
+
 def judges_three(request: Any) -> str:
     return evaluation_json([3] * 6)
 
@@ -271,8 +284,9 @@ def test_canary_texts_are_checked() -> None:
 def dims_result(c: float, a: float, p: float, weights: dict[str, float] | None = None) -> RewardResult:
     rubric = Rubric.uniform_fixed().with_weights(weights or {"cognitive": 1, "affective": 1, "proactive": 1})
     scores = {"cognitive": c, "affective": a, "proactive": p}
-    return RewardResult(reward=sum(rubric.weights[d] * scores[d.value] for d in rubric.weights), rubric=rubric,
-                        dimension_scores=scores)
+    return RewardResult(
+        reward=sum(rubric.weights[d] * scores[d.value] for d in rubric.weights), rubric=rubric, dimension_scores=scores
+    )
 
 
 def test_per_dimension_advantages_standardise_each_dimension_within_its_group() -> None:
@@ -287,8 +301,9 @@ def test_per_dimension_advantages_standardise_each_dimension_within_its_group() 
 
 def test_trl_per_dimension_option_logs_both_zero_std_shares() -> None:
     # the weighted rewards tie (2/3 each); per dimension the second reply leads on two of three
-    judge = ScriptedBackend(lambda r: evaluation_json([5, 5, 3, 3, 3, 3] if "?" in candidate_reply(r)
-                                                      else [1, 1, 5, 5, 5, 5]))
+    judge = ScriptedBackend(
+        lambda r: evaluation_json([5, 5, 3, 3, 3, 3] if "?" in candidate_reply(r) else [1, 1, 5, 5, 5, 5])
+    )
     reward = AdaptiveReward(evaluator=RubricEvaluator(judge), rubric=Rubric.uniform_fixed())
     hooks = Hooks()
     values = per_dimension(reward)(["I'm sad."] * 2, ["Why?", "Sorry."], log_metric=hooks.log_metric)
@@ -302,7 +317,6 @@ def test_trl_per_dimension_option_logs_both_zero_std_shares() -> None:
 def test_verl_per_dimension_and_audit_options() -> None:
     from care_sdk.integrations.verl import compute_score, compute_score_batch, make_row
 
-    judge = ScriptedBackend(pays_length)
     gen = ScriptedBackend(lambda r: rubric_json({"cognitive": 1, "affective": 1, "proactive": 1}))
 
     def backend_script(request: Any) -> str:
@@ -313,8 +327,14 @@ def test_verl_per_dimension_and_audit_options() -> None:
     replies = ["short", "a much longer reply than that one", "mid length one", "alone"]
     reference = ScriptedBackend(lambda r: evaluation_json([3] * 6))
     out = compute_score_batch(
-        [r["data_source"] for r in rows], replies, None, [r["extra_info"] for r in rows], backend=backend,
-        advantages="per_dimension", audit=reference, audit_options={"fraction": 1.0, "max_wait_s": 5},
+        [r["data_source"] for r in rows],
+        replies,
+        None,
+        [r["extra_info"] for r in rows],
+        backend=backend,
+        advantages="per_dimension",
+        audit=reference,
+        audit_options={"fraction": 1.0, "max_wait_s": 5},
     )
     assert out[3]["score"] == 0.0  # a group of one
     assert out[1]["score"] > 0 > out[0]["score"]
@@ -326,8 +346,9 @@ def test_verl_per_dimension_and_audit_options() -> None:
     }
     assert math.isnan(out[0]["care_audit_canary_rate"])
     with pytest.raises(ConfigError, match="compute_score_batch"):
-        compute_score(rows[0]["data_source"], "x", None, rows[0]["extra_info"], backend=backend,
-                      advantages="per_dimension")
+        compute_score(
+            rows[0]["data_source"], "x", None, rows[0]["extra_info"], backend=backend, advantages="per_dimension"
+        )
     with pytest.raises(ConfigError, match="advantages"):
         compute_score_batch(["x"], ["y"], None, [rows[0]["extra_info"]], backend=backend, advantages="gdpo")
 
@@ -337,14 +358,21 @@ def test_verl_per_dimension_and_audit_options() -> None:
 
 def test_the_report_draws_the_audit_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "audit.jsonl"
-    audit = Audit(lambda items: [0.2] * len(items), fraction=1.0, max_wait_s=5, window=3, gap_threshold=0.1,
-                  canaries=True, log_path=log)
+    audit = Audit(
+        lambda items: [0.2] * len(items),
+        fraction=1.0,
+        max_wait_s=5,
+        window=3,
+        gap_threshold=0.1,
+        canaries=True,
+        log_path=log,
+    )
     reward = length_reward(audit)
     for step in range(4):
         reward(*batch(n_groups=2, grow=step))
     page, data = build_report([], audit=log)
     assert data["audit"]["steps"] == 4 and data["audit"]["first_alarms"] == {"gap": 3}
-    assert page.count('<svg') >= 6 and "Training audit (audit.jsonl)" in page and "gap at step 3" in page
+    assert page.count("<svg") >= 6 and "Training audit (audit.jsonl)" in page and "gap at step 3" in page
     assert read_audit(log).steps[0]["canaries"]
 
     from care_sdk.cli import main
@@ -369,21 +397,30 @@ def test_every_audit_key_is_logged_in_a_real_grpo_step(tmp_path: Path) -> None:
 
     log = tmp_path / "audit.jsonl"
     audit = Audit(
-        ScriptedBackend(lambda r: evaluation_json([2] * 6)),
+        ScriptedBackend(lambda r: hashed_scores(r, "reference")),
         fraction=1.0,
         max_wait_s=30,
         window=2,
         canaries=True,
-        gap_threshold=-1.0,  # holds from the second step: the alarm key is logged as 1
+        gap_threshold=-1.0,  # holds once two batches are in: the alarm key is logged as 1
         log_path=log,
     )
     gen = ScriptedBackend(lambda r: rubric_json({"cognitive": 2, "affective": 1, "proactive": 1}))
-    reward = AdaptiveReward(RubricGenerator(gen), RubricEvaluator(ScriptedBackend(pays_length)), audit=audit)
+    proxy = ScriptedBackend(lambda r: hashed_scores(r, "proxy"))
+    reward = AdaptiveReward(RubricGenerator(gen), RubricEvaluator(proxy), audit=audit)
     policy_dir = tiny_model_dir()
     config = GRPOConfig(
-        output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4, num_generations=4,
-        max_completion_length=24, learning_rate=1e-2, logging_steps=1, report_to="none", save_strategy="no",
-        use_cpu=True, seed=0,
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=24,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
     )
     trainer = GRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(policy_dir),
@@ -401,7 +438,8 @@ def test_every_audit_key_is_logged_in_a_real_grpo_step(tmp_path: Path) -> None:
         for h in steps:
             if f"care/audit/{key}" in h:
                 assert math.isfinite(h[f"care/audit/{key}"]), key
-    assert steps[-1]["care/audit/alarm"] == 1.0 and steps[0]["care/audit/reference"] == 0.25
-    assert [a.kind for a in audit.alarms] == ["gap"] and audit.alarms[0].step == 2
-    assert [r["step"] for r in read_audit(log).steps] == [0, 1]  # TRL's global_step while it scores a batch
-    assert len({tuple(as_messages(c)) for c in CONTEXTS}) == 3
+    assert steps[0]["care/audit/alarm"] == 0.0 and steps[-1]["care/audit/alarm"] == 1.0
+    assert steps[0]["care/audit/sampled"] == 4.0 and 0.0 <= steps[0]["care/audit/reference"] <= 1.0
+    records = read_audit(log).steps
+    assert [r["step"] for r in records] == [0, 1]  # TRL's global_step while it scores a batch
+    assert [a.kind for a in audit.alarms] == ["gap"] and audit.alarms[0].step == 1

@@ -89,9 +89,7 @@ def per_dimension_advantages(results: Sequence[RewardResult], groups: Sequence[H
             stats[d.value] = (statistics.fmean(values), statistics.pstdev(values))
         for i, s in scored:
             w = _weights(results[i])
-            value = sum(
-                w[d] * (s[d] - mean) / std for d, (mean, std) in stats.items() if std > 1e-12
-            )
+            value = sum(w[d] * (s[d] - mean) / std for d, (mean, std) in stats.items() if std > 1e-12)
             out[i] = round(value, _DIGITS) + 0.0
     return out
 

@@ -370,5 +370,7 @@ def compute_score(
         (0.375, 0.0, 0.0)
     """
     if options.get("advantages", "weighted") != "weighted":
-        raise ConfigError("advantages='per_dimension' needs the whole group: use compute_score_batch (reward_manager=batch)")
+        raise ConfigError(
+            "advantages='per_dimension' needs the whole group: use compute_score_batch (reward_manager=batch)"
+        )
     return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **options)[0]

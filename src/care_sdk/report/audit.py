@@ -35,8 +35,13 @@ __all__ = ["AuditLog", "audit_html", "audit_summary", "line_chart_svg", "read_au
 _AXIS = "#8a94a6"
 _TEXT = "#4a5568"
 _ALARM = "#e53e3e"
-SERIES_COLORS = {"proxy": "#5a67d8", "reference": "#20a070", "gap": "#d69e2e", "canary_rate": "#d64571",
-                 "length_corr": "#3867d6"}
+SERIES_COLORS = {
+    "proxy": "#5a67d8",
+    "reference": "#20a070",
+    "gap": "#d69e2e",
+    "canary_rate": "#d64571",
+    "length_corr": "#3867d6",
+}
 """The colour of each charted series."""
 
 
