@@ -103,7 +103,7 @@ def make_reward(arm: str, audit: Audit) -> Any:
     return per_dimension(reward) if arm == "per_dimension" else reward
 
 
-def run_arm(arm: str, steps: int, out_dir: Path, log: Any) -> dict[str, Any]:
+def run_arm(arm: str, steps: int, out_dir: Path, log: Any, write: Any) -> dict[str, Any]:
     config = load_config(PolicyGRPOConfig, CONFIG)
     config = config.model_copy(update={"output_dir": str(out_dir / arm), "trl": {**config.trl, "max_steps": steps}})
     out, args = stage_setup("grpo", config, GRPO_DEFAULTS, str(CONFIG))
@@ -121,19 +121,40 @@ def run_arm(arm: str, steps: int, out_dir: Path, log: Any) -> dict[str, Any]:
     reward = make_reward(arm, audit)
     rows = prompt_rows(config.prompts, config.system_prompt, config.data_dir)
     model, tokenizer, model_path = load_model(config.model, config.dtype)
-    trainer = make_trainer("grpo", config, model, tokenizer, args, rows, reward_funcs=[reward])
+    from transformers import TrainerCallback
+
     started = time.perf_counter()
+
+    class Progress(TrainerCallback):  # type: ignore[misc]
+        """Write the arm's results after every logged step, so a run cut short still leaves its steps."""
+
+        def on_log(self, _args: Any, state: Any, _control: Any, **_: Any) -> None:
+            write(summarise(state.log_history, audit, steps, time.perf_counter() - started, model_path))
+
+    trainer = make_trainer("grpo", config, model, tokenizer, args, rows, reward_funcs=[reward], callbacks=[Progress()])
     trainer.train()
-    seconds = time.perf_counter() - started
     audit.close()
-    history = [h for h in trainer.state.log_history if "step_time" in h]
+    summary = summarise(trainer.state.log_history, audit, steps, time.perf_counter() - started, model_path)
+    write(summary)
+    log(f"{arm}: {json.dumps({k: v for k, v in summary.items() if k != 'per_step'})}")
+    return summary
+
+
+def summarise(
+    log_history: list[dict[str, Any]], audit: Audit, planned: int, seconds: float, model_path: Any
+) -> dict[str, Any]:
+    """An arm's numbers from TRL's log history and the audit's records."""
+    history = [h for h in log_history if "step_time" in h]
     records = audit.history
-    first = {a.kind: a.step for a in reversed(audit.alarms)}
+    first: dict[str, int] = {}
+    for alarm in audit.alarms:
+        first.setdefault(alarm.kind, alarm.step)
     wait = [h.get("care/audit/wait_s", 0.0) for h in history]
     step_times = [h["step_time"] for h in history]
     background = [r.get("audit_seconds", 0.0) for r in records]
-    summary = {
+    return {
         "steps": len(history),
+        "planned_steps": planned,
         "policy": str(model_path),
         "seconds": round(seconds, 1),
         "per_step": [
@@ -146,12 +167,14 @@ def run_arm(arm: str, steps: int, out_dir: Path, log: Any) -> dict[str, Any]:
                 "rank_agreement": r.get("rank_agreement"),
                 "length_corr": r.get("length_corr"),
                 "canary_rate": r.get("canary_rate"),
+                "zero_std_groups": r.get("zero_std_groups"),
+                "group_std": r.get("group_std"),
                 "alarms": r.get("alarms"),
             }
             for r in records
         ],
         "first_alarm": min(first.items(), key=lambda kv: kv[1]) if first else None,
-        "alarms": {kind: step for kind, step in first.items()},
+        "alarms": first,
         "mean_gap": _mean([r.get("gap") for r in records]),
         "mean_length_corr": _mean([r.get("length_corr") for r in records]),
         "mean_canary_rate": _mean([r.get("canary_rate") for r in records]),
@@ -164,12 +187,10 @@ def run_arm(arm: str, steps: int, out_dir: Path, log: Any) -> dict[str, Any]:
             "fraction": FRACTION,
             "hook_seconds_per_step": _mean(wait),
             "step_seconds": _mean(step_times),
-            "ratio": (sum(wait) / sum(step_times)) if step_times else None,
+            "ratio": round(sum(wait) / sum(step_times), 6) if step_times else None,
             "background_seconds_per_batch": _mean(background),
         },
     }
-    log(f"{arm}: {json.dumps({k: v for k, v in summary.items() if k != 'per_step'})}")
-    return summary
 
 
 def _mean(values: list[Any]) -> float | None:
@@ -179,7 +200,7 @@ def _mean(values: list[Any]) -> float | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--runs", default="runs/bench_audit", help="where each arm's run and audit log go")
     parser.add_argument("--out", default=str(OUT))
@@ -199,20 +220,29 @@ def main(argv: list[str] | None = None) -> int:
         merged = json.loads(Path(path).read_text())
         results.update(merged["metrics"]["arms"])
         commands.append(merged["command"])
-    for arm in arms:
-        results[arm] = run_arm(arm, args.steps, Path(args.runs), lambda line: print(line, file=sys.stderr))
     command = "CARE_DATA_DIR=../shared/data taskset -c 0 python benchmarks/bench_audit.py " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
-    write_results(
-        out,
-        " ; ".join(commands) if commands else command.strip(),
-        data="esconv train contexts",
-        role="train",
-        test_reads=0,
-        metrics={"arms": results, "thresholds": THRESHOLDS, "fraction": FRACTION, "config": str(CONFIG)},
-        baselines={"plain": "the same run with the plain reward (no alarm expected)"},
-    )
+
+    def write() -> None:
+        write_results(
+            out,
+            " ; ".join(commands) if commands else command.strip(),
+            data="esconv train contexts",
+            role="train",
+            test_reads=0,
+            metrics={"arms": results, "thresholds": THRESHOLDS, "fraction": FRACTION, "config": str(CONFIG)},
+            baselines={"plain": "the same run with the plain reward (no alarm expected)"},
+        )
+
+    for arm in arms:
+
+        def write_arm(summary: dict[str, Any], arm: str = arm) -> None:
+            results[arm] = summary
+            write()
+
+        run_arm(arm, args.steps, Path(args.runs), lambda line: print(line, file=sys.stderr), write_arm)
+    write()
     print(f"wrote {out}")
     return 0
 

@@ -443,3 +443,17 @@ def test_every_audit_key_is_logged_in_a_real_grpo_step(tmp_path: Path) -> None:
     records = read_audit(log).steps
     assert [r["step"] for r in records] == [0, 1]  # TRL's global_step while it scores a batch
     assert [a.kind for a in audit.alarms] == ["gap"] and audit.alarms[0].step == 1
+
+
+def test_closing_early_cancels_what_has_not_started_and_folds_it_with_the_reason() -> None:
+    release = threading.Event()
+    audit = Audit(lambda items: (release.wait(5), [0.5] * len(items))[1], fraction=1.0)
+    reward = length_reward(audit)
+    prompts, replies = batch(n_groups=1)
+    reward(prompts, replies)
+    reward(prompts, replies)
+    assert audit.close(timeout=0.1) == []  # the first is still running
+    release.set()
+    records = audit.close(timeout=5)
+    assert records[0]["reference"] == 0.5
+    assert records[1]["error"].startswith("cancelled") and "gap" not in records[1]

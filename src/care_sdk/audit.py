@@ -446,7 +446,9 @@ class Audit:
         record = pending.record
         ref: list[float | None] = []
         canary_scores: list[float | None] = []
-        if pending.future is not None:
+        if pending.future is not None and pending.future.cancelled():
+            record["error"] = "cancelled: the audit was closed before the reference finished"
+        elif pending.future is not None:
             error = pending.future.exception()
             if error is not None:
                 logger.warning("audit: the reference judge failed on step %s: %s", pending.step, error)
