@@ -4,8 +4,9 @@ Runs TRL GRPO on SmolLM2-135M-Instruct (LoRA, the bundled model) over ESConv tra
 the recipe ``training/configs/policy_grpo_audit_cpu.yaml``, once per arm, each arm the same run
 but for its reward:
 
-- ``gameable``: a scripted evaluator that pays for a surface feature, the reply's length (every
-  criterion scores 1 + length / 60 characters, up to 5);
+- ``gameable``: a scripted evaluator that pays for a surface feature, the reply's length (criterion
+  i scores 1 + (characters + 10 i) / 50, up to 5; a first try paid every criterion 1 + characters / 60,
+  which tied every reply of a group at 32 tokens, so no step could learn from it);
 - ``plain``: a scripted evaluator that pays for what the reference pays for (per dimension, words
   that name the user's view, their feeling, a next step), weighted by the context's rubric;
 - ``per_dimension``: the plain reward as per-dimension advantages
@@ -83,7 +84,9 @@ def reference_judge(request: GenerationRequest) -> str:
 
 
 def gameable_judge(request: GenerationRequest) -> str:
-    return evaluation_json([min(5, 1 + len(candidate_reply(request).strip()) // 60)] * 6)
+    """Criterion i scores ``1 + (characters + 10 i) // 50``, up to 5: the mean rises every ~8 characters."""
+    size = len(candidate_reply(request).strip())
+    return evaluation_json([min(5, 1 + (size + 10 * i) // 50) for i in range(6)])
 
 
 def generator(request: GenerationRequest) -> str:
