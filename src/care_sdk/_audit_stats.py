@@ -1,7 +1,7 @@
 """The statistics of :mod:`care_sdk.audit`: groups, correlations, the gap's slope, rank agreement.
 
 Examples:
-    >>> _slope([(1, 0.1), (2, 0.2), (3, 0.3)])
+    >>> round(_slope([(1, 0.1), (2, 0.2), (3, 0.3)]), 6)
     0.1
 """
 
