@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from care_sdk._audit_stats import context_key
 from care_sdk._calls import METRIC_PREFIX, completion_text, report_to_trainer, trl_items
 from care_sdk.advantages import per_dimension_advantages, zero_spread_share
-from care_sdk.types import as_messages
 
 if TYPE_CHECKING:
     from care_sdk.reward import AdaptiveReward
@@ -55,7 +55,7 @@ def per_dimension(reward: AdaptiveReward) -> Callable[..., list[float | None]]:
     def care_per_dimension(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         weighted = reward(prompts, completions, **kwargs)
         contexts = [c for c, _ in trl_items(prompts, completions, kwargs, reward.context_column)]
-        keys = [tuple((m.role, m.content) for m in as_messages(c)) for c in contexts]
+        keys = [context_key(c) for c in contexts]
         values = per_dimension_advantages(reward.last_results, keys)
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):

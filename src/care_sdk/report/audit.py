@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from care_sdk.errors import InputError
+from care_sdk.report.svg import _svg, _text
 
 __all__ = ["AuditLog", "audit_html", "audit_summary", "line_chart_svg", "read_audit"]
 
 _AXIS = "#8a94a6"
-_TEXT = "#4a5568"
 _ALARM = "#e53e3e"
 SERIES_COLORS = {
     "proxy": "#5a67d8",
@@ -108,17 +108,6 @@ def read_audit(path: str | Path) -> AuditLog:
         else:
             log.steps.append(record)
     return log
-
-
-def _svg(width: int, height: int, body: list[str], label: str) -> str:
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="100%" '
-        f'role="img" aria-label="{escape(label)}" class="chart">' + "".join(body) + "</svg>"
-    )
-
-
-def _text(x: float, y: float, text: str, anchor: str = "middle") -> str:
-    return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="11" fill="{_TEXT}">{escape(text)}</text>'
 
 
 def line_chart_svg(
