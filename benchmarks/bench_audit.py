@@ -24,8 +24,11 @@ the length correlation, TRL's share of zero-std groups and reward spread, and th
 (the seconds a step spent in the audit hook over the step's seconds, and the seconds the
 background reference took).
 
-Usage:
-    CARE_DATA_DIR=../shared/data taskset -c 0 python benchmarks/bench_audit.py [--steps 8] [--arms gameable,plain]
+Usage (one process per arm, then one results file):
+    CARE_DATA_DIR=../shared/data taskset -c 0 python benchmarks/bench_audit.py --steps 5 --arms gameable \
+        --out runs/bench_audit/gameable.json                          # and plain, per_dimension
+    python benchmarks/bench_audit.py --merge runs/bench_audit/gameable.json,runs/bench_audit/plain.json,\
+runs/bench_audit/per_dimension.json --out benchmarks/results/audit.json
 """
 
 from __future__ import annotations
