@@ -11,6 +11,7 @@ EXPECTED = {
     "FIXED_CRITERIA_VERSION",
     "GENERATOR_PROMPT_VERSION",
     "AdaptiveReward",
+    "Audit",
     "Backend",
     "BackendError",
     "CacheStats",

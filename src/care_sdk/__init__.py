@@ -44,12 +44,14 @@ from care_sdk.types import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from care_sdk.audit import Audit
     from care_sdk.remote import RemoteReward
     from care_sdk.sqlite_cache import SqliteCache
     from care_sdk.trajectory import TrajectoryResult, TrajectoryReward
 
 # Names loaded on first use, so `import care_sdk` stays small: name -> module.
 _LAZY = {
+    "Audit": "care_sdk.audit",
     "RemoteReward": "care_sdk.remote",
     "SqliteCache": "care_sdk.sqlite_cache",
     "TrajectoryResult": "care_sdk.trajectory",
@@ -72,6 +74,7 @@ __all__ = [
     "FIXED_CRITERIA_VERSION",
     "GENERATOR_PROMPT_VERSION",
     "AdaptiveReward",
+    "Audit",
     "Backend",
     "BackendError",
     "CacheStats",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from functools import partial
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from care_sdk._calls import METRIC_PREFIX, report_to_trainer, trl_items
 from care_sdk.addons import AUTO_FIT, AutoFit, ContextFitReader, resolve_context_fit
@@ -26,6 +26,9 @@ from care_sdk.types import (
     fixed_criteria,
 )
 from care_sdk.variants import CriteriaMode, Variant, WeightsMode, needs_generator, variant_modes, variant_of
+
+if TYPE_CHECKING:
+    from care_sdk.audit import Audit
 
 Outcome = tuple[RewardResult, CareError | None]
 
@@ -77,6 +80,9 @@ class AdaptiveReward:
         name: the reward's ``__name__`` (TRL names its ``rewards/<name>/...`` metrics after it) and
             the prefix of the metrics it logs itself: ``care/...`` for the default ``care_reward``,
             ``<name>/...`` otherwise, so two rewards in one trainer log apart.
+        audit: a :class:`~care_sdk.audit.Audit` handed every batch of a trainer call (``__call__``,
+            ``acall``): a reference judge on sampled replies, canaries and alarms, off the training
+            path; its metrics go through the trainer's ``log_metric`` as ``<prefix>/audit/...``.
 
     The instance pickles by its configuration (backend specs, options, guards): live clients and
     loaded models are opened again in the process that unpickles it, an in-memory rubric cache
@@ -103,6 +109,7 @@ class AdaptiveReward:
         guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
         context_fit: ContextFitReader | AutoFit | None = AUTO_FIT,
         name: str = DEFAULT_NAME,
+        audit: Audit | None = None,
     ) -> None:
         if not name or "/" in name or name == METRIC_PREFIX:
             raise ConfigError(f"name: {name!r} must be non-empty, without '/', and not {METRIC_PREFIX!r}")
@@ -125,6 +132,7 @@ class AdaptiveReward:
         self.guards = guards
         self.context_fit = fit
         self.__name__ = name  # TRL names reward functions by __name__
+        self.audit = audit
 
     @property
     def metric_prefix(self) -> str:
@@ -393,16 +401,31 @@ class AdaptiveReward:
         items = trl_items(prompts, completions, kwargs, self.context_column)
         outcomes = cast("list[Outcome]", drive(self._plan(items), self.evaluator.backend))
         results = [result for result, _ in outcomes]
-        self.last_results = results
-        report_to_trainer(results, kwargs, self.metric_prefix)
+        self._report(items, results, kwargs)
         return [r.reward for r in results]
 
     async def acall(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """Async form of :meth:`__call__` (for use in your own async loop; TRL takes :meth:`as_async`)."""
-        results = await self.ascore_batch(trl_items(prompts, completions, kwargs, self.context_column))
+        items = trl_items(prompts, completions, kwargs, self.context_column)
+        results = await self.ascore_batch(items)
+        self._report(items, results, kwargs)
+        return [r.reward for r in results]
+
+    def _report(self, items: Sequence[_Item], results: list[RewardResult], kwargs: Mapping[str, Any]) -> None:
+        """A trainer call's results: kept in :attr:`last_results`, logged, and handed to the audit."""
         self.last_results = results
         report_to_trainer(results, kwargs, self.metric_prefix)
-        return [r.reward for r in results]
+        if self.audit is not None:
+            state = kwargs.get("trainer_state")
+            step = getattr(state, "global_step", None)
+            self.audit.observe(
+                items,
+                results,
+                reward=self,
+                step=int(step) if step is not None else None,
+                log_metric=kwargs.get("log_metric") if callable(kwargs.get("log_metric")) else None,
+                prefix=self.metric_prefix,
+            )
 
     def as_async(self) -> Callable[..., Coroutine[Any, Any, list[float | None]]]:
         """This reward as a plain ``async def`` function that TRL runs concurrently with other async rewards.

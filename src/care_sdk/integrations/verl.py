@@ -30,6 +30,23 @@ The returned dict has ``score`` (the reward verl trains on) and, for verl's
 ``reward_extra_info``, ``care_<dimension>`` (per-dimension score), ``care_weight_<dimension>``
 (rubric weight) and ``care_failed`` (1.0 when no reward could be computed). Every row returns the
 same keys.
+
+Two options of the batch form watch and shape the reward during training:
+
+- ``advantages="per_dimension"``: ``score`` is the per-dimension advantage of the reply within the
+  replies to its context in the batch (:mod:`care_sdk.advantages`); ``care_reward`` keeps the
+  weighted reward. ::
+
+    +custom_reward_function.reward_kwargs.advantages=per_dimension
+
+- ``audit=SPEC``: an :class:`~care_sdk.audit.Audit` with that reference judge sees every batch
+  (``audit_options`` are its keyword arguments, e.g. ``fraction``, ``log_path``,
+  ``gap_trend_threshold``); its metrics of the batch come back in every row as
+  ``care_audit_<key>`` (NaN where the batch has none; see :data:`~care_sdk.audit.AUDIT_KEYS`) and
+  its JSONL log is what ``care report --audit`` draws. ::
+
+    +custom_reward_function.reward_kwargs.audit=openai:judge@http://127.0.0.1:8001/v1
+    +custom_reward_function.reward_kwargs.audit_options.log_path=/data/audit.jsonl
 """
 
 from __future__ import annotations
@@ -43,13 +60,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from care_sdk.addons import add_ons as build_add_ons
+from care_sdk.advantages import ADVANTAGES, per_dimension_advantages
+from care_sdk.audit import AUDIT_KEYS, Audit
+from care_sdk.audit import context_key as group_key
 from care_sdk.backends import Backend
-from care_sdk.errors import CareError, InputError
+from care_sdk.errors import CareError, ConfigError, InputError
 from care_sdk.reward import AdaptiveReward, build_reward
 from care_sdk.types import DIMENSIONS, Message, Messages, RewardResult, as_messages
 from care_sdk.variants import variant_of
 
-__all__ = ["compute_score", "compute_score_batch", "get_reward", "make_row"]
+__all__ = ["compute_score", "compute_score_batch", "get_audit", "get_reward", "make_row"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +77,7 @@ DEFAULT_CONTEXT_KEY = "messages"
 """The ``extra_info`` key that holds the dialogue context."""
 
 _REWARDS: dict[tuple[Any, ...], AdaptiveReward] = {}
+_AUDITS: dict[tuple[Any, ...], Audit] = {}
 _LOCK = threading.Lock()
 
 
@@ -145,6 +166,30 @@ def get_reward(
         return reward
 
 
+def get_audit(reference: str | Backend, options: Mapping[str, Any] | None = None) -> Audit:
+    """The process's shared :class:`~care_sdk.audit.Audit` for this reference and options, built on first use.
+
+    Examples:
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> judge = ScriptedBackend([])
+        >>> get_audit(judge, {"fraction": 0.1}) is get_audit(judge, {"fraction": 0.1})
+        True
+    """
+    opts = dict(options or {})
+    key = (reference if isinstance(reference, str) else id(reference), json.dumps(opts, sort_keys=True, default=str))
+    with _LOCK:
+        audit = _AUDITS.get(key)
+        if audit is None:
+            audit = _AUDITS[key] = Audit(reference, **opts)
+        return audit
+
+
+def _audit_columns(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The audit's metrics of one batch as row keys: ``care_audit_<key>``, NaN where the batch has none."""
+    values = {name.rpartition("/audit/")[2]: value for name, value in metrics.items()}
+    return {f"care_audit_{k.replace('/', '_')}": float(values.get(k, math.nan)) for k in AUDIT_KEYS}
+
+
 def _context(extra_info: Any, context_key: str, where: str) -> Messages:
     """The context of a row, normalised once, where it enters from verl."""
     if not isinstance(extra_info, Mapping):
@@ -216,6 +261,9 @@ def compute_score_batch(
     add_ons: str | Sequence[str] | None = None,
     context_key: str = DEFAULT_CONTEXT_KEY,
     on_error: str | float = "raise",
+    advantages: str = "weighted",
+    audit: str | None = None,
+    audit_options: Mapping[str, Any] | None = None,
     **_: Any,
 ) -> list[dict[str, float]]:
     """verl's batch reward form: one result dict per response, all judged in one batch.
@@ -239,11 +287,17 @@ def compute_score_batch(
         context_key: the ``extra_info`` key holding the context.
         on_error: ``"raise"`` (default: stop with the reason) or a score to give a reply that could
             not be scored; such rows carry ``care_failed=1.0`` and are logged as warnings.
+        advantages: ``"weighted"`` (the reward) or ``"per_dimension"`` (``score`` is the reply's
+            per-dimension advantage among the replies to its context in this batch; every row
+            also carries ``care_reward``, the weighted reward).
+        audit: a reference judge spec: an :class:`~care_sdk.audit.Audit` (one per process, see
+            :func:`get_audit`) sees every batch; default ``$CARE_AUDIT`` or none.
+        audit_options: the audit's keyword arguments (``fraction``, ``log_path``, thresholds, ...).
 
     Raises:
         InputError: a row without a usable context (the message names the row).
         CareError: a reply could not be scored and ``on_error="raise"``.
-        ConfigError: ``add_ons`` names an unknown add-on, or two weight readers.
+        ConfigError: ``add_ons`` names an unknown add-on, or two weight readers; an unknown ``advantages``.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
@@ -259,6 +313,8 @@ def compute_score_batch(
         ([0.75, 0.75], 0.5, 3)
     """
     policy = _on_error(on_error)
+    if advantages not in ADVANTAGES:
+        raise ConfigError(f"advantages must be one of {', '.join(ADVANTAGES)}, got {advantages!r}")
     n = len(solution_strs)
     infos: Sequence[Any] = extra_infos if extra_infos is not None else [None] * n
     if len(data_sources) != n or len(infos) != n:
@@ -277,7 +333,21 @@ def compute_score_batch(
         add_ons=add_ons,
     )
     results = reward.score_batch(items)
-    return [_as_dict(r, policy, w) for r, w in zip(results, wheres, strict=True)]
+    rows = [_as_dict(r, policy, w) for r, w in zip(results, wheres, strict=True)]
+    if advantages == "per_dimension":
+        values = per_dimension_advantages(results, [group_key(c) for c, _ in items])
+        for row, value in zip(rows, values, strict=True):
+            row["care_reward"] = row["score"]
+            if value is not None:
+                row["score"] = value
+    audit = audit if audit is not None else os.environ.get("CARE_AUDIT") or None
+    if audit is not None:
+        metrics: dict[str, float] = {}
+        get_audit(audit, audit_options).observe(items, results, reward=reward, log_metric=metrics.__setitem__)
+        columns = _audit_columns(metrics)
+        for row in rows:
+            row.update(columns)
+    return rows
 
 
 def compute_score(
@@ -299,4 +369,8 @@ def compute_score(
         >>> out["score"], out["care_proactive"], out["care_failed"]
         (0.375, 0.0, 0.0)
     """
+    if options.get("advantages", "weighted") != "weighted":
+        raise ConfigError(
+            "advantages='per_dimension' needs the whole group: use compute_score_batch (reward_manager=batch)"
+        )
     return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **options)[0]

@@ -4,7 +4,9 @@ One file with its stylesheet, script, charts and data inline: it opens from disk
 The overview shows counts, failures and their reasons, the reward distribution, mean weights, the
 weights by turn and the lowest- and highest-scored turns; below it every dialogue, with each
 assistant turn annotated by its rubric, criterion scores, reward and flags, filtered and sorted in
-the page. Everything that came from a dialogue or a record is inserted as text.
+the page. With ``audit=`` (a training run's :class:`~care_sdk.audit.Audit` log), a section charts
+the run's audit: proxy against reference reward over steps, canary rate, length correlation
+(:mod:`care_sdk.report.audit`). Everything that came from a dialogue or a record is inserted as text.
 
 Examples:
     >>> import tempfile, os, json
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from care_sdk.errors import InputError
+from care_sdk.report.audit import audit_html, audit_summary, read_audit
 from care_sdk.report.data import DialogueTexts, report_data, reward_histogram, turn_flags
 from care_sdk.report.html import embed_json, render_html
 from care_sdk.report.records import read_records
@@ -91,6 +94,7 @@ def build_report(
     *,
     dialogues: str | Path | None = None,
     title: str | None = None,
+    audit: str | Path | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Build the report page in memory: ``(html, data)``.
 
@@ -98,6 +102,8 @@ def build_report(
         scores: a ``care score`` output file, or its records.
         dialogues: the dialogue file that was scored, to show each reply in its conversation.
         title: the page title (default: from the scores file's name).
+        audit: a training run's audit log (``Audit(log_path=...)``), drawn as charts; ``data["audit"]``
+            then holds its summary.
 
     Raises:
         InputError: a file cannot be read.
@@ -108,11 +114,14 @@ def build_report(
         (1, True)
     """
     with _no_gc():
-        return _build(scores, dialogues, title)
+        return _build(scores, dialogues, title, audit)
 
 
 def _build(
-    scores: str | Path | Sequence[Mapping[str, Any]], dialogues: str | Path | None, title: str | None
+    scores: str | Path | Sequence[Mapping[str, Any]],
+    dialogues: str | Path | None,
+    title: str | None,
+    audit: str | Path | None = None,
 ) -> tuple[str, dict[str, Any]]:
     issues: list[str] = []
     if isinstance(scores, (str, Path)):
@@ -139,7 +148,12 @@ def _build(
             "by care-sdk": __version__,
         },
     )
-    return render_html(data), data
+    section = ""
+    if audit is not None:
+        log = read_audit(audit)
+        section = audit_html(log)
+        data["audit"] = audit_summary(log)
+    return render_html(data, section), data
 
 
 def write_report(
@@ -148,6 +162,7 @@ def write_report(
     *,
     dialogues: str | Path | None = None,
     title: str | None = None,
+    audit: str | Path | None = None,
 ) -> ReportSummary:
     """Write the report of scored records to ``out`` (an ``.html`` file); see :func:`build_report`.
 
@@ -160,7 +175,7 @@ def write_report(
         >>> write_report([{"id": "a", "turn": 1, "reward": 0.25}], out).size > 10_000
         True
     """
-    page, data = build_report(scores, dialogues=dialogues, title=title)
+    page, data = build_report(scores, dialogues=dialogues, title=title, audit=audit)
     path = Path(out)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

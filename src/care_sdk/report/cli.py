@@ -34,7 +34,11 @@ def print_report_summary(summary: Any, *, prog: str = "care report", issues: boo
 def _cmd_report(args: argparse.Namespace) -> int:
     from care_sdk.report import write_report
 
-    summary = write_report(args.input, args.out, dialogues=args.dialogues, title=args.title)
+    if args.input is None and args.audit is None:
+        print("care report: give a scores file, an --audit log, or both", file=sys.stderr)
+        return 2
+    scores = args.input if args.input is not None else []
+    summary = write_report(scores, args.out, dialogues=args.dialogues, title=args.title, audit=args.audit)
     print_report_summary(summary)
     return 0 if summary.ok else 1
 
@@ -55,11 +59,16 @@ def add_report_commands(subparsers: Any) -> None:
         description=(
             "Write one HTML file (no network needed to open it) with an overview of the scored turns "
             "and every dialogue with each assistant turn annotated by its rubric, criterion scores and "
-            "reward, filtered and sorted in the page. Pass the scored dialogue file to show the replies."
+            "reward, filtered and sorted in the page. Pass the scored dialogue file to show the replies, "
+            "and a training run's audit log (--audit) to chart proxy against reference reward, canary "
+            "rate and length correlation over the steps."
         ),
     )
-    report.add_argument("input", help="care score output (JSONL, one record per assistant turn)")
+    report.add_argument("input", nargs="?", help="care score output (JSONL, one record per assistant turn)")
     report.add_argument("--dialogues", help="the dialogue JSONL that was scored, to show the conversations")
     report.add_argument("--out", required=True, help="the HTML file to write")
     report.add_argument("--title", help="page title (default: from the input file name)")
+    report.add_argument(
+        "--audit", help="a training run's audit log (JSONL written by care_sdk.audit.Audit), drawn as charts"
+    )
     report.set_defaults(func=_cmd_report)

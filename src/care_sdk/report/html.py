@@ -38,10 +38,11 @@ def _asset(name: str) -> str:
     return resources.files("care_sdk.report").joinpath(name).read_text(encoding="utf-8")
 
 
-def render_html(data: Mapping[str, Any]) -> str:
+def render_html(data: Mapping[str, Any], audit: str = "") -> str:
     """The report page for :func:`~care_sdk.report.report_data`'s mapping: one HTML document with its
     stylesheet, script, charts and data inline, and a content security policy that allows no network
-    access and only the page's own script.
+    access and only the page's own script. ``audit`` is the training audit's section
+    (:func:`care_sdk.report.audit.audit_html`), when there is one.
 
     Examples:
         >>> from care_sdk.report.data import report_data
@@ -59,6 +60,7 @@ def render_html(data: Mapping[str, Any]) -> str:
         "<!--care:by-turn-->": weights_by_turn_svg(overview["weights_by_turn"], data["dims"]),
         "<!--care:js-->": _asset("report.js"),
         "<!--care:data-->": embed_json(data),
+        "<!--care:audit-->": audit,
     }
     page = _asset("template.html").replace("script-src 'unsafe-inline'", f"script-src 'nonce-{nonce}'")
     page = page.replace("<script>", f'<script nonce="{nonce}">')
