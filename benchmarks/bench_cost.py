@@ -44,18 +44,20 @@ from care_sdk.types import Dimension, Message, Rubric
 
 
 class Meter(ForwardingBackend):
-    """Forwards to a real backend and counts requests and prompt tokens, split by purpose."""
+    """Forwards to a real backend and counts requests, prompt and completion tokens, split by purpose."""
 
     def __init__(self, inner: Backend) -> None:
         super().__init__(inner)
         self.calls = {"generator": 0, "evaluator": 0}
         self.prompt_tokens = {"generator": 0, "evaluator": 0}
+        self.completion_tokens = {"generator": 0, "evaluator": 0}
 
     def on_results(self, requests: Sequence[Request], results: Sequence[GenerationResult]) -> None:
         for request, result in zip(requests, results, strict=True):
             kind = "generator" if request.purpose == RUBRIC else "evaluator"
             self.calls[kind] += 1
             self.prompt_tokens[kind] += result.usage.get("prompt_tokens", 0)
+            self.completion_tokens[kind] += result.usage.get("completion_tokens", 0)
 
 
 def naive_rewards(meter: Meter, groups: list[Group], mode: str) -> list[float | None]:

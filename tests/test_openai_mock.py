@@ -178,3 +178,28 @@ def test_no_choices_every_time_is_a_retryable_error(serve: Callable[[Handler], S
     [result] = server.backend(retry_policy=NO_WAIT).generate([REQUEST])
     assert result.error is not None and result.error.retryable and "no choices" in str(result.error)
     assert len(server.bodies) == 3
+
+
+def test_provenance_counts_a_request_once_and_sums_the_usage_the_server_reported(
+    serve: Callable[[Handler], Server],
+) -> None:
+    from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
+    from care_sdk.testing import evaluation_json, rubric_json
+
+    def answer(n: int, body: dict[str, Any]) -> Any:
+        if n == 0:
+            return error(503)  # retried by the transport: still one request of the SDK's
+        is_rubric = "weights" in json.dumps(body.get("response_format") or body["messages"][-1])
+        return reply(
+            rubric_json({"cognitive": 1, "affective": 1, "proactive": 1}) if is_rubric else evaluation_json([3] * 6)
+        )
+
+    server = serve(answer)
+    backend = server.backend(asynchronous=True, retry_policy=NO_WAIT)
+    reward = AdaptiveReward(RubricGenerator(backend), RubricEvaluator(backend))
+    result = asyncio.run(reward.ascore("I failed my exam.", "That sounds hard."))
+    made = result.provenance
+    assert result.reward == 0.5 and made is not None and len(server.bodies) == 3
+    assert made.rubric_cost.calls == 1.0 and made.evaluation_cost.calls == 1.0
+    # each answer's usage reads 3 prompt and 2 completion tokens
+    assert (made.cost.prompt_tokens, made.cost.completion_tokens) == (6.0, 4.0)

@@ -186,6 +186,35 @@ def test_score_records_carry_their_producer(tmp_path: Path) -> None:
     assert report_data([json.loads(x) for x in out.read_text().splitlines()])["producers"][0]["turns"] == 3
 
 
+def _scored_with_cost(tmp_path: Path) -> list[dict[str, Any]]:
+    """``care score`` records of the first dialogue (three turns), the first as a record written before
+    records carried a provenance."""
+    out = tmp_path / "out.jsonl"
+    score_file(write_jsonl(tmp_path / "in.jsonl", DIALOGUES[:1]), _scripted_reward(), out=out, batch_size=2)
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    del records[0]["provenance"]
+    return records
+
+
+def test_the_report_shows_each_turn_s_cost_and_their_total(tmp_path: Path) -> None:
+    records = _scored_with_cost(tmp_path)
+    data = report_data(records)
+    turns, cost = data["turns"], data["overview"]["cost"]
+    assert turns[0]["c"] is None  # an older record: no cost shown, nothing invented
+    made = records[1]["provenance"]
+    calls, prompt, completion, seconds, source, rubric, shared = turns[1]["c"]
+    assert (calls, source, data["strings"][rubric], shared) == (2.0, "generated", made["rubric_hash"], 1)
+    assert prompt == made["rubric_cost"]["prompt_tokens"] + made["evaluation_cost"]["prompt_tokens"]
+    assert completion > 0 and seconds >= 0
+    assert (
+        cost["turns"] == 2
+        and cost["calls"] == 4.0
+        and cost["sources"] == [["generated", 2], ["cached", 0], ["fixed", 0]]
+    )
+    assert cost["prompt_tokens"] == round(sum(t["c"][1] for t in turns[1:]))
+    assert report_data([{k: v for k, v in r.items() if k != "provenance"} for r in records])["overview"]["cost"] is None
+
+
 @pytest.mark.parametrize("with_out", [True, False])
 def test_care_score_writes_a_report(tmp_path: Path, monkeypatch: Any, capsys: Any, with_out: bool) -> None:
     monkeypatch.setattr("care_sdk.cli._build_reward", lambda args: _scripted_reward())
@@ -384,3 +413,17 @@ def test_browser_controls_filter_and_sort(devtools: DevTools, files: tuple[Path,
     wait_for("#view=turns&status=scored&sort=reward-desc")
     rewards = devtools.eval("[...document.querySelectorAll('#list .badge')].map(b => b.textContent)")
     assert rewards == ["0.950", "0.800", "0.600", "0.400", "0.100"]
+
+
+@pytest.mark.slow
+def test_browser_shows_the_cost_of_the_run_and_of_each_turn(browser: Callable[..., str], tmp_path: Path) -> None:
+    records = _scored_with_cost(tmp_path)
+    out = tmp_path / "report.html"
+    write_report(write_jsonl(tmp_path / "scores.jsonl", records), out)
+    dom = browser(out.as_uri(), "--dump-dom")
+    stats = dom.split('id="stats"')[1].split("</section>")[0]
+    assert '<div class="v">4</div><div class="k">backend calls (2 of 3 turns recorded it)</div>' in stats
+    assert '<div class="v">2</div><div class="k">rubrics written, 0 cached</div>' in stats
+    rubric = records[1]["provenance"]["rubric_hash"]
+    assert f"rubric {rubric} (generated) · cost 2.00 calls, " in dom
+    assert len(re.findall(r'class="producer mono cost"', dom)) == 2  # the older record shows none

@@ -11,6 +11,7 @@ from care_sdk import AdaptiveReward, Rubric, RubricEvaluator, RubricGenerator
 from care_sdk.dialogues import read_dialogues
 from care_sdk.score_files import score_file
 from care_sdk.testing import ScriptedBackend, candidate_reply, evaluation_json, rubric_json
+from scored import records_without_provenance
 
 
 def dialogue(did: str, turns: int) -> dict[str, object]:
@@ -99,7 +100,7 @@ def test_failed_turns_are_explicit_and_resume_retries_only_them(tmp_path: Path) 
 
     fresh_out = tmp_path / "fresh.jsonl"
     score_file(path, make_reward()[0], out=fresh_out)
-    assert out.read_text() == fresh_out.read_text()
+    assert records_without_provenance(out) == records_without_provenance(fresh_out)
 
 
 def test_interrupted_output_is_resumed_to_the_same_file(tmp_path: Path) -> None:
@@ -112,7 +113,7 @@ def test_interrupted_output_is_resumed_to_the_same_file(tmp_path: Path) -> None:
     reward, _gen = make_reward()
     summary = score_file(path, reward, out=partial, batch_size=4)
     assert summary.reused == 5
-    assert partial.read_text() == full.read_text()
+    assert records_without_provenance(partial) == records_without_provenance(full)
 
 
 def test_fixed_rubric_needs_no_generator(tmp_path: Path) -> None:
@@ -120,3 +121,36 @@ def test_fixed_rubric_needs_no_generator(tmp_path: Path) -> None:
     ev = ScriptedBackend(lambda req: evaluation_json([5] * 6))
     summary = score_file(path, AdaptiveReward(evaluator=RubricEvaluator(ev), rubric=Rubric.uniform_fixed()))
     assert summary.rewards == [1.0, 1.0]
+
+
+def test_records_carry_their_provenance_and_the_summary_what_they_cost(tmp_path: Path) -> None:
+    path = write(tmp_path / "in.jsonl", [json.dumps(dialogue(d, 2)) for d in "ab"])
+    reward, gen = make_reward()
+    evaluator = reward.evaluator.backend
+    assert isinstance(evaluator, ScriptedBackend)
+    out = tmp_path / "out.jsonl"
+    summary = score_file(path, reward, out=out)
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    made = [r["provenance"] for r in records]
+    assert [m["rubric_hash"] for m in made] == [Rubric.model_validate(r["rubric"]).content_hash for r in records]
+    assert {m["rubric_source"] for m in made} == {"generated"} and {m["rubric_shared_by"] for m in made} == {1}
+    assert {m["generator"] for m in made} == {reward.generator.identity}  # type: ignore[union-attr]
+    assert {(m["evaluator"], m["evaluator_prompt"]) for m in made} == {(reward.evaluator.identity, "v2")}
+    sent = gen.requests + evaluator.requests
+    assert summary.cost is not None and summary.cost.calls == pytest.approx(len(sent)) == 8
+    assert summary.cost.prompt_tokens == pytest.approx(sum(len(m.content) for r in sent for m in r.messages))
+    assert summary.rubric_sources == {"generated": 4}
+    assert "backend calls                 8" in summary.table()
+
+
+def test_records_written_before_provenance_are_resumed_as_they_are(tmp_path: Path) -> None:
+    path = write(tmp_path / "in.jsonl", [json.dumps(dialogue(d, 2)) for d in "ab"])
+    out = tmp_path / "out.jsonl"
+    score_file(path, make_reward()[0], out=out)
+    old = [{k: v for k, v in json.loads(x).items() if k != "provenance"} for x in out.read_text().splitlines()]
+    out.write_text("".join(json.dumps(r) + "\n" for r in old[:3]))  # an older file, the last turn missing
+    summary = score_file(path, make_reward()[0], out=out)
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert summary.reused == 3 and summary.ok
+    assert [r.get("provenance") is not None for r in records] == [False, False, False, True]
+    assert summary.cost is not None and summary.cost.calls == 2.0  # only the turn scored now has a cost

@@ -249,7 +249,7 @@ def test_split_multi_turn_llama3_and_plain_text() -> None:
 
 
 async def test_get_reward_reads_each_template_and_fails_unsplittable_items_with_null() -> None:
-    reward, _, ev = scripted_reward()
+    reward, gen, ev = scripted_reward()
     queries = [
         CHATML_PROMPT + "That sounds really hard.<|im_end|>",
         LLAMA3_PROMPT + "Tell me what happened.<|eot_id|>",
@@ -270,6 +270,14 @@ async def test_get_reward_reads_each_template_and_fails_unsplittable_items_with_
     assert sorted(candidate_reply(r) for r in ev.requests) == sorted(
         ["That sounds really hard.", "Tell me what happened.", "That sounds really hard."]
     )
+    # each query's share of the calls; the unsplittable one cost nothing and has no provenance
+    calls = body["extra_logs"]["care_cost_calls"]
+    assert sum(calls) == len(gen.requests) + len(ev.requests) and calls[3] == 0.0
+    assert sum(body["extra_logs"]["care_cost_prompt_tokens"]) == sum(
+        len(m.content) for r in gen.requests + ev.requests for m in r.messages
+    )
+    assert [d["provenance"] is None for d in body["details"]] == [False, False, False, True]
+    assert body["details"][0]["provenance"]["rubric_source"] == "generated"
 
 
 # -- the client over real HTTP on 127.0.0.1 ------------------------------------------------------
@@ -320,6 +328,35 @@ def test_remote_reward_is_a_trl_reward_function_sync_and_async() -> None:
         with pytest.raises(BackendError) as refused:
             RemoteReward(url, token="wrong")(["I failed my exam."], ["Tell me what happened."])
         assert refused.value.status_code == 401 and not refused.value.retryable
+
+
+def test_remote_reward_reads_back_the_provenance_and_cost_of_every_result() -> None:
+    reward, gen, ev = scripted_reward()
+    local = reward.score_batch([(SAD, r) for r in SCORES])
+    with running(reward) as url, RemoteReward(url) as remote:
+        logged: dict[str, float] = {}
+        assert remote([SAD] * 2, list(SCORES), log_metric=logged.__setitem__) == [r.reward for r in local]
+        metrics = httpx.get(f"{url}/metrics").text
+    for remote_result, local_result in zip(remote.last_results, local, strict=True):
+        made, expected = remote_result.provenance, local_result.provenance
+        assert made is not None and expected is not None
+        assert made.model_dump(exclude={"rubric_cost", "evaluation_cost"}) == expected.model_dump(
+            exclude={"rubric_cost", "evaluation_cost"}
+        )
+        assert made.rubric_hash == remote_result.rubric.content_hash  # type: ignore[union-attr]
+        assert (made.rubric_source, made.rubric_shared_by, made.generator) == (
+            "generated",
+            2,
+            reward.generator.identity,
+        )  # type: ignore[union-attr]
+        assert (made.evaluator, made.evaluator_prompt) == (reward.evaluator.identity, "v2")
+        assert made.cost.calls == 1.5 and made.cost.seconds > 0.0  # half the shared rubric, its own evaluation
+    assert logged["care/cost/calls"] == 1.5 and logged["care/rubric/cached"] == 0.0
+    assert len(gen.requests) + len(ev.requests) == 2 * 3  # the in-process run above, then the service's
+    assert (
+        "care_serve_backend_calls_total 3.0" in metrics
+        and 'care_serve_rubrics_total{source="generated"} 2.0' in metrics
+    )
 
 
 def test_remote_reward_logs_under_its_name_and_closes_its_clients() -> None:

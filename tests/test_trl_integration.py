@@ -83,6 +83,25 @@ def test_conversational_call_with_trl_kwargs_logs_every_dimension() -> None:
     assert reward.last_results[0].model_dump_json()  # every reward is explained and serialisable
 
 
+def test_cost_and_rubric_provenance_are_logged_per_reply() -> None:
+    reward, backend = scripted_reward()
+    hooks = Hooks()
+    reward([CONTEXTS[0]] * 2 + [CONTEXTS[1]], ["sorry", "ok", "sorry"], **hooks.kwargs())
+    # 2 rubrics + 3 evaluations for 3 replies; the scripted backend counts a token per character
+    assert hooks.metrics["care/cost/calls"] == pytest.approx([5 / 3])
+    prompt_chars = sum(len(m.content) for r in backend.requests for m in r.messages)
+    assert hooks.metrics["care/cost/prompt_tokens"] == pytest.approx([prompt_chars / 3])
+    assert hooks.metrics["care/cost/completion_tokens"][0] > 0 and hooks.metrics["care/cost/seconds"][0] >= 0
+    assert hooks.metrics["care/rubric/cached"] == [0.0]
+    hashes = [text.split()[0] for text in hooks.extra["care/rubric"]]
+    assert hashes == [r.rubric.content_hash for r in reward.last_results if r.rubric is not None]
+    assert hooks.extra["care/rubric"][0].endswith(" generated")
+    assert hooks.extra["care/cost"][0].startswith("calls=1.50 tokens=")
+    reward([CONTEXTS[0]], ["sorry"], **hooks.kwargs())  # its rubric is cached now
+    assert hooks.metrics["care/rubric/cached"][-1] == 1.0 and hooks.metrics["care/cost/calls"][-1] == 1.0
+    assert hooks.extra["care/rubric"][-1] == f"{hashes[0]} cached"
+
+
 def rubric_prompts(backend: ScriptedBackend) -> list[str]:
     return [r.messages[-1].content for r in backend.requests if r.purpose == RUBRIC]
 
@@ -209,6 +228,13 @@ def check_logs(history: list[dict[str, Any]]) -> None:
         assert sum(h[f"care/weight/{d}"] for d in DIMS) == pytest.approx(1.0)
         for d in DIMS:
             assert 0.0 <= h[f"care/score/{d}"] <= 1.0
+        # an evaluated reply costs its evaluation and a share of its context's rubric (none when cached); one
+        # the guards settled (the tiny random policy writes some) costs nothing
+        assert h["care/cost/calls"] >= 1.0 - h["care/flagged"] and h["care/cost/seconds"] >= 0.0
+        if h["care/flagged"] < 1.0:
+            assert h["care/cost/seconds"] > 0.0  # and llama.cpp reports the tokens:
+            assert h["care/cost/prompt_tokens"] > 0 and h["care/cost/completion_tokens"] > 0
+            assert 0.0 <= h["care/rubric/cached"] <= 1.0
 
 
 @pytest.mark.slow
@@ -248,6 +274,7 @@ def test_async_variant_with_a_context_column_reuses_every_rubric(
     check_logs(history)
     assert change > 0.0, "no weight changed: every group's rewards tied"
     assert generator_backend.count() == generated  # the second epoch made zero generator calls
+    assert all(h["care/rubric/cached"] == 1.0 for h in history if "care/rubric/cached" in h)
 
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "trl_grpo.py"

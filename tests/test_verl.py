@@ -32,6 +32,8 @@ KEYS = (
     | {f"care_{d}" for d in ("cognitive", "affective", "proactive")}
     | {f"care_weight_{d}" for d in ("cognitive", "affective", "proactive")}
     | {"care_context_fit"}
+    | {f"care_cost_{k}" for k in ("calls", "seconds", "prompt_tokens", "completion_tokens")}
+    | {"care_rubric_cached"}
 )
 
 
@@ -99,6 +101,15 @@ def test_batch_manager_form_shares_one_rubric_per_context() -> None:
     assert all(set(o) == KEYS for o in out)
     rubric_requests = [r for r in backend.requests if r.purpose == RUBRIC]
     assert len(rubric_requests) == 2
+    # the first context's rubric is shared by its four replies, the second's is its reply's alone
+    assert [o["care_cost_calls"] for o in out] == [1.25, 1.25, 1.25, 1.25, 2.0]
+    assert sum(o["care_cost_calls"] for o in out) == len(backend.requests)
+    assert sum(o["care_cost_prompt_tokens"] for o in out) == pytest.approx(
+        sum(len(m.content) for r in backend.requests for m in r.messages)  # the scripted backend: 1 token a char
+    )
+    assert [o["care_rubric_cached"] for o in out] == [0.0] * 5
+    again = fn(data_sources=["care"], solution_strs=["hm"], extra_infos=[rows[0]["extra_info"]])
+    assert again[0]["care_rubric_cached"] == 1.0 and again[0]["care_cost_calls"] == 1.0
 
 
 def test_rows_after_a_parquet_round_trip() -> None:

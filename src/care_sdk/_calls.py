@@ -19,6 +19,7 @@ from typing import Any
 
 from care_sdk.errors import InputError
 from care_sdk.guards import INFO_FLAGS
+from care_sdk.provenance import Cost, mean_cost
 from care_sdk.types import DIMENSIONS, Message, Messages, RewardResult, as_messages
 
 __all__ = ["METRIC_PREFIX", "completion_text", "report_to_trainer", "trl_items"]
@@ -87,9 +88,15 @@ def report_to_trainer(results: Sequence[RewardResult], kwargs: Mapping[str, Any]
     at the evaluator; see :mod:`care_sdk.guards`), and over the replies the evaluator scored,
     ``care/score/<dimension>`` (mean normalised score per dimension, before weighting),
     ``care/weight/<dimension>`` (mean rubric weight) and ``care/context_fit`` (the mean
-    context-fit factor, when the reward reads it; see :mod:`care_sdk.addons`).
+    context-fit factor, when the reward reads it; see :mod:`care_sdk.addons`). From each result's
+    provenance (see :mod:`care_sdk.provenance`), per reply: ``care/cost/calls``,
+    ``care/cost/seconds``, ``care/cost/prompt_tokens`` and ``care/cost/completion_tokens`` (the
+    mean share of backend calls, seconds and tokens; the tokens when the backend reports them; times
+    the batch size, a step's cost), and ``care/rubric/cached`` (the share of replies whose rubric
+    came from the cache, over those whose rubric was asked of the generator).
     Completions-table columns, one value per reply: ``care/weights``, ``care/scores`` (compact
-    per-dimension text), ``care/flags`` (comma-separated) and ``care/error``.
+    per-dimension text), ``care/flags`` (comma-separated), ``care/error``, ``care/rubric`` (the
+    rubric's content hash and source) and ``care/cost`` (compact text).
 
     Examples:
         >>> from care_sdk import Rubric
@@ -117,11 +124,50 @@ def report_to_trainer(results: Sequence[RewardResult], kwargs: Mapping[str, Any]
         fits = [r.context_fit for r in results if r.context_fit is not None]
         if fits:
             log_metric(f"{prefix}/context_fit", sum(fits) / len(fits))
+        _log_cost(results, log_metric, prefix)
     if callable(log_extra):
         log_extra(f"{prefix}/weights", [_compact(r.rubric.weights) if r.rubric else None for r in results])
         log_extra(f"{prefix}/scores", [_compact(r.dimension_scores) if r.dimension_scores else None for r in results])
         log_extra(f"{prefix}/flags", [",".join(r.flags) or None for r in results])
         log_extra(f"{prefix}/error", [r.error for r in results])
+        log_extra(f"{prefix}/rubric", [_rubric_text(r) for r in results])
+        log_extra(f"{prefix}/cost", [_cost_text(r.provenance.cost) if r.provenance else None for r in results])
+
+
+def _log_cost(results: Sequence[RewardResult], log_metric: Callable[[str, float], None], prefix: str) -> None:
+    mean = mean_cost(results)
+    if mean is None:
+        return
+    log_metric(f"{prefix}/cost/calls", mean.calls)
+    log_metric(f"{prefix}/cost/seconds", mean.seconds)
+    for name in ("prompt_tokens", "completion_tokens"):
+        value = getattr(mean, name)
+        if value is not None:
+            log_metric(f"{prefix}/cost/{name}", value)
+    sources = [r.provenance.rubric_source for r in results if r.provenance is not None]
+    asked = [s for s in sources if s in ("generated", "cached")]
+    if asked:
+        log_metric(f"{prefix}/rubric/cached", asked.count("cached") / len(asked))
+
+
+def _rubric_text(result: RewardResult) -> str | None:
+    made = result.provenance
+    if made is None or made.rubric_hash is None:
+        return None
+    return f"{made.rubric_hash} {made.rubric_source}"
+
+
+def _cost_text(cost: Cost) -> str:
+    """A cost in a few characters, for a table cell.
+
+    Examples:
+        >>> _cost_text(Cost(calls=1.5, prompt_tokens=812, completion_tokens=66, seconds=0.84))
+        'calls=1.50 tokens=812+66 s=0.840'
+    """
+    tokens = ""
+    if cost.prompt_tokens is not None or cost.completion_tokens is not None:
+        tokens = f" tokens={cost.prompt_tokens or 0:.0f}+{cost.completion_tokens or 0:.0f}"
+    return f"calls={cost.calls:.2f}{tokens} s={cost.seconds:.3f}"
 
 
 def _flags(result: RewardResult) -> bool:

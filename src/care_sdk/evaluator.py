@@ -20,6 +20,7 @@ from care_sdk.prompts import (
     parse_evaluation,
     shown_messages,
 )
+from care_sdk.provenance import active_ledger
 from care_sdk.types import Context, CriterionScore, Evaluation, Messages, Rubric, as_messages
 
 __all__ = ["EVALUATOR_MODES", "RubricEvaluator", "expected_scores", "forced_evaluation"]
@@ -114,6 +115,20 @@ class RubricEvaluator:
         self.forced = supported and mode != "decoded"
         """Whether scores are read at their positions (``True``) or decoded (``False``)."""
 
+    @property
+    def identity(self) -> str:
+        """Backend identity, sampling settings and prompt version: everything that shapes a score.
+
+        Examples:
+            >>> from care_sdk.testing import ScriptedBackend
+            >>> RubricEvaluator(ScriptedBackend([])).identity
+            'scripted:scripted|t=0.0|seed=0|max_tokens=160|logprobs=False|prompt=v2'
+        """
+        return (
+            f"{self.backend.identity}|t={self.temperature}|seed={self.seed}|max_tokens={self.max_tokens}"
+            f"|logprobs={self.use_logprobs}|prompt={self.prompt_version}"
+        )
+
     def request(self, context: Context, rubric: Rubric, reply: str) -> GenerationRequest | ForcedRequest:
         """The backend request that scores ``reply`` (useful to inspect the exact prompt): a
         :class:`~care_sdk.backends.base.ForcedRequest` when :attr:`forced`."""
@@ -142,6 +157,10 @@ class RubricEvaluator:
         )
 
     def _plan(self, items: Sequence[_Item]) -> Plan[Evaluation]:
+        """The evaluations of normalised items, as a plan; inside a reward (a
+        :class:`~care_sdk.provenance.Ledger` open), it counts what each item cost into the ledger."""
+        ledger = active_ledger()
+        tallies = ledger.open_evaluations(len(items)) if ledger is not None else None
         rubrics = [rubric for _, rubric, _ in items]
 
         def parse(i: int, completion: Completion) -> Evaluation:
@@ -156,7 +175,9 @@ class RubricEvaluator:
         )
         requests = [self._request(c, r, reply, self.max_context_messages) for c, r, reply in items]
         return (
-            yield from parse_plan(requests, parse, what="evaluation", max_attempts=self.max_attempts, shorter=shorter)
+            yield from parse_plan(
+                requests, parse, what="evaluation", max_attempts=self.max_attempts, shorter=shorter, tallies=tallies
+            )
         )
 
     def evaluate(self, context: Context, rubric: Rubric, reply: str) -> Evaluation:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -18,6 +20,7 @@ from care_sdk.prompts import (
     rubric_schema,
     shown_messages,
 )
+from care_sdk.provenance import Cost, RubricSpend, Tally, active_ledger
 from care_sdk.types import Context, Criterion, CriterionRepair, Message, Messages, Rubric, as_messages, fixed_criteria
 
 __all__ = ["RubricGenerator"]
@@ -130,6 +133,9 @@ class RubricGenerator:
         self.cache: RubricCache | None = MemoryCache() if cache is True else (None if cache is False else cache)
         self._schema = rubric_schema(criteria_per_dimension)
 
+    prompt_version: str = GENERATOR_PROMPT_VERSION
+    """The version of the generator prompt (:data:`~care_sdk.prompts.GENERATOR_PROMPT_VERSION`)."""
+
     @property
     def identity(self) -> str:
         """Backend identity, prompt version and sampling settings: everything that shapes a rubric."""
@@ -154,7 +160,12 @@ class RubricGenerator:
         )
 
     def _plan(self, contexts: Sequence[Messages]) -> Plan[Rubric]:
-        """The rubrics of contexts that are messages already, as a plan for the engine."""
+        """The rubrics of contexts that are messages already, as a plan for the engine.
+
+        Inside a reward (a :class:`~care_sdk.provenance.Ledger` open), it reports one
+        :class:`~care_sdk.provenance.RubricSpend` per context: whether its rubric was written or read
+        from the cache, what writing it cost (every request for it: parse retries, criteria retries,
+        and one call per weight read), and how many contexts of the batch shared it."""
         keys = [context_key(m, self.identity) for m in contexts]
         found: dict[str, Rubric | CareError] = {}
         todo: dict[str, Messages] = {}
@@ -166,6 +177,7 @@ class RubricGenerator:
                 found[key] = cached
             else:
                 todo[key] = context
+        tallies = [Tally() for _ in todo]
         if todo:
 
             def parse(_: int, completion: Completion) -> Rubric:
@@ -186,16 +198,26 @@ class RubricGenerator:
 
             requests = list(sent)
             outcomes = yield from parse_plan(
-                requests, parse, what="rubric", max_attempts=self.max_attempts, shorter=shorter
+                requests, parse, what="rubric", max_attempts=self.max_attempts, shorter=shorter, tallies=tallies
             )
             if self.check_criteria:
-                outcomes = yield from self._repaired(outcomes, sent, parse)
+                outcomes = yield from self._repaired(outcomes, sent, parse, tallies)
             if self.weight_reader is not None:
-                outcomes = yield from self._reweighted(outcomes, contexts_todo, sent)
+                outcomes = yield from self._reweighted(outcomes, contexts_todo, sent, tallies)
             for key, outcome in zip(todo, outcomes, strict=True):
                 found[key] = outcome
                 if self.cache is not None and isinstance(outcome, Rubric):
                     self.cache.put(key, outcome)
+        ledger = active_ledger()
+        if ledger is not None:
+            written = dict(zip(todo, tallies, strict=True))
+            shared = Counter(keys)
+            spends = [RubricSpend("cached", Cost(), shared[k]) for k in keys]
+            for j, key in enumerate(keys):
+                tally = written.get(key)
+                if tally is not None:
+                    spends[j] = RubricSpend("generated", tally.cost(), shared[key])
+            ledger.rubrics = spends
         return [found[k] for k in keys]
 
     def _repaired(
@@ -203,6 +225,7 @@ class RubricGenerator:
         outcomes: list[Rubric | CareError],
         sent: list[GenerationRequest],
         parse: Callable[[int, Completion], Rubric],
+        tallies: list[Tally],
     ) -> Plan[Rubric]:
         """The parsed rubrics with their defective criteria repaired: from retries, else the fixed ones."""
         from care_sdk.rubric_checks import criteria_defects  # loaded on the first rubric, not by import care_sdk
@@ -216,7 +239,9 @@ class RubricGenerator:
                 break
             # seeds past those of the parse retries, so no retry repeats a reply already read
             requests = [retry_request(sent[i], self.max_attempts + attempt) for i in pending]
-            retried = yield from parse_plan(requests, parse, what="rubric", max_attempts=1)
+            retried = yield from parse_plan(
+                requests, parse, what="rubric", max_attempts=1, tallies=[tallies[i] for i in pending]
+            )
             for i, rubric in zip(pending, retried, strict=True):
                 if isinstance(rubric, Rubric):  # a retry that fails leaves the criteria to the fixed ones
                     repairs[i].take(rubric.criteria, "retry")
@@ -231,14 +256,20 @@ class RubricGenerator:
         outcomes: list[Rubric | CareError],
         contexts: list[Messages],
         sent: list[GenerationRequest],
+        tallies: list[Tally],
     ) -> Plan[Rubric]:
-        """The parsed rubrics with the weight reader's weights (an item whose read fails is the error)."""
+        """The parsed rubrics with the weight reader's weights (an item whose read fails is the error);
+        each read counts as one call, the reads' wall time split evenly among them."""
         assert self.weight_reader is not None
         parsed = [i for i, outcome in enumerate(outcomes) if isinstance(outcome, Rubric)]
         if not parsed:
             return outcomes
         reads = [WeightRead(context=contexts[i], request=sent[i]) for i in parsed]
+        started = time.perf_counter()
         read = yield from self.weight_reader.read(reads, self.backend)
+        share = (time.perf_counter() - started) / len(parsed)
+        for i in parsed:
+            tallies[i].add({}, share)
         out = list(outcomes)
         for i, weights in zip(parsed, read, strict=True):
             rubric = out[i]

@@ -58,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, TypeVar, cast
 
@@ -71,6 +72,7 @@ from care_sdk.backends.base import (
     Request,
 )
 from care_sdk.errors import CareError, ConfigError, ContextOverflowError, OutputError
+from care_sdk.provenance import Tally
 
 __all__ = [
     "RETRY_TEMPERATURE",
@@ -223,6 +225,7 @@ def parse_plan(
     max_attempts: int,
     accept: Callable[[int, T], str | None] | None = None,
     shorter: Callable[[int], RequestT | None] | None = None,
+    tallies: Sequence[Tally] | None = None,
 ) -> Plan[T]:
     """Send ``requests``; parse each reply with ``parse(index, completion)``; retry the ones that fail.
 
@@ -247,6 +250,10 @@ def parse_plan(
         accept: ``accept(index, value)``, ``None`` or the reason a parsed value is refused.
         shorter: ``shorter(index)``, the input's request with fewer context messages (see
             :func:`fewer_messages`), or ``None``.
+        tallies: one :class:`~care_sdk.provenance.Tally` per input, or ``None``: each counts every
+            request sent for its input, the tokens its backend reported and the input's share of
+            each batch's wall time (split evenly among the batch's requests; see
+            :mod:`care_sdk.provenance`).
 
     Returns:
         A plan returning the parsed value or the :class:`~care_sdk.errors.CareError` of each input.
@@ -279,9 +286,13 @@ def parse_plan(
     pending = list(range(len(sent)))
     while pending:
         batch: list[Any] = [retry_request(sent[i], attempts[i]) for i in pending]
+        started = time.perf_counter()
         results: list[GenerationResult] = yield batch
+        share = (time.perf_counter() - started) / len(batch)
         again: list[int] = []
         for i, result in zip(pending, results, strict=True):
+            if tallies is not None:
+                tallies[i].add(result.usage, share)
             if result.error is not None:
                 if not (isinstance(result.error, ContextOverflowError) and sent_shorter(i, result.error, again)):
                     outcomes[i] = result.error

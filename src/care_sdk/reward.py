@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
@@ -14,6 +15,7 @@ from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
 from care_sdk.guards import Guards, merge_outcomes, screen_items
 from care_sdk.plans import Plan, adrive, drive, offload
+from care_sdk.provenance import Cost, Ledger, Provenance, RubricSpend, open_ledger
 from care_sdk.types import (
     DIMENSIONS,
     Context,
@@ -174,7 +176,44 @@ class AdaptiveReward:
         self, outcomes: list[tuple[RewardResult, CareError | None]]
     ) -> list[tuple[RewardResult, CareError | None]]:
         parts = self.parts
-        return [(result.model_copy(update={"parts": parts}), error) for result, error in outcomes]
+        settled = Provenance(**self._producers())  # a reply the guards settled: no rubric, no call
+        return [
+            (result.model_copy(update={"parts": parts, "provenance": result.provenance or settled}), error)
+            for result, error in outcomes
+        ]
+
+    def _producers(self) -> dict[str, str | None]:
+        """The generator's and the evaluator's identity and prompt version, as :class:`Provenance` fields."""
+        generator = self.generator if self.rubric is None else None
+        return {
+            "generator": generator.identity if generator is not None else None,
+            "generator_prompt": generator.prompt_version if generator is not None else None,
+            "evaluator": self.evaluator.identity,
+            "evaluator_prompt": self.evaluator.prompt_version,
+        }
+
+    def _traced(
+        self, outcomes: list[Outcome], rubrics: list[Rubric | CareError], ledger: Ledger, fit_seconds: dict[int, float]
+    ) -> list[Outcome]:
+        """Each evaluated outcome with its :class:`Provenance`: the rubric's hash and source, its cost shared
+        by the replies of the batch that share it, the reply's own evaluation cost and context-fit time."""
+        producers = self._producers()
+        spends = iter(ledger.rubrics)
+        tallies = iter(ledger.evaluations)
+        traced: list[Outcome] = []
+        for i, ((result, error), rubric) in enumerate(zip(outcomes, rubrics, strict=True)):
+            spend = next(spends) if self.rubric is None else RubricSpend("fixed", Cost(), 1)
+            provenance = Provenance(
+                **producers,
+                rubric_hash=result.rubric.content_hash if result.rubric is not None else None,
+                rubric_source=spend.source,
+                rubric_shared_by=spend.shared_by,
+                rubric_cost=spend.cost,
+                evaluation_cost=next(tallies).cost() if isinstance(rubric, Rubric) else Cost(),
+                context_fit_seconds=fit_seconds.get(i),
+            )
+            traced.append((result.model_copy(update={"provenance": provenance}), error))
+        return traced
 
     @classmethod
     def for_variant(
@@ -269,31 +308,39 @@ class AdaptiveReward:
         """The reward's steps as a plan for the engine, written once for :func:`drive` and
         :func:`adrive`: the guards' pre-pass, then each stage a batch call of a component's public
         method in its sync and async form (rubrics, evaluations, the context-fit add-on when on;
-        each runs its own plan on its own backend), then the merge. It yields only those calls, so
-        the backend it is driven with sends nothing itself."""
+        each runs its own plan on its own backend), then each result's provenance, then the merge. It
+        yields only those calls, so the backend it is driven with sends nothing itself. The generator
+        and the evaluator report what their stage cost to the ledger open while they run (see
+        :mod:`care_sdk.provenance`)."""
+        ledger = Ledger()
         screens, todo = screen_items(items, self.guards)
         contexts = [c for c, _ in todo]
-        if self.rubric is not None:
-            rubrics: list[Rubric | CareError] = [self.rubric] * len(contexts)
-        else:
-            generator = self.generator
-            assert generator is not None
-            written = yield from offload(
-                partial(generator.generate_batch, contexts), partial(generator.agenerate_batch, contexts)
+        with open_ledger(ledger):
+            if self.rubric is not None:
+                rubrics: list[Rubric | CareError] = [self.rubric] * len(contexts)
+            else:
+                generator = self.generator
+                assert generator is not None
+                written = yield from offload(
+                    partial(generator.generate_batch, contexts), partial(generator.agenerate_batch, contexts)
+                )
+                rubrics = self._finish(written)
+            judged = self._eval_items(todo, rubrics)
+            evaluator = self.evaluator
+            evaluations = yield from offload(
+                partial(evaluator.evaluate_batch, judged), partial(evaluator.aevaluate_batch, judged)
             )
-            rubrics = self._finish(written)
-        judged = self._eval_items(todo, rubrics)
-        evaluator = self.evaluator
-        evaluations = yield from offload(
-            partial(evaluator.evaluate_batch, judged), partial(evaluator.aevaluate_batch, judged)
-        )
         outcomes = self._combine(rubrics, evaluations)
+        fit_seconds: dict[int, float] = {}
         if self.context_fit is not None:
             fitted = self._fit_items(outcomes)
             pairs = [todo[i] for i in fitted]
             fit = self.context_fit
+            started = time.perf_counter()
             values = yield from offload(partial(fit.score_batch, pairs), partial(fit.ascore_batch, pairs))
+            fit_seconds = dict.fromkeys(fitted, (time.perf_counter() - started) / max(1, len(fitted)))
             outcomes = self._apply_fit(outcomes, fitted, values)
+        outcomes = self._traced(outcomes, rubrics, ledger, fit_seconds)
         merged = merge_outcomes(screens, outcomes, self.guards)
         return [*self._stamped(merged)]
 

@@ -1,13 +1,17 @@
 """Scoring logged dialogue files: one output record per assistant turn, resumable.
 
 Output records are JSON lines ``{"id", "turn", "reward", "error", "rubric", "evaluation",
-"dimension_scores", "scored_by", "flags", "raw_reward", "note", "context_fit", "parts"}`` in input
-order (``flags``: what the guards found in the reply; a reply they settled without a model call has no
-rubric; ``context_fit``: the reply's fit to its context, when the opt-in add-on reads it; ``parts``:
-what produced the reward, ``["care"]`` for the method's). Records
-are appended as they finish, so an interrupted run loses nothing; re-running with the same output
-file keeps every scored record, recomputes only missing or failed ones, and rewrites the file in
-input order, identical to an uninterrupted run.
+"dimension_scores", "scored_by", "flags", "raw_reward", "note", "context_fit", "parts", "provenance"}``
+in input order (``flags``: what the guards found in the reply; a reply they settled without a model call
+has no rubric; ``context_fit``: the reply's fit to its context, when the opt-in add-on reads it;
+``parts``: what produced the reward, ``["care"]`` for the method's; ``provenance``: the rubric's
+content hash and source, the generator's and evaluator's identity and prompt version, and what the
+reward cost, see :mod:`care_sdk.provenance`). Records are appended as they finish, so an interrupted
+run loses nothing; re-running with the same output file keeps every scored record, recomputes only
+missing or failed ones, and rewrites the file in input order, identical to an uninterrupted run except
+for each record's ``provenance``, which describes the run that scored it (its seconds, and whether its
+rubric was written or read from the cache). Files written before records carried ``provenance`` are
+read and resumed as they are.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from typing import Any, TextIO
 from care_sdk.dialogues import read_dialogues
 from care_sdk.errors import InputError
 from care_sdk.jsonl import BadLine, append_jsonl, iter_jsonl, replace_jsonl
+from care_sdk.provenance import Cost
 from care_sdk.reward import AdaptiveReward
-from care_sdk.types import DIMENSIONS, Dialogue, RewardResult, Turn
+from care_sdk.types import DIMENSIONS, Dialogue, Provenance, RewardResult, Turn
 
 logger = logging.getLogger("care_sdk")
 
@@ -57,6 +62,25 @@ class ScoreSummary:
     input_errors: list[InputError] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     weights: dict[str, list[float]] = field(default_factory=lambda: {d.value: [] for d in DIMENSIONS})
+    cost: Cost | None = None
+    """What the records' rewards cost together (their :attr:`~care_sdk.types.Provenance.cost` summed),
+    over the records that carry a provenance; ``None`` when none does."""
+    rubric_sources: dict[str, int] = field(default_factory=dict)
+    """How many records had their rubric ``generated``, ``cached`` or ``fixed``."""
+
+    def add_provenance(self, made: Provenance) -> None:
+        """Count one record's provenance into :attr:`cost` and :attr:`rubric_sources`.
+
+        Examples:
+            >>> summary = ScoreSummary()
+            >>> summary.add_provenance(Provenance(evaluator="e", evaluator_prompt="v2", rubric_source="cached",
+            ...                                   evaluation_cost=Cost(calls=1, seconds=0.5)))
+            >>> summary.cost.calls, summary.rubric_sources
+            (1.0, {'cached': 1})
+        """
+        self.cost = made.cost if self.cost is None else self.cost + made.cost
+        if made.rubric_source is not None:
+            self.rubric_sources[made.rubric_source] = self.rubric_sources.get(made.rubric_source, 0) + 1
 
     @property
     def ok(self) -> bool:
@@ -80,6 +104,14 @@ class ScoreSummary:
         ]
         for dim, values in self.weights.items():
             rows.append((f"mean weight {dim}", f"{sum(values) / len(values):.3f}" if values else "-"))
+        if self.cost is not None:
+            rows.append(("backend calls", f"{self.cost.calls:.0f}"))
+            if self.cost.prompt_tokens is not None or self.cost.completion_tokens is not None:
+                tokens = f"{self.cost.prompt_tokens or 0:.0f} + {self.cost.completion_tokens or 0:.0f}"
+                rows.append(("tokens (prompt + completion)", tokens))
+            rows.append(("backend seconds", f"{self.cost.seconds:.1f}"))
+            sources = ", ".join(f"{n} {source}" for source, n in sorted(self.rubric_sources.items()))
+            rows.append(("rubrics", sources or "-"))
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 
@@ -114,11 +146,9 @@ def scored_by(reward: AdaptiveReward) -> dict[str, str | None]:
     from care_sdk import __version__
     from care_sdk.prompts import FIXED_CRITERIA_VERSION
 
-    ev = reward.evaluator
     return {
         "generator": reward.generator.identity if reward.generator and reward.rubric is None else None,
-        "evaluator": f"{ev.backend.identity}|t={ev.temperature}|seed={ev.seed}|max_tokens={ev.max_tokens}"
-        f"|logprobs={ev.use_logprobs}|prompt={ev.prompt_version}",
+        "evaluator": reward.evaluator.identity,
         "prompt_version": FIXED_CRITERIA_VERSION,
         "guards": repr(reward.guards) if reward.guards is not None else "off",
         "context_fit": reward.context_fit.identity if reward.context_fit is not None else "off",
@@ -153,6 +183,19 @@ def _turn_key(record: dict[str, Any]) -> tuple[str | None, str] | None:
     if isinstance(record.get("turn"), bool) or not isinstance(record.get("turn"), int):
         return "turn", "expected an integer"
     return None
+
+
+def _provenance(record: dict[str, Any]) -> Provenance | None:
+    """A record's provenance; ``None`` for a record written before records carried one (or a
+    provenance that no longer reads, which is logged)."""
+    made = record.get("provenance")
+    if made is None:
+        return None
+    try:
+        return Provenance.model_validate(made)
+    except ValueError as exc:
+        logger.warning("record %s turn %s: provenance not counted: %s", record.get("id"), record.get("turn"), exc)
+        return None
 
 
 def _rescore(bad: BadLine) -> None:
@@ -275,6 +318,9 @@ def finish_scoring(
     """
     ordered = [done[(str(d.id), t.index)] for d, t in turns]
     for record in ordered:
+        made = _provenance(record)
+        if made is not None:
+            summary.add_provenance(made)
         if record["reward"] is None:
             summary.failed += 1
             continue

@@ -10,6 +10,7 @@ Examples:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import threading
@@ -91,7 +92,8 @@ class ScriptedBackend(Backend):
     script raises) or a function ``request -> reply`` called for every completion. A reply that
     is a :class:`~care_sdk.errors.BackendError` fails that request; a reply that is a
     :class:`~care_sdk.backends.base.Completion` is returned as it is (say, one cut off with
-    ``finish_reason="length"``). Usage counts one token per character (``completion_tokens``).
+    ``finish_reason="length"``). Usage counts one token per character: ``prompt_tokens`` over the
+    request's message contents, ``completion_tokens`` over the replies (forced replies too).
 
     With ``forced``, the backend also has the
     :class:`~care_sdk.backends.base.ForcedReplies` capability: it builds a forced reply itself, one
@@ -160,7 +162,7 @@ class ScriptedBackend(Backend):
                     completions.append(
                         reply if isinstance(reply, Completion) else Completion(text=reply, finish_reason="stop")
                     )
-                used = {"completion_tokens": sum(len(c.text) for c in completions)}
+                used = {"prompt_tokens": _chars(request), "completion_tokens": sum(len(c.text) for c in completions)}
                 results.append(
                     GenerationResult(error=error) if error else GenerationResult(tuple(completions), usage=used)
                 )
@@ -170,7 +172,15 @@ class ScriptedBackend(Backend):
         assert self._forced is not None
         with self._lock:
             self.requests.extend(requests)
-            return [self._build_forced(request.reply, self._forced) for request in requests]
+            results = [self._build_forced(request.reply, self._forced) for request in requests]
+            return [
+                dataclasses.replace(
+                    result, usage={"prompt_tokens": _chars(request), "completion_tokens": len(result.text)}
+                )
+                if result.ok
+                else result
+                for request, result in zip(requests, results, strict=True)
+            ]
 
     @staticmethod
     def _build_forced(
@@ -195,6 +205,11 @@ class _ScriptedForcedReplies(ScriptedBackend):
     def forced_replies(self, requests: Sequence[base.ForcedRequest]) -> list[GenerationResult]:
         """Build each forced reply one character at a time, asking the script's ``forced``."""
         return self._forced_replies(requests)
+
+
+def _chars(request: base.Request) -> int:
+    """The scripted backend's prompt tokens: one per character of the request's message contents."""
+    return sum(len(m.content) for m in request.messages)
 
 
 class RecordingBackend(ForwardingBackend):

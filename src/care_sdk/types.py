@@ -5,6 +5,7 @@ All models are frozen pydantic v2 models that round-trip through JSON exactly.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from enum import Enum
@@ -14,10 +15,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from care_sdk._core import CRITERION_TEXT_LIMIT, MAX_CRITERIA, MAX_SCORE, MIN_SCORE, fixed_criteria_texts
+from care_sdk.provenance import Cost, Provenance
 
 __all__ = [
     "DIMENSIONS",
     "Context",
+    "Cost",
     "Criterion",
     "CriterionRepair",
     "CriterionScore",
@@ -28,6 +31,7 @@ __all__ = [
     "FailureStage",
     "Message",
     "Messages",
+    "Provenance",
     "RewardResult",
     "Role",
     "Rubric",
@@ -280,6 +284,19 @@ class Rubric(_Frozen):
         return [c for c in self.criteria if c.dimension is dim]
 
     @property
+    def content_hash(self) -> str:
+        """The first 16 hex digits of the SHA-256 of the rubric's weights and criteria as JSON: equal
+        for equal rubrics, in any process (what :attr:`Provenance.rubric_hash` records).
+
+        Examples:
+            >>> Rubric.uniform_fixed().content_hash == Rubric.uniform_fixed().content_hash
+            True
+            >>> len(Rubric.uniform_fixed().content_hash)
+            16
+        """
+        return hashlib.sha256(self.model_dump_json(exclude={"repairs"}).encode()).hexdigest()[:16]
+
+    @property
     def top_dimension(self) -> Dimension:
         """The dimension with the largest weight (the first in canonical order on ties).
 
@@ -443,6 +460,11 @@ class RewardResult(_Frozen):
     """What produced the reward: the variant (``care``, ``uniform_weights``, ...), then any opt-in
     add-on outside the method (``weights_head``, ``expected_weights``, ``context_fit``), e.g.
     ``("care",)`` for the method's reward."""
+    provenance: Provenance | None = None
+    """What produced the reward (the rubric's content hash and source, the generator's and the
+    evaluator's identity and prompt version) and what it cost (calls, tokens, seconds); see
+    :mod:`care_sdk.provenance`. Set on every result :class:`~care_sdk.AdaptiveReward` returns;
+    ``None`` in records written before it was recorded."""
 
     @property
     def rubric_reward(self) -> float | None:

@@ -307,7 +307,9 @@ class VariantScorer:
                 out: dict[int, dict[str, dict[str, Any]]] = {i: {} for i in batch}
                 for variant, reward in self.rewards.items():
                     for i, result in zip(batch, reward.score_batch(pairs), strict=True):
-                        out[i][variant] = result.model_dump(mode="json")
+                        # without its provenance: what a reward cost is the run's (its seconds, its batch's
+                        # rubric sharing), and a resumed run must write the records a fresh one writes
+                        out[i][variant] = result.model_dump(mode="json", exclude={"provenance"})
                 if "length" in self.variants:
                     for i in batch:
                         out[i]["length"] = _length_record(items[i].reply or "")

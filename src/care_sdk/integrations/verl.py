@@ -28,8 +28,11 @@ the prompt, so the dialogue context travels in the row's ``extra_info``:
 
 The returned dict has ``score`` (the reward verl trains on) and, for verl's
 ``reward_extra_info``, ``care_<dimension>`` (per-dimension score), ``care_weight_<dimension>``
-(rubric weight) and ``care_failed`` (1.0 when no reward could be computed). Every row returns the
-same keys.
+(rubric weight), ``care_failed`` (1.0 when no reward could be computed), and the reward's cost
+(see :mod:`care_sdk.provenance`): ``care_cost_calls``, ``care_cost_seconds``,
+``care_cost_prompt_tokens``, ``care_cost_completion_tokens`` (the row's share; tokens NaN where the
+backend reports none) and ``care_rubric_cached`` (1.0 when the rubric came from the cache, 0.0 when
+it was written, NaN otherwise). Every row returns the same keys.
 
 Two options of the batch form watch and shape the reward during training:
 
@@ -235,6 +238,15 @@ def _as_dict(result: RewardResult, on_error: str | float, where: str) -> dict[st
         out[f"care_{dim.value}"] = math.nan if score is None else score
         out[f"care_weight_{dim.value}"] = result.rubric.weights[dim] if result.rubric is not None else math.nan
     out["care_context_fit"] = math.nan if result.context_fit is None else result.context_fit
+    made = result.provenance
+    cost = made.cost if made is not None else None
+    out["care_cost_calls"] = math.nan if cost is None else cost.calls
+    out["care_cost_seconds"] = math.nan if cost is None else cost.seconds
+    for name in ("prompt_tokens", "completion_tokens"):
+        value = getattr(cost, name, None)
+        out[f"care_cost_{name}"] = math.nan if value is None else value
+    source = made.rubric_source if made is not None else None
+    out["care_rubric_cached"] = {"cached": 1.0, "generated": 0.0}.get(source or "", math.nan)
     return out
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from care_sdk.dialogues import read_dialogues
 from care_sdk.errors import InputError
+from care_sdk.provenance import Cost, Provenance
 from care_sdk.report.records import DIMS, weights_by_turn
 
 __all__ = ["DialogueTexts", "report_data", "reward_histogram", "turn_flags"]
@@ -137,6 +138,45 @@ def _producer_key(record: Record) -> tuple[str, dict[str, Any]]:
     return repr(sorted(value.items())), value
 
 
+SOURCES = ("generated", "cached", "fixed")
+"""Where a rubric came from, in the order the page's cost lists them (see :data:`care_sdk.provenance.RubricSource`)."""
+
+
+def _provenance(record: Record) -> Provenance | None:
+    """A record's provenance, or ``None`` (written before records carried one, or unreadable)."""
+    made = record.get("provenance")
+    if not isinstance(made, Mapping):
+        return None
+    try:
+        return Provenance.model_validate(made)
+    except ValueError:
+        return None
+
+
+def _cost_cell(made: Provenance, strings: _Interner) -> list[Any]:
+    """A turn's cost for the page: ``[calls, prompt tokens, completion tokens, seconds, source, hash
+    (interned), shared by]`` (the reply's share; tokens ``None`` when not reported)."""
+    cost = made.cost
+    tokens = [None if t is None else round(t, 1) for t in (cost.prompt_tokens, cost.completion_tokens)]
+    rubric = strings(made.rubric_hash) if made.rubric_hash is not None else None
+    return [round(cost.calls, 3), *tokens, round(cost.seconds, 4), made.rubric_source, rubric, made.rubric_shared_by]
+
+
+def _cost_overview(costs: Sequence[Provenance]) -> dict[str, Any] | None:
+    """What the turns that carry a provenance cost together, and where their rubrics came from."""
+    if not costs:
+        return None
+    total = sum((made.cost for made in costs), Cost())
+    return {
+        "turns": len(costs),
+        "calls": round(total.calls, 2),
+        "prompt_tokens": None if total.prompt_tokens is None else round(total.prompt_tokens),
+        "completion_tokens": None if total.completion_tokens is None else round(total.completion_tokens),
+        "seconds": round(total.seconds, 3),
+        "sources": [[s, sum(made.rubric_source == s for made in costs)] for s in SOURCES],
+    }
+
+
 def _failure_reason(error: str) -> str:
     """The reason without its per-item detail: text up to the first colon after the stage name."""
     head, sep, rest = error.partition(": ")
@@ -157,8 +197,10 @@ def report_data(
     """Reduce scored records to the JSON-ready mapping the report page renders.
 
     Records are ``care score`` output lines (``id``, ``turn``, ``reward``, ``error``, ``rubric``,
-    ``evaluation``, ``dimension_scores`` and, when recorded, ``scored_by``). A later record for the
-    same ``(id, turn)`` replaces an earlier one. Dialogues keep the order of their first record.
+    ``evaluation``, ``dimension_scores`` and, when recorded, ``scored_by`` and ``provenance``). A
+    later record for the same ``(id, turn)`` replaces an earlier one. Dialogues keep the order of their
+    first record. ``overview.cost`` totals the cost of the records that carry a provenance (``None``
+    when none does: files written before records carried one), and each turn's ``c`` holds its own.
 
     Args:
         records: the scored records.
@@ -188,6 +230,7 @@ def report_data(
     dialogue_turns: list[list[int]] = [[] for _ in dialogue_index]
     failures: dict[str, list[Any]] = {}
     with_rubric: list[dict[str, Any]] = []
+    costs: list[Provenance] = []
     for (did, number), record in unique.items():
         d = dialogue_index[did]
         messages = texts.messages.get(did) if texts else None
@@ -200,6 +243,9 @@ def report_data(
         weights = _weights(record)
         if weights is not None:
             with_rubric.append(dict(record))
+        made = _provenance(record)
+        if made is not None:
+            costs.append(made)
         key, value = _producer_key(record)
         p = producers(key, value)
         producer_counts[p] = producer_counts.get(p, 0) + 1
@@ -219,6 +265,7 @@ def report_data(
             else None,
             "p": p,
             "f": turn_flags(record, reply, texts_given=texts is not None),
+            "c": _cost_cell(made, strings) if made is not None else None,
         }
         if reward is None:
             reason = _failure_reason(str(record.get("error") or "no reward and no error"))
@@ -268,6 +315,7 @@ def report_data(
             ),
             "lowest": ranked[:EXTREMES],
             "highest": ranked[::-1][:EXTREMES],
+            "cost": _cost_overview(costs),
         },
         "producers": [{**value, "turns": producer_counts[i]} for i, value in enumerate(producers.items)],
         "strings": strings.items,

@@ -98,6 +98,21 @@
     if (by.evaluator) parts.push("evaluator " + by.evaluator);
     return parts.join(" · ");
   }
+  function big(n) { return n >= 10000 ? (n / 1000).toFixed(1) + "k" : fmt(n, 0); }
+  function tokens(p, c) {
+    return p === null && c === null ? null : fmt(p || 0, 0) + " + " + fmt(c || 0, 0);
+  }
+  function costText(c) {
+    // [calls, prompt tokens, completion tokens, seconds, source, rubric hash, shared by]: this reply's share
+    const parts = [];
+    if (c[5] !== null) parts.push("rubric " + STR[c[5]] + " (" + c[4] + (c[6] > 1 ? ", shared by " + c[6] + " replies" : "") + ")");
+    const cost = [fmt(c[0], 2) + " calls"];
+    const tk = tokens(c[1], c[2]);
+    if (tk) cost.push(tk + " tokens");
+    cost.push(fmt(c[3], 3) + " s");
+    parts.push("cost " + cost.join(", "));
+    return parts.join(" · ");
+  }
   function annotation(ti, open) {
     const t = TURNS[ti];
     const det = el("details", "annot");
@@ -127,6 +142,7 @@
     });
     const by = producerText(t.p);
     if (by) inner.appendChild(el("div", "producer mono", by));
+    if (t.c) inner.appendChild(el("div", "producer mono cost", costText(t.c)));
     det.appendChild(inner);
     return det;
   }
@@ -336,6 +352,17 @@
     add(document.getElementById("stats"), stat(OV.dialogues, "dialogues"), stat(OV.turns, "assistant turns"),
       stat(OV.scored, "scored"), stat(OV.failed, "failed", OV.failed > 0), stat(fmt(OV.mean_reward), "mean reward"),
       stat(fmt(OV.median_reward), "median reward"));
+    if (OV.cost) {  // what the turns that record a provenance cost together
+      const c = OV.cost, stats = document.getElementById("stats");
+      const of = c.turns < OV.turns ? " (" + c.turns + " of " + OV.turns + " turns recorded it)" : "";
+      add(stats, stat(fmt(c.calls, 0), "backend calls" + of), stat(fmt(c.seconds, 1), "backend seconds"));
+      if (c.prompt_tokens !== null || c.completion_tokens !== null) {
+        const p = c.prompt_tokens || 0, k = c.completion_tokens || 0;
+        stats.appendChild(stat(big(p + k), "tokens: " + big(p) + " prompt + " + big(k) + " completion"));
+      }
+      const n = Object.fromEntries(c.sources);
+      stats.appendChild(stat(String(n.generated), "rubrics written, " + n.cached + " cached" + (n.fixed ? ", " + n.fixed + " fixed" : "")));
+    }
     document.getElementById("reward-legend").textContent = OV.scored + " scored turns in " + OV.histogram.length + " bins over [0, 1]";
     for (const lg of document.querySelectorAll(".dims-legend")) {
       DIMS.forEach((d, k) => add(lg, add(el("span"), el("i", d), document.createTextNode(d + (OV.mean_weights ? " " + fmt(OV.mean_weights[k], 2) : "")))));

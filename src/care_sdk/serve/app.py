@@ -6,12 +6,17 @@ Endpoints:
   [str], "labels": [...]}``. Out: ``{"rewards": [float | null], "scores": [...], "extra_logs":
   {...}, "details": [...]}``. ``rewards`` and ``scores`` are the same numbers, ``null`` where
   no reward could be computed (never 0). ``extra_logs`` holds one number per query for each key
-  (OpenRLHF turns every value into a tensor): ``care_failed``, ``care_flagged`` and
-  ``care_template_{chatml,llama3,plain}`` (1 for the template the query was read with).
-  ``details`` holds per query the template, the judged context, the error and the guard flags.
+  (OpenRLHF turns every value into a tensor): ``care_failed``, ``care_flagged``,
+  ``care_template_{chatml,llama3,plain}`` (1 for the template the query was read with), and the
+  query's share of the cost (:mod:`care_sdk.provenance`): ``care_cost_calls``,
+  ``care_cost_seconds`` and, when the backend reports tokens, ``care_cost_prompt_tokens`` and
+  ``care_cost_completion_tokens``. ``details`` holds per query the template, the judged context,
+  the error, the guard flags and the reward's provenance.
 - ``POST /v1/score``: ``{"items": [{"context": messages or text, "reply": str}], "options":
   {"detail": "full" | "reward"}}`` (options optional) answered with ``{"results": [RewardResult
-  as JSON, ...]}``; ``detail: reward`` keeps only ``reward``, ``error``, ``flags`` and ``parts``.
+  as JSON, ...]}``, each with its ``provenance`` (the rubric's hash and source, the generator's and
+  the evaluator's identity and prompt version, calls, tokens, seconds); ``detail: reward`` keeps only
+  ``reward``, ``error``, ``flags`` and ``parts``.
 - ``POST /verify`` and ``POST /seed_session``: NeMo-Gym's resources-server protocol (see
   :mod:`care_sdk.serve.nemo_gym`): the verify request answered with ``reward``,
   ``reward_components`` per dimension and NeMo-Gym's failure fields.
@@ -53,6 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from care_sdk.errors import MissingDependencyError
 from care_sdk.guards import INFO_FLAGS
+from care_sdk.provenance import Cost
 from care_sdk.serve.batching import Batcher, QueueFull
 from care_sdk.serve.metrics import ServeMetrics
 from care_sdk.serve.protocol import (
@@ -154,6 +160,18 @@ def _cache_stats(reward: AdaptiveReward) -> Callable[[], tuple[int, int] | None]
     return read
 
 
+def _cost_logs(results: list[RewardResult | None]) -> dict[str, list[float]]:
+    """Each query's share of the cost (see :mod:`care_sdk.provenance`) as ``extra_logs``: calls and seconds
+    always (0 for a query that was not scored), tokens when the backend reports them."""
+    costs = [r.provenance.cost if r is not None and r.provenance is not None else Cost() for r in results]
+    logs = {"care_cost_calls": [c.calls for c in costs], "care_cost_seconds": [c.seconds for c in costs]}
+    for name in ("prompt_tokens", "completion_tokens"):
+        values = [getattr(c, name) for c in costs]
+        if any(v is not None for v in values):
+            logs[f"care_cost_{name}"] = [v or 0.0 for v in values]
+    return logs
+
+
 def _openrlhf_answer(splits: list[SplitQuery], results: list[RewardResult | None]) -> GetRewardResponse:
     rewards = [r.reward if r is not None else None for r in results]
     errors = [
@@ -166,9 +184,17 @@ def _openrlhf_answer(splits: list[SplitQuery], results: list[RewardResult | None
     }
     for name in TEMPLATES:
         extra_logs[f"care_template_{name}"] = [float(s.template == name) for s in splits]
+    extra_logs.update(_cost_logs(results))
     details = [
-        QueryDetail.model_construct(template=s.template, context=s.context, reply_chars=len(s.reply), error=e, flags=fl)
-        for s, e, fl in zip(splits, errors, flags, strict=True)
+        QueryDetail.model_construct(
+            template=s.template,
+            context=s.context,
+            reply_chars=len(s.reply),
+            error=e,
+            flags=fl,
+            provenance=r.provenance if r is not None else None,
+        )
+        for s, e, fl, r in zip(splits, errors, flags, results, strict=True)
     ]
     return GetRewardResponse.model_construct(rewards=rewards, scores=rewards, extra_logs=extra_logs, details=details)
 

@@ -4,8 +4,11 @@ Names: ``care_serve_requests_total{endpoint,status}``, ``care_serve_request_seco
 (histogram), ``care_serve_queue_depth`` (items accepted and not yet answered),
 ``care_serve_batch_items`` (histogram of items per scoring call), ``care_serve_items_total``,
 ``care_serve_failures_total{stage}`` (``input``, ``rubric``, ``evaluation``, ``context_fit``,
-``other``) and ``care_serve_rubric_cache_{hits,misses}`` (the generator's rubric cache, when it
-counts).
+``other``), ``care_serve_rubric_cache_{hits,misses}`` (the generator's rubric cache, when it
+counts), and from each result's provenance (:mod:`care_sdk.provenance`):
+``care_serve_backend_calls_total``, ``care_serve_backend_seconds_total``,
+``care_serve_tokens_total{kind}`` (``prompt``, ``completion``: what the backend reported) and
+``care_serve_rubrics_total{source}`` (``generated``, ``cached``, ``fixed``).
 
 Examples:
     >>> metrics = ServeMetrics()  # doctest: +SKIP
@@ -19,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from care_sdk.errors import MissingDependencyError
-from care_sdk.types import RewardResult
+from care_sdk.types import Provenance, RewardResult
 
 __all__ = ["ServeMetrics"]
 
@@ -77,6 +80,20 @@ class ServeMetrics:
         misses = prom.Gauge("care_serve_rubric_cache_misses", "Rubric cache misses", registry=self.registry)
         hits.set_function(lambda: float((cache_stats() or (0, 0))[0]))
         misses.set_function(lambda: float((cache_stats() or (0, 0))[1]))
+        self.backend_calls = prom.Counter(
+            "care_serve_backend_calls", "Backend calls made for the scored items", registry=self.registry
+        )
+        self.backend_seconds = prom.Counter(
+            "care_serve_backend_seconds",
+            "Wall time of the backend calls made for the scored items",
+            registry=self.registry,
+        )
+        self.tokens = prom.Counter(
+            "care_serve_tokens", "Tokens the backend reported, by kind", ["kind"], registry=self.registry
+        )
+        self.rubrics = prom.Counter(
+            "care_serve_rubrics", "Scored items by where their rubric came from", ["source"], registry=self.registry
+        )
         self._per_request: dict[tuple[str, int], tuple[Any, Any]] = {}  # label children, looked up once
 
     def observe_request(self, endpoint: str, status: int, seconds: float) -> None:
@@ -100,6 +117,19 @@ class ServeMetrics:
             if result is not None and result.reward is None:
                 stage = result.failure.stage if result.failure is not None else "other"
                 self.failures.labels(stage=stage).inc()
+            if result is not None and result.provenance is not None:
+                self._observe_cost(result.provenance)
+
+    def _observe_cost(self, made: Provenance) -> None:
+        cost = made.cost
+        self.backend_calls.inc(cost.calls)
+        self.backend_seconds.inc(cost.seconds)
+        if cost.prompt_tokens is not None:
+            self.tokens.labels(kind="prompt").inc(cost.prompt_tokens)
+        if cost.completion_tokens is not None:
+            self.tokens.labels(kind="completion").inc(cost.completion_tokens)
+        if made.rubric_source is not None:
+            self.rubrics.labels(source=made.rubric_source).inc()
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type."""

@@ -42,7 +42,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from care_sdk.errors import InputError
-from care_sdk.types import Context, Message, Messages, RewardResult, as_messages
+from care_sdk.types import Context, Message, Messages, Provenance, RewardResult, as_messages
 
 __all__ = [
     "REWARD_ONLY",
@@ -319,7 +319,8 @@ class ScoreResponse(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     results: list[RewardResult]
-    """The results, in the order of the request's items."""
+    """The results, in the order of the request's items, each with its ``provenance`` (with
+    ``detail: reward``, without it)."""
 
     def body(self, detail: Literal["full", "reward"] = "full") -> bytes:
         """The JSON body: each result whole, or cut to :data:`REWARD_ONLY` (``options.detail``)."""
@@ -390,6 +391,9 @@ class QueryDetail(BaseModel):
     """Why no reward was computed, or ``None``."""
     flags: list[str]
     """The guards' flags on the reply."""
+    provenance: Provenance | None = None
+    """What produced the reward and what it cost (see :mod:`care_sdk.provenance`); ``None`` for a
+    query whose reply could not be split off."""
 
 
 class GetRewardResponse(BaseModel):
@@ -411,9 +415,12 @@ class GetRewardResponse(BaseModel):
     scores: list[float | None]
     """The same numbers as ``rewards`` (OpenRLHF reads either)."""
     extra_logs: dict[str, list[float]]
-    """Per key one number per query: ``care_failed``, ``care_flagged``, ``care_template_<name>``."""
+    """Per key one number per query: ``care_failed``, ``care_flagged``, ``care_template_<name>``,
+    ``care_cost_calls``, ``care_cost_seconds`` and, when the backend reports tokens,
+    ``care_cost_prompt_tokens`` and ``care_cost_completion_tokens``."""
     details: list[QueryDetail]
-    """Per query: the template, the judged context, the reply's length, the error and the flags."""
+    """Per query: the template, the judged context, the reply's length, the error, the flags and the
+    reward's provenance."""
 
     def body(self) -> bytes:
         """The JSON body."""
