@@ -7,7 +7,7 @@ cache, then again (every rubric cached). For each run it compares the sums of th
 ``provenance.cost`` (calls, prompt and completion tokens, seconds) with the meter's counts and the
 run's wall time, and writes JSON.
 
-    python benchmarks/bench_provenance.py --contexts 4 --group 4 --threads 1 --out benchmarks/results/provenance.json
+    python benchmarks/bench_provenance.py --contexts 2 --group 3 --threads 1 --out benchmarks/results/provenance.json
 """
 
 from __future__ import annotations

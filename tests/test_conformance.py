@@ -233,7 +233,7 @@ def test_logprob_shape(backend: Backend) -> None:
 
 def test_usage_is_reported(backend: Backend) -> None:
     if not _real(backend):
-        pytest.skip("the scripted backend counts no prompt tokens")
+        pytest.skip("the scripted backend counts characters, not tokens")
     result = _one(backend, GenerationRequest(messages=_user("Hello!"), max_tokens=8))
     assert result.usage.get("prompt_tokens", 0) > 0
     assert 0 < result.usage.get("completion_tokens", 0) <= 8
