@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 if TYPE_CHECKING:
     from care_sdk.types import RewardResult
 
-__all__ = ["Cost", "Provenance", "RubricSource", "mean_cost"]
+__all__ = ["Cost", "Provenance", "RubricSource", "mean_cost", "record_provenance"]
 
 RubricSource = Literal["generated", "cached", "fixed"]
 """Where the rubric of a reward came from: written by the generator in this call, read from the
@@ -142,6 +142,25 @@ class Provenance(BaseModel):
         if self.context_fit_seconds:
             total = total + Cost(seconds=self.context_fit_seconds)
         return total
+
+
+def record_provenance(record: Mapping[str, object]) -> Provenance | None:
+    """The provenance of a scored record (a ``care score`` output line); ``None`` for a record written
+    before records carried one, or one whose provenance does not read.
+
+    Examples:
+        >>> record_provenance({"id": "a", "turn": 1, "reward": 0.5}) is None
+        True
+        >>> record_provenance({"provenance": {"evaluator": "e", "evaluator_prompt": "v2"}}).evaluator
+        'e'
+    """
+    made = record.get("provenance")
+    if not isinstance(made, Mapping):
+        return None
+    try:
+        return Provenance.model_validate(made)
+    except ValueError:
+        return None
 
 
 def mean_cost(results: Sequence[RewardResult]) -> Cost | None:

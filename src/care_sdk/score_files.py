@@ -25,7 +25,7 @@ from typing import Any, TextIO
 from care_sdk.dialogues import read_dialogues
 from care_sdk.errors import InputError
 from care_sdk.jsonl import BadLine, append_jsonl, iter_jsonl, replace_jsonl
-from care_sdk.provenance import Cost
+from care_sdk.provenance import Cost, record_provenance
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import DIMENSIONS, Dialogue, Provenance, RewardResult, Turn
 
@@ -185,19 +185,6 @@ def _turn_key(record: dict[str, Any]) -> tuple[str | None, str] | None:
     return None
 
 
-def _provenance(record: dict[str, Any]) -> Provenance | None:
-    """A record's provenance; ``None`` for a record written before records carried one (or a
-    provenance that no longer reads, which is logged)."""
-    made = record.get("provenance")
-    if made is None:
-        return None
-    try:
-        return Provenance.model_validate(made)
-    except ValueError as exc:
-        logger.warning("record %s turn %s: provenance not counted: %s", record.get("id"), record.get("turn"), exc)
-        return None
-
-
 def _rescore(bad: BadLine) -> None:
     logger.warning("%s; that turn is scored again", bad)
 
@@ -318,7 +305,7 @@ def finish_scoring(
     """
     ordered = [done[(str(d.id), t.index)] for d, t in turns]
     for record in ordered:
-        made = _provenance(record)
+        made = record_provenance(record)
         if made is not None:
             summary.add_provenance(made)
         if record["reward"] is None:

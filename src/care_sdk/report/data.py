@@ -15,7 +15,7 @@ from typing import Any
 
 from care_sdk.dialogues import read_dialogues
 from care_sdk.errors import InputError
-from care_sdk.provenance import Cost, Provenance
+from care_sdk.provenance import Cost, Provenance, record_provenance
 from care_sdk.report.records import DIMS, weights_by_turn
 
 __all__ = ["DialogueTexts", "report_data", "reward_histogram", "turn_flags"]
@@ -142,17 +142,6 @@ SOURCES = ("generated", "cached", "fixed")
 """Where a rubric came from, in the order the page's cost lists them (see :data:`care_sdk.provenance.RubricSource`)."""
 
 
-def _provenance(record: Record) -> Provenance | None:
-    """A record's provenance, or ``None`` (written before records carried one, or unreadable)."""
-    made = record.get("provenance")
-    if not isinstance(made, Mapping):
-        return None
-    try:
-        return Provenance.model_validate(made)
-    except ValueError:
-        return None
-
-
 def _cost_cell(made: Provenance, strings: _Interner) -> list[Any]:
     """A turn's cost for the page: ``[calls, prompt tokens, completion tokens, seconds, source, hash
     (interned), shared by]`` (the reply's share; tokens ``None`` when not reported)."""
@@ -243,7 +232,7 @@ def report_data(
         weights = _weights(record)
         if weights is not None:
             with_rubric.append(dict(record))
-        made = _provenance(record)
+        made = record_provenance(record)
         if made is not None:
             costs.append(made)
         key, value = _producer_key(record)
