@@ -179,7 +179,7 @@ def mean_cost(results: Sequence[RewardResult]) -> Cost | None:
 
 @dataclass
 class Tally:
-    """The running cost of one item of a plan (an internal accumulator: :func:`care_sdk._engine.parse_plan`
+    """The running cost of one item of a plan (an internal accumulator: :func:`care_sdk.plans.parse_plan`
     adds every request sent for the item and its share of the batch's time).
 
     Examples:
