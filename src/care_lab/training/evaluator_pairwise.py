@@ -184,19 +184,23 @@ def _group_loss(
     shared = min(common_prefix(enc.ids[0], ids) for ids in enc.ids[1:])
     shared = min(shared, min(enc.completion_start) - 1)  # the token before the completion is in every suffix
     prefix = torch.tensor([enc.ids[0][:shared]])
-    cache = model(input_ids=prefix, use_cache=True).past_key_values
+    cache = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
     cache.batch_repeat_interleave(n)
     tails = [ids[shared:] for ids in enc.ids]
     width = max(len(t) for t in tails)
     batch = torch.tensor([t + [pad] * (width - len(t)) for t in tails])  # right padding: real tokens never see it
-    logits = model(input_ids=batch, past_key_values=cache, use_cache=True).logits
+    first, last = enc.completion_start[0] - shared, len(enc.ids[0]) - shared
+    # logits only where the loss reads them (the real reply's completion, every reply's score positions)
+    keep = sorted({*range(first - 1, last - 1), *(s - shared - 1 for slots in enc.slots for s in slots)})
+    row = {position: j for j, position in enumerate(keep)}
+    logits = model(input_ids=batch, past_key_values=cache, use_cache=True, logits_to_keep=torch.tensor(keep)).logits
     choices = torch.tensor(list(choice_ids))
     scores = torch.arange(1, len(choice_ids) + 1, dtype=logits.dtype)
-    first, last = enc.completion_start[0] - shared, len(enc.ids[0]) - shared
-    sft = F.cross_entropy(logits[0, first - 1 : last - 1], batch[0, first:last])  # the real reply's target
+    completion = [row[p] for p in range(first - 1, last - 1)]
+    sft = F.cross_entropy(logits[0, completion], batch[0, first:last])  # the real reply's target
     expected = []
     for i in range(n):
-        at = torch.tensor([s - shared - 1 for s in enc.slots[i]])
+        at = torch.tensor([row[s - shared - 1] for s in enc.slots[i]])
         probs = torch.softmax(logits[i, at][:, choices], dim=-1)
         expected.append(probs @ scores)
     gaps = torch.stack([expected[0] - e for e in expected[1:]])  # (worse replies, criteria)
