@@ -35,6 +35,7 @@ import json
 import math
 import random
 import re
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from typing import Any
 
 from care_sdk.backends.forced import common_prefix
 
-__all__ = ["Group", "Negative", "build_groups", "negatives", "train"]
+__all__ = ["Group", "Negative", "build_groups", "export", "negatives", "train", "write_curve"]
 
 MARGIN = 1.0
 """The hinge's margin, in score points."""
@@ -314,6 +315,30 @@ def export(out: Path, adapter: Path) -> Path:
     )
 
 
+def write_curve(out: Path, path: Path, command: str, block: int = 20) -> Path:
+    """The run's training curve (``out/steps.jsonl``, means over blocks of ``block`` steps) and summary as a
+    results file: each block's SFT loss, hinge and gap of the real reply's expected score over each worse kind's
+    (points, on that block's train groups, each seen once)."""
+    from care_lab.data.results import write_results
+
+    rows = [json.loads(line) for line in (out / "steps.jsonl").read_text(encoding="utf-8").splitlines()]
+    keys = [k for k in rows[0] if k not in ("step", "seconds")]
+    blocks = [rows[i : i + block] for i in range(0, len(rows), block)]
+    curve = [{"last_step": b[-1]["step"], **{k: round(sum(r[k] for r in b) / len(b), 3) for k in keys}} for b in blocks]
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    seconds = sorted(r["seconds"] for r in rows)
+    return write_results(
+        path,
+        command,
+        data="esconv/train.jsonl",
+        role="train",
+        test_reads=0,
+        metrics={"curve": curve, "steps": len(rows)},
+        baselines={"first_block": curve[0]},
+        extra={**summary, "median_step_seconds": seconds[len(seconds) // 2]},
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Train (``--steps``, ``--minutes``) and export to ``--adapter``; ``--export-only`` exports a finished run."""
     from care_lab.bench.contrast_run import PAIRWISE_ADAPTER
@@ -323,12 +348,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--adapter", default=str(PAIRWISE_ADAPTER))
     parser.add_argument("--steps", type=int, default=250)
     parser.add_argument("--minutes", type=float, default=50.0)
+    parser.add_argument(
+        "--curve", default="benchmarks/results/evaluator_pairwise.json", help="the curve's results file"
+    )
     parser.add_argument("--export-only", action="store_true")
     args = parser.parse_args(argv)
     out = Path(args.out)
     if not args.export_only:
         train(out, steps=args.steps, minutes=args.minutes)
     print(export(out, Path(args.adapter)))
+    command = "python -m care_lab.training.evaluator_pairwise " + " ".join(argv or sys.argv[1:])
+    print(write_curve(out, Path(args.curve), command))
     return 0
 
 
