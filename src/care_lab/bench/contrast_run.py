@@ -11,10 +11,6 @@ and arm in ``OUT/<arm>.jsonl``, so a run resumes where it stopped. The arms:
 - ``base``: the untrained base model as generator and evaluator, the method's formula.
 - ``shipped``: ``AdaptiveReward.from_backend("default")`` as it ships (its documented formula); each
   record also holds the method's formula read from the same rubric and evaluation (``method_scores``).
-- ``expected``: the method's formula on the bundled models, each criterion read as its expected score
-  (``use_logprobs``) instead of the most likely digit.
-- ``pairwise``: the same with the evaluator adapter of the pairwise recipe
-  (:data:`PAIRWISE_ADAPTER`, ``care_lab.training.evaluator_pairwise``), read as it was trained: expected scores.
 
 :func:`merge_records` joins the arms' records with the no-model baselines (length, feeling words)
 into the records :func:`care_lab.bench.contrast.summarise` reads.
@@ -48,7 +44,6 @@ from care_sdk.bundled.context_fit import DEFAULT_FLOOR, Gate, fitted_reward
 
 __all__ = [
     "MODEL_ARMS",
-    "PAIRWISE_ADAPTER",
     "Scorer",
     "esconv_items",
     "fit_scores",
@@ -58,13 +53,10 @@ __all__ = [
     "score_arm",
 ]
 
-MODEL_ARMS = ("method", "base", "shipped", "expected", "pairwise")
+MODEL_ARMS = ("method", "base", "shipped")
 """The arms that run a model; the context-fit arms of a selection run are read from ``method``'s records,
 and ``shipped`` (the bundled ``default`` as it ships) records the method's formula of its own evaluation beside
 its reward."""
-
-PAIRWISE_ADAPTER = Path("runs/evaluator_pairwise/evaluator.gguf")
-"""Where ``care_lab.training.evaluator_pairwise`` writes its adapter, which the ``pairwise`` arm reads."""
 
 MIN_REAL_WORDS = 12
 """The rule's smallest real reply (words) for an ESConv context."""
@@ -159,16 +151,6 @@ def _scorer(arm: str) -> Scorer:
         return reward_scorer(AdaptiveReward(RubricGenerator("base"), RubricEvaluator("base"), context_fit=None))
     if arm == "shipped":
         return reward_scorer(AdaptiveReward.from_backend("default"), formula=True)
-    if arm in ("expected", "pairwise"):
-        from care_sdk.backends import resolve_backend
-
-        options = {}
-        if arm == "pairwise":
-            if not PAIRWISE_ADAPTER.is_file():
-                raise FileNotFoundError(f"{PAIRWISE_ADAPTER}: train it first (care_lab.training.evaluator_pairwise)")
-            options["adapter"] = PAIRWISE_ADAPTER
-        evaluator = RubricEvaluator(resolve_backend("default", role="evaluator", **options), use_logprobs=True)
-        return reward_scorer(AdaptiveReward(RubricGenerator("default"), evaluator, context_fit=None))
     if arm == "method":
         from care_sdk.bundled.context_fit import ContextFit
 
