@@ -9,8 +9,9 @@ Endpoints:
   (OpenRLHF turns every value into a tensor): ``care_failed``, ``care_flagged`` and
   ``care_template_{chatml,llama3,plain}`` (1 for the template the query was read with).
   ``details`` holds per query the template, the judged context, the error and the guard flags.
-- ``POST /v1/score``: ``{"items": [{"context": messages or text, "reply": str}], "options":
-  {"detail": "full" | "reward"}}`` (options optional) answered with ``{"results": [RewardResult
+- ``POST /v1/score``: ``{"items": [{"context": messages or text, "reply": str, "profile": text or
+  {"text", "traits", "history"}}], "options": {"detail": "full" | "reward"}}`` (profile and options
+  optional; a profile is the user's, see :mod:`care_sdk.profiles`) answered with ``{"results": [RewardResult
   as JSON, ...]}``; ``detail: reward`` keeps only ``reward``, ``error``, ``flags`` and ``parts``.
 - ``POST /verify`` and ``POST /seed_session``: NeMo-Gym's resources-server protocol (see
   :mod:`care_sdk.serve.nemo_gym`): the verify request answered with ``reward``,
@@ -53,6 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from care_sdk.errors import MissingDependencyError
 from care_sdk.guards import INFO_FLAGS
+from care_sdk.profiles import UserProfile
 from care_sdk.serve.batching import Batcher, QueueFull
 from care_sdk.serve.metrics import ServeMetrics
 from care_sdk.serve.protocol import (
@@ -205,8 +207,12 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
 
     config = config or ServeConfig()
     metrics = ServeMetrics(lambda: float(batcher.depth), _cache_stats(reward))
+
+    async def score_items(items: list[tuple[Context, str, UserProfile | None]]) -> list[RewardResult]:
+        return await reward.ascore_batch([(c, r) for c, r, _ in items], [p for _, _, p in items])
+
     batcher = Batcher(
-        reward.ascore_batch,
+        score_items,
         window_s=config.batch_window_ms / 1000.0,
         max_batch=config.max_batch,
         max_queue=config.max_queue,
@@ -217,7 +223,7 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
     async def read(request: Request) -> bytes:
         return await _read_body(request, config.max_body_bytes)
 
-    async def scored(items: list[tuple[Context, str]]) -> list[RewardResult]:
+    async def scored(items: list[tuple[Context, str, UserProfile | None]]) -> list[RewardResult]:
         if len(items) > config.max_queue:
             raise RequestError(f"{len(items)} items in one request; at most {config.max_queue}", status=413)
         return await batcher.submit(items)
@@ -226,7 +232,7 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
     async def get_reward(request: Request) -> Response:
         splits = parse_body(GetRewardRequest, await read(request)).splits()
         todo = [i for i, s in enumerate(splits) if s.error is None]
-        got = await scored([(splits[i].context, splits[i].reply) for i in todo])
+        got = await scored([(splits[i].context, splits[i].reply, None) for i in todo])
         results: list[RewardResult | None] = [None] * len(splits)
         for i, result in zip(todo, got, strict=True):
             results[i] = result
@@ -236,7 +242,7 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
     @scoring
     async def score(request: Request) -> Response:
         body = parse_body(ScoreRequest, await read(request))
-        results = await scored([item.pair for item in body.items])
+        results = await scored([(*item.pair, item.profile) for item in body.items])
         metrics.observe_results(results)
         answer = ScoreResponse.model_construct(results=results)
         return Response(answer.body(body.options.detail), media_type="application/json")
@@ -247,7 +253,7 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
 
         body = _json(await read(request))
         context, reply = parse_verify(body)
-        (result,) = await scored([(context, reply)])
+        (result,) = await scored([(context, reply, None)])
         metrics.observe_results([result])
         return JSONResponse(verify_body(body, result))
 
@@ -263,7 +269,7 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
 
         body = parse_body(SlimeRewardRequest, await read(request))
         context, reply = sample_item(SimpleNamespace(prompt=body.prompt, response=body.response))
-        (result,) = await scored([(context, reply)])
+        (result,) = await scored([(context, reply, None)])
         metrics.observe_results([result])
         if result.reward is None:  # slime retries a 500 and then raises: never a number for it
             return _http.error_response(500, f"CARE could not score the reply: {result.error}")
