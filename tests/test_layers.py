@@ -33,6 +33,7 @@ FORBIDDEN = {
     "evaluator.py": ("care_sdk.reward", "care_sdk.integrations", "care_lab.training", "care_lab.bench"),
     "bundled/context_fit.py": ("care_sdk.reward", "care_sdk.evaluator", "care_sdk.generator", "care_sdk.prompts"),
     "reward.py": ("care_sdk.integrations", "care_lab.training", "care_lab.bench", "care_lab.plots"),
+    "profiles.py": ("care_sdk.types", "care_sdk.prompts", "care_sdk.backends", "care_sdk.reward", "care_sdk.generator"),
 }
 
 

@@ -41,6 +41,7 @@ EXPECTED = {
     "TrajectoryResult",
     "TrajectoryReward",
     "Turn",
+    "UserProfile",
     "__version__",
     "resolve_backend",
 }

@@ -26,6 +26,7 @@ from care_sdk.errors import (
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
 from care_sdk.guards import Guards
+from care_sdk.profiles import UserProfile
 from care_sdk.prompts import EVALUATOR_PROMPT_VERSION, FIXED_CRITERIA_VERSION, GENERATOR_PROMPT_VERSION
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import (
@@ -104,6 +105,7 @@ __all__ = [
     "TrajectoryResult",
     "TrajectoryReward",
     "Turn",
+    "UserProfile",
     "__version__",
     "resolve_backend",
 ]

@@ -3,8 +3,9 @@
 TRL calls a reward function as ``f(prompts=..., completions=..., completion_ids=..., **columns,
 trainer_state=..., log_extra=..., log_metric=...)`` where ``columns`` are the dataset's other
 columns, repeated once per generation. This module turns such a call into ``(context, reply)``
-pairs and reports each batch's explanation through the two logging hooks. TRL itself is not
-imported. The public home of these names is :mod:`care_sdk.integrations.trl`.
+pairs (and the user profile of each, from a ``profile`` column) and reports each batch's
+explanation through the two logging hooks. TRL itself is not imported. The public home of these
+names is :mod:`care_sdk.integrations.trl`.
 
 Examples:
     >>> items = trl_items(["I failed."], [[{"role": "assistant", "content": "Oh no."}]], {})
@@ -19,10 +20,11 @@ from typing import Any
 
 from care_sdk.errors import InputError
 from care_sdk.guards import INFO_FLAGS
+from care_sdk.profiles import UserProfile, as_profiles
 from care_sdk.provenance import Cost, mean_cost
 from care_sdk.types import DIMENSIONS, Message, Messages, RewardResult, as_messages
 
-__all__ = ["METRIC_PREFIX", "completion_text", "report_to_trainer", "trl_items"]
+__all__ = ["METRIC_PREFIX", "completion_text", "report_to_trainer", "trl_items", "trl_profiles"]
 
 METRIC_PREFIX = "care"
 """Prefix of every metric and completions-table column this package logs."""
@@ -74,6 +76,33 @@ def trl_items(
     if len(prompts) != len(completions):
         raise InputError(f"got {len(prompts)} prompts but {len(completions)} completions")
     return [(as_messages(c), completion_text(r)) for c, r in zip(contexts, completions, strict=True)]
+
+
+def trl_profiles(
+    kwargs: Mapping[str, Any], count: int, profile_column: str | None = "profile"
+) -> list[UserProfile | None]:
+    """The user profile of each of ``count`` completions of one TRL reward call: the dataset's
+    ``profile_column`` column (free text or ``{"text", "traits", "history"}`` per row; ``None`` or
+    empty text for no profile), or no profiles when there is no such column.
+
+    Raises:
+        InputError: the column has another length, or a row's value is not a profile; the message
+            names the column and the row.
+
+    Examples:
+        >>> trl_profiles({"profile": ["A retired nurse.", None]}, 2)[0].text
+        'A retired nurse.'
+        >>> trl_profiles({}, 2)
+        [None, None]
+        >>> trl_profiles({"profile": [{"age": 70}]}, 1)
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.InputError: dataset column 'profile'[0].age: Extra inputs are not permitted
+    """
+    values = kwargs.get(profile_column) if profile_column is not None else None
+    if values is None:
+        return [None] * count
+    return as_profiles(list(values), count, f"dataset column {profile_column!r}")
 
 
 def _compact(values: Mapping[Any, float]) -> str:

@@ -24,8 +24,10 @@ __all__ = [
     "MAX_CRITERIA",
     "MAX_SCORE",
     "MIN_SCORE",
+    "PERSONA_CRITERIA_VERSION",
     "SCORES",
     "fixed_criteria_texts",
+    "persona_criteria_texts",
 ]
 
 SCORES: tuple[int, ...] = (1, 2, 3, 4, 5)
@@ -46,6 +48,8 @@ MAX_CRITERIA = 15
 
 FIXED_CRITERIA_VERSION = "v1"
 """Version of the fixed six-criterion set (package data ``prompts/fixed_criteria_v1.json``)."""
+PERSONA_CRITERIA_VERSION = "v1"
+"""Version of the persona-consistency criteria (package data ``prompts/persona_criteria_v1.json``)."""
 
 
 @cache
@@ -56,6 +60,22 @@ def fixed_criteria_texts() -> dict[str, tuple[str, ...]]:
         >>> len(fixed_criteria_texts()["affective"])
         2
     """
-    path = resources.files("care_sdk").joinpath("prompts", f"fixed_criteria_{FIXED_CRITERIA_VERSION}.json")
+    return _criteria_file(f"fixed_criteria_{FIXED_CRITERIA_VERSION}.json")
+
+
+@cache
+def persona_criteria_texts() -> dict[str, tuple[str, ...]]:
+    """The persona-consistency criteria's texts by dimension name, one per dimension (see
+    :func:`care_sdk.types.persona_criteria`).
+
+    Examples:
+        >>> [len(texts) for texts in persona_criteria_texts().values()]
+        [1, 1, 1]
+    """
+    return _criteria_file(f"persona_criteria_{PERSONA_CRITERIA_VERSION}.json")
+
+
+def _criteria_file(name: str) -> dict[str, tuple[str, ...]]:
+    path = resources.files("care_sdk").joinpath("prompts", name)
     data = json.loads(path.read_text(encoding="utf-8"))
     return {str(dim): tuple(str(t) for t in texts) for dim, texts in data.items()}

@@ -2,6 +2,8 @@
 
 A cache key hashes the canonical context, the generator's identity (backend, model, sampling
 settings) and the prompt version, so a changed model or template never returns a stale rubric.
+A context that comes with a user profile (:mod:`care_sdk.profiles`) has its profile in its key
+too; a context without one keeps the key it always had.
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from care_sdk.errors import ConfigError
+from care_sdk.profiles import UserProfile
 from care_sdk.types import Message, Rubric
 
 __all__ = ["CacheStats", "MemoryCache", "RubricCache", "context_key"]
 
 
-def context_key(context: Sequence[Message], generator_identity: str) -> str:
-    """The cache key of a context for one generator: a SHA-256 hex digest.
+def context_key(context: Sequence[Message], generator_identity: str, profile: UserProfile | None = None) -> str:
+    """The cache key of a context (and the user's profile, when there is one) for one generator: a
+    SHA-256 hex digest. Without a profile the key is what it always was.
 
     Examples:
         >>> k1 = context_key([Message(role="user", content="hi")], "gen-a")
@@ -29,12 +33,13 @@ def context_key(context: Sequence[Message], generator_identity: str) -> str:
         False
         >>> len(k1)
         64
+        >>> k1 == context_key([Message(role="user", content="hi")], "gen-a", UserProfile(text="A student."))
+        False
     """
-    canonical = json.dumps(
-        {"context": [[m.role, m.content] for m in context], "generator": generator_identity},
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
+    fields: dict[str, object] = {"context": [[m.role, m.content] for m in context], "generator": generator_identity}
+    if profile is not None:
+        fields["profile"] = profile.model_dump(mode="json")
+    canonical = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 

@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         >>> build_parser().parse_args(["score", "in.jsonl"]).backend
         'default'
     """
-    from care_sdk.bundled.options import add_add_on_option
+    from care_sdk.bundled.options import add_add_on_option, add_persona_option
 
     parser = argparse.ArgumentParser(
         prog="care", description="CARE: turn-adaptive rubric rewards for empathetic dialogue."
@@ -158,7 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     score = sub.add_parser("score", help="score every assistant turn of a JSONL dialogue file")
-    score.add_argument("input", help='JSONL, one {"id": ..., "messages": [...]} per line')
+    score.add_argument(
+        "input", help='JSONL, one {"id": ..., "messages": [...]} per line, with an optional "profile" (the user\'s)'
+    )
     score.add_argument(
         "--backend", default="default", help="backend spec for generator and evaluator (default: %(default)s)"
     )
@@ -180,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
         "flags only, or no guards at all (default: %(default)s)",
     )
     add_add_on_option(score)
+    add_persona_option(score)
     score.add_argument("--batch-size", type=int, default=8, help="turns per backend batch (default: %(default)s)")
     score.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     score.add_argument(

@@ -1,4 +1,5 @@
-"""Reading logged dialogues from JSONL: one ``{"id": ..., "messages": [...]}`` object a line.
+"""Reading logged dialogues from JSONL: one ``{"id": ..., "messages": [...]}`` object a line, with
+an optional ``"profile"`` (the user's, see :mod:`care_sdk.profiles`).
 
 Malformed lines are reported with their line number and reason; the rest are still read.
 """
@@ -54,7 +55,8 @@ def _problem(data: dict[str, Any]) -> tuple[str | None, str] | None:
 
 def _dialogue(path: Path, number: int, data: dict[str, Any]) -> Dialogue:
     try:
-        dialogue = Dialogue.model_validate({"id": str(data["id"]), "messages": data["messages"]})
+        fields = {"id": str(data["id"]), "messages": data["messages"], "profile": data.get("profile")}
+        dialogue = Dialogue.model_validate(fields)
     except ValidationError as exc:
         first = exc.errors()[0]
         raise BadLine(path, number, str(first["msg"]), field=_field(first["loc"])) from None
@@ -73,9 +75,14 @@ def read_dialogues(path: str | Path) -> Iterator[DialogueLine]:
         >>> import tempfile, os
         >>> p = os.path.join(tempfile.mkdtemp(), "d.jsonl")
         >>> _ = open(p, "w").write('{"id": "a", "messages": [{"role": "user", "content": "hi"},'
-        ...                        ' {"role": "assistant", "content": "hello"}]}\\n{"id": "b"}\\n')
-        >>> [(x.line, x.error.reason if x.error else x.dialogue.id) for x in read_dialogues(p)]
-        [(1, 'a'), (2, "missing field 'messages'")]
+        ...                        ' {"role": "assistant", "content": "hello"}]}\\n{"id": "b"}\\n'
+        ...                        '{"id": "c", "messages": [{"role": "user", "content": "hi"},'
+        ...                        ' {"role": "assistant", "content": "hello"}], "profile": {"traits": [3]}}\\n')
+        >>> for x in read_dialogues(p):
+        ...     print(x.line, x.error.reason if x.error else x.dialogue.id, x.error and x.error.field)
+        1 a None
+        2 missing field 'messages' None
+        3 Input should be a valid string profile.traits[0]
     """
     path = Path(path)
     seen: dict[str, int] = {}

@@ -12,6 +12,7 @@ from care_sdk.backends import Backend, GenerationRequest, TrainedAdapter, resolv
 from care_sdk.backends.base import EVALUATION, Completion, ForcedReplies, ForcedReply, ForcedRequest
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.plans import Plan, adrive, drive, fewer_messages, parse_plan, unwrap
+from care_sdk.profiles import ProfileLike, ProfileReader, UserProfile, as_profile, as_profiles
 from care_sdk.prompts import (
     EVALUATOR_PROMPT_VERSION,
     EVALUATOR_PROMPT_VERSIONS,
@@ -38,7 +39,7 @@ the model's distribution over ``1``-``5`` at its position (backends that impleme
 under the JSON schema; ``auto`` is ``forced`` where the backend supports it, else ``decoded``."""
 
 
-class RubricEvaluator:
+class RubricEvaluator(ProfileReader):
     """Scores a reply from 1 to 5 on every criterion of a rubric, all criteria in one call.
 
     Args:
@@ -62,6 +63,13 @@ class RubricEvaluator:
             expectation with ``use_logprobs``, which then needs no logits for every position),
             several times faster than decoding. ``"decoded"`` decodes the reply under the schema.
 
+    A reply may be judged for the user a profile describes (``profile=``; ``profiles=`` in batch
+    calls, one per item): the prompt is then the profile version
+    (:data:`~care_sdk.prompts.PROFILE_PROMPT_VERSION`), which quotes the profile as fenced data before
+    the dialogue, whatever ``prompt_version`` says. A backend that carries a trained adapter (the
+    bundled ``default`` evaluator) drops the profile (:attr:`reads_profiles` is ``False``): it was
+    trained on the prompt without one. The first dropped profile is logged as a warning.
+
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json
         >>> evaluator = RubricEvaluator(ScriptedBackend([evaluation_json([5, 5, 3, 3, 1, 1])]))
@@ -71,6 +79,9 @@ class RubricEvaluator:
         >>> evaluator.forced  # a scripted backend decodes; llama.cpp and transformers score in place
         False
         >>> RubricEvaluator("default", mode="forced").forced  # doctest: +SKIP
+        True
+        >>> request = evaluator.request("I lost my job.", Rubric.uniform_fixed(), "Oh no.", profile="A single father.")
+        >>> "A single father." in request.messages[1].content
         True
     """
 
@@ -114,6 +125,7 @@ class RubricEvaluator:
         self.mode = mode
         self.forced = supported and mode != "decoded"
         """Whether scores are read at their positions (``True``) or decoded (``False``)."""
+        self.reads_profiles = adapter is None
 
     @property
     def identity(self) -> str:
@@ -129,15 +141,20 @@ class RubricEvaluator:
             f"|logprobs={self.use_logprobs}|prompt={self.prompt_version}"
         )
 
-    def request(self, context: Context, rubric: Rubric, reply: str) -> GenerationRequest | ForcedRequest:
+    def request(
+        self, context: Context, rubric: Rubric, reply: str, profile: ProfileLike = None
+    ) -> GenerationRequest | ForcedRequest:
         """The backend request that scores ``reply`` (useful to inspect the exact prompt): a
         :class:`~care_sdk.backends.base.ForcedRequest` when :attr:`forced`."""
-        return self._request(as_messages(context), rubric, reply, self.max_context_messages)
+        read = self.read_profile(as_profile(profile))
+        return self._request(as_messages(context), rubric, reply, self.max_context_messages, read)
 
     def _request(
-        self, context: Messages, rubric: Rubric, reply: str, keep: int | None
+        self, context: Messages, rubric: Rubric, reply: str, keep: int | None, profile: UserProfile | None = None
     ) -> GenerationRequest | ForcedRequest:
-        messages = tuple(evaluator_messages(context, rubric, reply, self.prompt_version, max_context_messages=keep))
+        messages = tuple(
+            evaluator_messages(context, rubric, reply, self.prompt_version, max_context_messages=keep, profile=profile)
+        )
         if self.forced:
             return ForcedRequest(
                 messages=messages,
@@ -156,11 +173,12 @@ class RubricEvaluator:
             purpose=EVALUATION,
         )
 
-    def _plan(self, items: Sequence[_Item]) -> Plan[Evaluation]:
+    def _plan(self, items: Sequence[_Item], profiles: Sequence[UserProfile | None]) -> Plan[Evaluation]:
         """The evaluations of normalised items, as a plan; inside a reward (a
         :class:`~care_sdk.provenance.Ledger` open), it counts what each item cost into the ledger."""
         ledger = active_ledger()
         tallies = ledger.open_evaluations(len(items)) if ledger is not None else None
+        read = [self.read_profile(p) for p in profiles]
         rubrics = [rubric for _, rubric, _ in items]
 
         def parse(i: int, completion: Completion) -> Evaluation:
@@ -171,45 +189,63 @@ class RubricEvaluator:
 
         shorter = fewer_messages(  # a context that does not fit the window: its oldest messages dropped
             lambda i: shown_messages(items[i][0], self.max_context_messages),
-            lambda i, keep: self._request(*items[i], keep),
+            lambda i, keep: self._request(*items[i], keep, read[i]),
         )
-        requests = [self._request(c, r, reply, self.max_context_messages) for c, r, reply in items]
+        requests = [
+            self._request(c, r, reply, self.max_context_messages, p)
+            for (c, r, reply), p in zip(items, read, strict=True)
+        ]
         return (
             yield from parse_plan(
                 requests, parse, what="evaluation", max_attempts=self.max_attempts, shorter=shorter, tallies=tallies
             )
         )
 
-    def evaluate(self, context: Context, rubric: Rubric, reply: str) -> Evaluation:
-        """Score ``reply`` (the answer to ``context``) on every criterion of ``rubric``.
+    def evaluate(self, context: Context, rubric: Rubric, reply: str, profile: ProfileLike = None) -> Evaluation:
+        """Score ``reply`` (the answer to ``context``, said to the user ``profile`` describes) on every
+        criterion of ``rubric``.
 
         Raises:
+            InputError: ``profile`` is not a profile (see :func:`~care_sdk.profiles.as_profile`).
             OutputError: no reply parsed as a valid evaluation within ``max_attempts``.
             BackendError: the backend failed.
         """
-        return unwrap(self.evaluate_batch([(context, rubric, reply)])[0])
+        return unwrap(self.evaluate_batch([(context, rubric, reply)], [profile])[0])
 
-    def evaluate_batch(self, items: Sequence[EvalItem]) -> list[Evaluation | CareError]:
+    def evaluate_batch(
+        self, items: Sequence[EvalItem], profiles: Sequence[ProfileLike] | None = None
+    ) -> list[Evaluation | CareError]:
         """Score many ``(context, rubric, reply)`` items; a failed item is its :class:`CareError`.
 
-        Each context is normalised here (:func:`~care_sdk.types.as_messages`;
-        :data:`~care_sdk.types.Messages` pass as they are).
+        ``profiles``, when given, holds one user profile (or ``None``) per item. Each context is
+        normalised here (:func:`~care_sdk.types.as_messages`; :data:`~care_sdk.types.Messages` pass
+        as they are).
+
+        Raises:
+            InputError: ``profiles`` has another length than ``items``, or an entry is not a profile.
         """
-        return drive(self._plan([(as_messages(c), rubric, reply) for c, rubric, reply in items]), self.backend)
+        return drive(self._plan(_normalised(items), as_profiles(profiles, len(items))), self.backend)
 
-    async def aevaluate(self, context: Context, rubric: Rubric, reply: str) -> Evaluation:
+    async def aevaluate(self, context: Context, rubric: Rubric, reply: str, profile: ProfileLike = None) -> Evaluation:
         """Async form of :meth:`evaluate`."""
-        return unwrap((await self.aevaluate_batch([(context, rubric, reply)]))[0])
+        return unwrap((await self.aevaluate_batch([(context, rubric, reply)], [profile]))[0])
 
-    async def aevaluate_batch(self, items: Sequence[EvalItem]) -> list[Evaluation | CareError]:
+    async def aevaluate_batch(
+        self, items: Sequence[EvalItem], profiles: Sequence[ProfileLike] | None = None
+    ) -> list[Evaluation | CareError]:
         """Async form of :meth:`evaluate_batch`."""
-        return await adrive(self._plan([(as_messages(c), rubric, reply) for c, rubric, reply in items]), self.backend)
+        return await adrive(self._plan(_normalised(items), as_profiles(profiles, len(items))), self.backend)
 
     def __repr__(self) -> str:
         options = f"use_logprobs={self.use_logprobs}, prompt_version={self.prompt_version!r}, mode={self.mode!r}"
         if self.max_context_messages is not None:
             options += f", max_context_messages={self.max_context_messages}"
         return f"RubricEvaluator({self.backend!r}, {options})"
+
+
+def _normalised(items: Sequence[EvalItem]) -> list[_Item]:
+    """Each item with its context as messages (:func:`~care_sdk.types.as_messages`; messages pass as they are)."""
+    return [(as_messages(c), rubric, reply) for c, rubric, reply in items]
 
 
 def forced_evaluation(n_criteria: int) -> ForcedReply:

@@ -7,26 +7,40 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from care_sdk._core import MAX_CRITERIA, PERSONA_CRITERIA_VERSION
 from care_sdk.addons import WeightRead, WeightReader
 from care_sdk.backends import Backend, GenerationRequest, TrainedAdapter, resolve_backend
 from care_sdk.backends.base import Completion
 from care_sdk.cache import MemoryCache, RubricCache, context_key
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.plans import Plan, adrive, drive, fewer_messages, parse_plan, retry_request, unwrap
+from care_sdk.profiles import ProfileLike, ProfileReader, UserProfile, as_profile, as_profiles
 from care_sdk.prompts import (
     GENERATOR_PROMPT_VERSION,
+    PROFILE_PROMPT_VERSION,
     generator_messages,
     parse_rubric,
     rubric_schema,
     shown_messages,
 )
 from care_sdk.provenance import Cost, RubricSpend, Tally, active_ledger
-from care_sdk.types import Context, Criterion, CriterionRepair, Message, Messages, Rubric, as_messages, fixed_criteria
+from care_sdk.types import (
+    DIMENSIONS,
+    Context,
+    Criterion,
+    CriterionRepair,
+    Message,
+    Messages,
+    Rubric,
+    as_messages,
+    fixed_criteria,
+    persona_criteria,
+)
 
 __all__ = ["RubricGenerator"]
 
 
-class RubricGenerator:
+class RubricGenerator(ProfileReader):
     """Writes a turn-level rubric (weights and criteria per dimension) for a dialogue context.
 
     Rubrics are cached by context (see :mod:`care_sdk.cache`), so every reply to the same
@@ -64,6 +78,16 @@ class RubricGenerator:
             still defective after them is replaced by the fixed criterion of its dimension
             (:func:`~care_sdk.types.fixed_criteria`). The rubric keeps the first reply's weights
             and lists every replacement in :attr:`Rubric.repairs <care_sdk.types.Rubric.repairs>`.
+        persona_criteria: add the persona-consistency criteria (:func:`~care_sdk.types.persona_criteria`,
+            one per dimension) to the rubric of every context that comes with a user profile
+            (:mod:`care_sdk.profiles`). Off by default; a context without a profile is never given them.
+
+    A context may come with a user profile (``profile=``; ``profiles=`` in batch calls, one per
+    context): it is quoted in the prompt's profile version and is part of the rubric's cache key
+    (:func:`~care_sdk.cache.context_key`); without one, prompt and key are what they always were. A
+    backend that carries a trained adapter (the bundled ``default`` generator), and a generator with
+    a ``weight_reader``, drop the profile (:attr:`reads_profiles` is ``False``): they were trained on
+    the prompt without one. The first dropped profile is logged as a warning.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, rubric_json
@@ -83,6 +107,17 @@ class RubricGenerator:
         >>> repair = gen.generate("I keep failing my driving test.").repairs[0]
         >>> repair.original, repair.defect, repair.source
         ('Asks about the the test.', 'repeated_word', 'fixed')
+
+        With a profile, the prompt quotes it and the rubric is cached apart:
+
+        >>> gen = RubricGenerator(ScriptedBackend([rubric_json({"cognitive": 1, "affective": 1, "proactive": 1})] * 2),
+        ...                       persona_criteria=True)
+        >>> plain = gen.generate("I keep failing my driving test.")
+        >>> grounded = gen.generate("I keep failing my driving test.", profile="A retired bus driver.")
+        >>> len(plain.criteria), len(grounded.criteria)
+        (6, 9)
+        >>> "A retired bus driver." in gen.backend.requests[-1].messages[1].content
+        True
     """
 
     def __init__(
@@ -99,9 +134,15 @@ class RubricGenerator:
         weight_reader: WeightReader | None = None,
         check_criteria: bool = True,
         criteria_retries: int = 2,
+        persona_criteria: bool = False,
     ) -> None:
         if criteria_per_dimension < 1:
             raise ConfigError("criteria_per_dimension must be at least 1")
+        if persona_criteria and len(DIMENSIONS) * (criteria_per_dimension + 1) > MAX_CRITERIA:
+            raise ConfigError(
+                f"persona_criteria: {criteria_per_dimension} criteria per dimension plus one persona criterion "
+                f"make more than {MAX_CRITERIA} criteria"
+            )
         if max_attempts < 1:
             raise ConfigError("max_attempts must be at least 1")
         if criteria_retries < 0:
@@ -131,6 +172,8 @@ class RubricGenerator:
         self.check_criteria = check_criteria
         self.criteria_retries = criteria_retries
         self.cache: RubricCache | None = MemoryCache() if cache is True else (None if cache is False else cache)
+        self.persona_criteria = persona_criteria
+        self.reads_profiles = adapter is None and weight_reader is None
         self._schema = rubric_schema(criteria_per_dimension)
 
     prompt_version: str = GENERATOR_PROMPT_VERSION
@@ -139,56 +182,91 @@ class RubricGenerator:
     @property
     def identity(self) -> str:
         """Backend identity, prompt version and sampling settings: everything that shapes a rubric."""
+        return self._identity(GENERATOR_PROMPT_VERSION)
+
+    def _identity(self, version: str) -> str:
         return (
-            f"{self.backend.identity}|prompt=generator-{GENERATOR_PROMPT_VERSION}|k={self.criteria_per_dimension}"
+            f"{self.backend.identity}|prompt=generator-{version}|k={self.criteria_per_dimension}"
             f"|t={self.temperature}|seed={self.seed}|max_tokens={self.max_tokens}|keep={self.max_context_messages}"
             + (f"|checked=r{self.criteria_retries}" if self.check_criteria else "")
             + (f"|weights={self.weight_reader.identity}" if self.weight_reader is not None else "")
         )
 
-    def request(self, context: Context) -> GenerationRequest:
-        """The backend request for one context (useful to inspect or log the exact prompt)."""
-        return self._request(as_messages(context), self.max_context_messages)
+    def cache_key(self, context: Context, profile: ProfileLike = None) -> str:
+        """The rubric cache key of ``context`` (and the user's ``profile``): with a profile the
+        generator's identity names the profile prompt (and the persona criteria when on) and the
+        key hashes the profile; without one it is the key it always was.
 
-    def _request(self, context: Sequence[Message], keep: int | None) -> GenerationRequest:
+        Examples:
+            >>> from care_sdk.testing import ScriptedBackend
+            >>> gen = RubricGenerator(ScriptedBackend([]))
+            >>> gen.cache_key("I failed.") == gen.cache_key("I failed.", profile="A nurse.")
+            False
+        """
+        return self._key(as_messages(context), self.read_profile(as_profile(profile)))
+
+    def _key(self, context: Messages, profile: UserProfile | None) -> str:
+        if profile is None:
+            return context_key(context, self.identity)
+        identity = self._identity(PROFILE_PROMPT_VERSION)
+        if self.persona_criteria:
+            identity += f"|persona={PERSONA_CRITERIA_VERSION}"
+        return context_key(context, identity, profile)
+
+    def request(self, context: Context, profile: ProfileLike = None) -> GenerationRequest:
+        """The backend request for one context (useful to inspect or log the exact prompt)."""
+        read = self.read_profile(as_profile(profile))
+        return self._request(as_messages(context), self.max_context_messages, read)
+
+    def _request(
+        self, context: Sequence[Message], keep: int | None, profile: UserProfile | None = None
+    ) -> GenerationRequest:
         return GenerationRequest(
-            messages=tuple(generator_messages(context, self.criteria_per_dimension, max_context_messages=keep)),
+            messages=tuple(
+                generator_messages(context, self.criteria_per_dimension, max_context_messages=keep, profile=profile)
+            ),
             json_schema=self._schema,
             max_tokens=self.max_tokens,
             temperature=self.temperature,
             seed=self.seed,
         )
 
-    def _plan(self, contexts: Sequence[Messages]) -> Plan[Rubric]:
-        """The rubrics of contexts that are messages already, as a plan for the engine.
+    def _plan(self, contexts: Sequence[Messages], profiles: Sequence[UserProfile | None]) -> Plan[Rubric]:
+        """The rubrics of contexts that are messages already, each with its normalised profile
+        (``None``: none), as a plan for the engine.
 
         Inside a reward (a :class:`~care_sdk.provenance.Ledger` open), it reports one
         :class:`~care_sdk.provenance.RubricSpend` per context: whether its rubric was written or read
         from the cache, what writing it cost (every request for it: parse retries, criteria retries,
         and one call per weight read), and how many contexts of the batch shared it."""
-        keys = [context_key(m, self.identity) for m in contexts]
+        read = [self.read_profile(p) for p in profiles]
+        keys = [self._key(m, p) for m, p in zip(contexts, read, strict=True)]
         found: dict[str, Rubric | CareError] = {}
-        todo: dict[str, Messages] = {}
-        for key, context in zip(keys, contexts, strict=True):
+        todo: dict[str, tuple[Messages, UserProfile | None]] = {}
+        for key, context, profile in zip(keys, contexts, read, strict=True):
             if key in found or key in todo:
                 continue
             cached = self.cache.get(key) if self.cache is not None else None
             if cached is not None:
                 found[key] = cached
             else:
-                todo[key] = context
+                todo[key] = (context, profile)
         tallies = [Tally() for _ in todo]
         if todo:
 
             def parse(_: int, completion: Completion) -> Rubric:
                 return parse_rubric(completion.text)
 
-            contexts_todo = list(todo.values())
+            contexts_todo = [context for context, _ in todo.values()]
+            profiles_todo = [profile for _, profile in todo.values()]
             fewer = fewer_messages(  # a context that does not fit the window: its oldest messages dropped
                 lambda i: shown_messages(contexts_todo[i], self.max_context_messages),
-                lambda i, keep: self._request(contexts_todo[i], keep),
+                lambda i, keep: self._request(contexts_todo[i], keep, profiles_todo[i]),
             )
-            sent = [self._request(c, self.max_context_messages) for c in contexts_todo]
+            sent = [
+                self._request(c, self.max_context_messages, p)
+                for c, p in zip(contexts_todo, profiles_todo, strict=True)
+            ]
 
             def shorter(i: int) -> GenerationRequest | None:
                 smaller = fewer(i)
@@ -204,6 +282,11 @@ class RubricGenerator:
                 outcomes = yield from self._repaired(outcomes, sent, parse, tallies)
             if self.weight_reader is not None:
                 outcomes = yield from self._reweighted(outcomes, contexts_todo, sent, tallies)
+            if self.persona_criteria:
+                outcomes = [
+                    _with_persona(o) if p is not None and isinstance(o, Rubric) else o
+                    for o, p in zip(outcomes, profiles_todo, strict=True)
+                ]
             for key, outcome in zip(todo, outcomes, strict=True):
                 found[key] = outcome
                 if self.cache is not None and isinstance(outcome, Rubric):
@@ -277,33 +360,49 @@ class RubricGenerator:
             out[i] = weights if isinstance(weights, CareError) else rubric.with_weights(weights)
         return out
 
-    def generate(self, context: Context) -> Rubric:
-        """Write the rubric for the reply that follows ``context``.
+    def generate(self, context: Context, profile: ProfileLike = None) -> Rubric:
+        """Write the rubric for the reply that follows ``context`` (said to the user ``profile`` describes).
 
         Raises:
+            InputError: ``profile`` is not a profile (see :func:`~care_sdk.profiles.as_profile`).
             OutputError: no reply parsed as a valid rubric within ``max_attempts``.
             BackendError: the backend failed.
         """
-        return unwrap(self.generate_batch([context])[0])
+        return unwrap(self.generate_batch([context], [profile])[0])
 
-    def generate_batch(self, contexts: Sequence[Context]) -> list[Rubric | CareError]:
+    def generate_batch(
+        self, contexts: Sequence[Context], profiles: Sequence[ProfileLike] | None = None
+    ) -> list[Rubric | CareError]:
         """Write one rubric per context, in order; a failed item is its :class:`CareError`, not an exception.
 
-        Identical contexts in the batch share one backend request. Each context is normalised here
+        ``profiles``, when given, holds one user profile (or ``None``) per context. Identical
+        contexts with equal profiles share one backend request. Each context is normalised here
         (:func:`~care_sdk.types.as_messages`; :data:`~care_sdk.types.Messages` pass as they are).
+
+        Raises:
+            InputError: ``profiles`` has another length than ``contexts``, or an entry is not a profile.
         """
-        return drive(self._plan([as_messages(c) for c in contexts]), self.backend)
+        return drive(self._plan([as_messages(c) for c in contexts], as_profiles(profiles, len(contexts))), self.backend)
 
-    async def agenerate(self, context: Context) -> Rubric:
+    async def agenerate(self, context: Context, profile: ProfileLike = None) -> Rubric:
         """Async form of :meth:`generate`."""
-        return unwrap((await self.agenerate_batch([context]))[0])
+        return unwrap((await self.agenerate_batch([context], [profile]))[0])
 
-    async def agenerate_batch(self, contexts: Sequence[Context]) -> list[Rubric | CareError]:
+    async def agenerate_batch(
+        self, contexts: Sequence[Context], profiles: Sequence[ProfileLike] | None = None
+    ) -> list[Rubric | CareError]:
         """Async form of :meth:`generate_batch`."""
-        return await adrive(self._plan([as_messages(c) for c in contexts]), self.backend)
+        return await adrive(
+            self._plan([as_messages(c) for c in contexts], as_profiles(profiles, len(contexts))), self.backend
+        )
 
     def __repr__(self) -> str:
         return f"RubricGenerator({self.backend!r}, criteria_per_dimension={self.criteria_per_dimension})"
+
+
+def _with_persona(rubric: Rubric) -> Rubric:
+    """``rubric`` with the persona-consistency criteria added, one per dimension after its own."""
+    return Rubric(weights=rubric.weights, criteria=rubric.criteria + persona_criteria(), repairs=rubric.repairs)
 
 
 def _texts(rubric: Rubric) -> list[str]:

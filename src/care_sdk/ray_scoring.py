@@ -121,7 +121,8 @@ class _TurnScorer:
         ids = [str(i) for i in batch["id"]]
         turns = [int(t) for t in batch["turn"]]
         items = [(as_messages(json.loads(c)), str(r)) for c, r in zip(batch["context"], batch["reply"], strict=True)]
-        results = self.reward.score_batch(items)
+        profiles = [json.loads(p) if p else None for p in batch.get("profile", [""] * len(items))]
+        results = self.reward.score_batch(items, profiles)
         records = [
             json.dumps({**turn_record(i, t, result), "scored_by": self.producer}, ensure_ascii=False)
             for i, t, result in zip(ids, turns, results, strict=True)
@@ -152,7 +153,8 @@ def score_dataset(
     batch_size: int = 8,
 ) -> ray.data.Dataset:
     """Score a Ray Dataset of turns: rows ``id``, ``turn``, ``context`` (the messages before the
-    reply, as JSON text) and ``reply``; returns rows ``id``, ``turn`` and ``record`` (the
+    reply, as JSON text), ``reply`` and optionally ``profile`` (the user's profile as JSON text,
+    empty for none); returns rows ``id``, ``turn`` and ``record`` (the
     ``care score`` record as one JSON line). Lazy, like every Ray Data transform.
 
     Args:
@@ -228,6 +230,7 @@ def score_file(
                 "turn": t.index,
                 "context": json.dumps([m.model_dump(mode="json") for m in t.context], ensure_ascii=False),
                 "reply": t.reply,
+                "profile": d.profile.model_dump_json() if d.profile is not None else "",
             }
             for d, t in todo
         ]

@@ -29,10 +29,11 @@ from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from care_sdk._calls import METRIC_PREFIX, report_to_trainer, trl_items
+from care_sdk._calls import METRIC_PREFIX, report_to_trainer, trl_items, trl_profiles
 from care_sdk.backends._retry import RetryPolicy, call_with_retries, parse_retry_after
 from care_sdk.backends.base import run_sync
 from care_sdk.errors import BackendError, ConfigError, MissingDependencyError, OutputError
+from care_sdk.profiles import ProfileLike, UserProfile, as_profiles
 from care_sdk.reward import DEFAULT_NAME
 from care_sdk.types import Context, RewardResult, as_messages
 
@@ -63,8 +64,8 @@ class RemoteReward:
 
     ``reward(prompts, completions, **kwargs)`` returns one reward per completion, ``None`` where
     the service could not compute one, exactly as :class:`~care_sdk.AdaptiveReward` does (the
-    same ``context`` dataset column, the same ``log_metric`` / ``log_extra`` reporting, under the
-    same metric prefix: ``care`` for the default name, else the name).
+    same ``context`` and ``profile`` dataset columns, the same ``log_metric`` / ``log_extra``
+    reporting, under the same metric prefix: ``care`` for the default name, else the name).
 
     Args:
         url: the service's base address, e.g. ``http://10.0.0.5:8000``.
@@ -88,6 +89,8 @@ class RemoteReward:
 
     context_column: str | None = "context"
     """Dataset column whose value is the judged context when present (else the prompt is)."""
+    profile_column: str | None = "profile"
+    """Dataset column whose value is the user's profile when present (sent with each item)."""
 
     def __init__(
         self,
@@ -165,11 +168,27 @@ class RemoteReward:
     def _transport_error(self, exc: Exception) -> BackendError:
         return BackendError(f"{type(exc).__name__}: {exc}", retryable=True, provider="care-serve")
 
-    def _payload(self, items: Sequence[tuple[Context, str]]) -> bytes:
-        body = {"items": [{"context": _jsonable(c), "reply": r} for c, r in items]}
+    def _payload(self, items: Sequence[tuple[Context, str]], profiles: Sequence[UserProfile | None]) -> bytes:
+        """The ``/v1/score`` body: each item, with ``profile`` only where it has one.
+
+        Examples:
+            >>> from care_sdk.profiles import UserProfile
+            >>> reward = RemoteReward("http://127.0.0.1:8000")
+            >>> body = reward._payload([("Sad.", "Why?")] * 2, [UserProfile(text="Shy."), None])
+            >>> [item.get("profile") for item in json.loads(body)["items"]]
+            [{'text': 'Shy.', 'traits': [], 'history': None}, None]
+        """
+        body = {
+            "items": [
+                {"context": _jsonable(c), "reply": r, **({"profile": p.model_dump(mode="json")} if p else {})}
+                for (c, r), p in zip(items, profiles, strict=True)
+            ]
+        }
         return json.dumps(body).encode()
 
-    async def ascore_batch(self, items: Sequence[tuple[Context, str]]) -> list[RewardResult]:
+    async def ascore_batch(
+        self, items: Sequence[tuple[Context, str]], profiles: Sequence[ProfileLike] | None = None
+    ) -> list[RewardResult]:
         """Async form of :meth:`score_batch`."""
         httpx = _httpx()
         loop = asyncio.get_running_loop()
@@ -179,7 +198,7 @@ class RemoteReward:
             self._aclient = httpx.AsyncClient(timeout=self.timeout)
             self._aloop = loop
         client = self._aclient
-        payload = self._payload(items)
+        payload = self._payload(items, as_profiles(profiles, len(items)))
         headers = {**self._headers(), "Content-Type": "application/json"}
 
         async def attempt() -> list[RewardResult]:
@@ -191,10 +210,15 @@ class RemoteReward:
 
         return await call_with_retries(attempt, self.retry, what=f"POST {self.url}/v1/score")
 
-    def score_batch(self, items: Sequence[tuple[Context, str]]) -> list[RewardResult]:
+    def score_batch(
+        self, items: Sequence[tuple[Context, str]], profiles: Sequence[ProfileLike] | None = None
+    ) -> list[RewardResult]:
         """Score ``(context, reply)`` pairs on the service; a failed item has ``reward=None`` and ``error``.
 
+        ``profiles``, when given, holds one user profile (or ``None``) per item, sent with it.
+
         Raises:
+            InputError: ``profiles`` has another length than ``items``, or an entry is not a profile.
             BackendError: the service could not be reached or refused the request after every retry.
 
         Examples:
@@ -205,7 +229,7 @@ class RemoteReward:
         if self._client is None:
             self._client = httpx.Client(timeout=self.timeout)
         client = self._client
-        payload = self._payload(items)
+        payload = self._payload(items, as_profiles(profiles, len(items)))
         headers = {**self._headers(), "Content-Type": "application/json"}
 
         async def attempt() -> list[RewardResult]:
@@ -221,14 +245,16 @@ class RemoteReward:
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """TRL reward signature: one reward per completion, ``None`` where none could be computed."""
-        results = self.score_batch(trl_items(prompts, completions, kwargs, self.context_column))
+        items = trl_items(prompts, completions, kwargs, self.context_column)
+        results = self.score_batch(items, trl_profiles(kwargs, len(items), self.profile_column))
         self.last_results = results
         report_to_trainer(results, kwargs, self.metric_prefix)
         return [r.reward for r in results]
 
     async def acall(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """Async form of :meth:`__call__`."""
-        results = await self.ascore_batch(trl_items(prompts, completions, kwargs, self.context_column))
+        items = trl_items(prompts, completions, kwargs, self.context_column)
+        results = await self.ascore_batch(items, trl_profiles(kwargs, len(items), self.profile_column))
         self.last_results = results
         report_to_trainer(results, kwargs, self.metric_prefix)
         return [r.reward for r in results]

@@ -7,7 +7,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
-from care_sdk._calls import METRIC_PREFIX, report_to_trainer, trl_items
+from care_sdk._calls import METRIC_PREFIX, report_to_trainer, trl_items, trl_profiles
 from care_sdk.addons import AUTO_FIT, AutoFit, ContextFitReader, resolve_context_fit
 from care_sdk.backends import Backend, resolve_backend, spec_per_role
 from care_sdk.errors import CareError, ConfigError
@@ -15,6 +15,7 @@ from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
 from care_sdk.guards import Guards, merge_outcomes, screen_items
 from care_sdk.plans import Plan, adrive, drive, offload
+from care_sdk.profiles import ProfileLike, UserProfile, as_profile, as_profiles
 from care_sdk.provenance import Cost, Ledger, Provenance, RubricSpend, open_ledger
 from care_sdk.types import (
     DIMENSIONS,
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from care_sdk.audit import Audit
 
 Outcome = tuple[RewardResult, CareError | None]
+_Profiles = Sequence[UserProfile | None]
 
 __all__ = ["AdaptiveReward", "build_reward"]
 
@@ -57,6 +59,10 @@ class AdaptiveReward:
 
     The instance is a TRL reward function: ``reward(prompts, completions, **kwargs)`` returns
     ``list[float | None]``, ``None`` where no reward could be computed.
+
+    A reply may be judged for the user a profile describes (``profile=``; ``profiles=`` in batch
+    calls, one per item; a ``profile`` dataset column in TRL): the generator and the evaluator
+    each get it (see :mod:`care_sdk.profiles`).
 
     Args:
         generator: the rubric generator (not needed with ``rubric=``).
@@ -304,16 +310,18 @@ class AdaptiveReward:
                 outcomes.append((RewardResult.from_parts(rubric, evaluation), None))
         return outcomes
 
-    def _plan(self, items: Sequence[_Item]) -> Plan[Outcome]:
+    def _plan(self, items: Sequence[_Item], profiles: _Profiles) -> Plan[Outcome]:
         """The reward's steps as a plan for the engine, written once for :func:`drive` and
         :func:`adrive`: the guards' pre-pass, then each stage a batch call of a component's public
         method in its sync and async form (rubrics, evaluations, the context-fit add-on when on;
         each runs its own plan on its own backend), then each result's provenance, then the merge. It
         yields only those calls, so the backend it is driven with sends nothing itself. The generator
         and the evaluator report what their stage cost to the ledger open while they run (see
-        :mod:`care_sdk.provenance`)."""
+        :mod:`care_sdk.provenance`). ``profiles`` holds one normalised profile (or ``None``) per item;
+        each goes with its item to the generator and the evaluator."""
         ledger = Ledger()
         screens, todo = screen_items(items, self.guards)
+        kept = [p for p, screened in zip(profiles, screens, strict=True) if screened.blocked is None]
         contexts = [c for c, _ in todo]
         with open_ledger(ledger):
             if self.rubric is not None:
@@ -322,13 +330,15 @@ class AdaptiveReward:
                 generator = self.generator
                 assert generator is not None
                 written = yield from offload(
-                    partial(generator.generate_batch, contexts), partial(generator.agenerate_batch, contexts)
+                    partial(generator.generate_batch, contexts, kept),
+                    partial(generator.agenerate_batch, contexts, kept),
                 )
                 rubrics = self._finish(written)
-            judged = self._eval_items(todo, rubrics)
+            judged, judged_profiles = self._eval_items(todo, rubrics, kept)
             evaluator = self.evaluator
             evaluations = yield from offload(
-                partial(evaluator.evaluate_batch, judged), partial(evaluator.aevaluate_batch, judged)
+                partial(evaluator.evaluate_batch, judged, judged_profiles),
+                partial(evaluator.aevaluate_batch, judged, judged_profiles),
             )
         outcomes = self._combine(rubrics, evaluations)
         fit_seconds: dict[int, float] = {}
@@ -365,14 +375,26 @@ class AdaptiveReward:
         return out
 
     @staticmethod
-    def _eval_items(items: Sequence[_Item], rubrics: list[Rubric | CareError]) -> list[tuple[Messages, Rubric, str]]:
-        return [(c, r, reply) for (c, reply), r in zip(items, rubrics, strict=True) if isinstance(r, Rubric)]
+    def _eval_items(
+        items: Sequence[_Item], rubrics: list[Rubric | CareError], profiles: _Profiles
+    ) -> tuple[list[tuple[Messages, Rubric, str]], list[UserProfile | None]]:
+        """The evaluator's items and their profiles: those whose rubric was written."""
+        judged = [
+            (c, r, reply, p) for (c, reply), r, p in zip(items, rubrics, profiles, strict=True) if isinstance(r, Rubric)
+        ]
+        return [(c, r, reply) for c, r, reply, _ in judged], [p for *_, p in judged]
 
-    def score_batch(self, items: Sequence[ScoreItem]) -> list[RewardResult]:
+    def score_batch(
+        self, items: Sequence[ScoreItem], profiles: Sequence[ProfileLike] | None = None
+    ) -> list[RewardResult]:
         """Score many ``(context, reply)`` pairs; a failure is a result with ``reward=None`` and ``error``.
 
-        Each context is normalised here (:func:`~care_sdk.types.as_messages`;
-        :data:`~care_sdk.types.Messages` pass as they are).
+        ``profiles``, when given, holds one user profile (or ``None``) per item. Each context is
+        normalised here (:func:`~care_sdk.types.as_messages`; :data:`~care_sdk.types.Messages` pass
+        as they are).
+
+        Raises:
+            InputError: ``profiles`` has another length than ``items``, or an entry is not a profile.
 
         Examples:
             >>> from care_sdk.testing import ScriptedBackend, evaluation_json
@@ -382,29 +404,47 @@ class AdaptiveReward:
             >>> result.reward is None, result.error.startswith("evaluation failed")
             (True, True)
         """
-        outcomes = cast("list[Outcome]", drive(self._plan(_items(items)), self.evaluator.backend))
+        plan = self._plan(_items(items), as_profiles(profiles, len(items)))
+        outcomes = cast("list[Outcome]", drive(plan, self.evaluator.backend))
         return [result for result, _ in outcomes]
 
-    async def ascore_batch(self, items: Sequence[ScoreItem]) -> list[RewardResult]:
+    async def ascore_batch(
+        self, items: Sequence[ScoreItem], profiles: Sequence[ProfileLike] | None = None
+    ) -> list[RewardResult]:
         """Async form of :meth:`score_batch`."""
-        outcomes = cast("list[Outcome]", await adrive(self._plan(_items(items)), self.evaluator.backend))
+        plan = self._plan(_items(items), as_profiles(profiles, len(items)))
+        outcomes = cast("list[Outcome]", await adrive(plan, self.evaluator.backend))
         return [result for result, _ in outcomes]
 
-    def score(self, context: Context, reply: str) -> RewardResult:
-        """Score one reply to ``context``.
+    def score(self, context: Context, reply: str, profile: ProfileLike = None) -> RewardResult:
+        """Score one reply to ``context`` (said to the user ``profile`` describes, when given).
 
         Raises:
-            CareError: the rubric or the evaluation could not be produced.
-        """
-        return unwrap_outcome(cast("Outcome", drive(self._plan(_items([(context, reply)])), self.evaluator.backend)[0]))
+            CareError: the rubric or the evaluation could not be produced, or ``profile`` is not a
+                profile (:class:`~care_sdk.errors.InputError`).
 
-    async def ascore(self, context: Context, reply: str) -> RewardResult:
+        Examples:
+            >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+            >>> backend = ScriptedBackend([rubric_json({"cognitive": 1, "affective": 1, "proactive": 1}),
+            ...                            evaluation_json([4] * 6)])
+            >>> reward = AdaptiveReward.from_backend(backend)
+            >>> reward.score("I lost my job.", "That is a blow.", profile={"traits": ["proud"]}).reward
+            0.75
+            >>> [r.messages[1].content.count("Traits: proud") for r in backend.requests]
+            [1, 1]
+        """
+        plan = self._plan(_items([(context, reply)]), [as_profile(profile)])
+        return unwrap_outcome(cast("Outcome", drive(plan, self.evaluator.backend)[0]))
+
+    async def ascore(self, context: Context, reply: str, profile: ProfileLike = None) -> RewardResult:
         """Async form of :meth:`score`."""
-        outcomes = cast("list[Outcome]", await adrive(self._plan(_items([(context, reply)])), self.evaluator.backend))
+        plan = self._plan(_items([(context, reply)]), [as_profile(profile)])
+        outcomes = cast("list[Outcome]", await adrive(plan, self.evaluator.backend))
         return unwrap_outcome(outcomes[0])
 
     def score_dialogue(self, dialogue: Dialogue | Sequence[Message | Mapping[str, Any]]) -> list[RewardResult]:
-        """One result per assistant turn, each judged against the context before it.
+        """One result per assistant turn, each judged against the context before it (and for the
+        user the dialogue's ``profile`` describes, when it has one).
 
         Examples:
             >>> from care_sdk.testing import ScriptedBackend, evaluation_json
@@ -417,12 +457,16 @@ class AdaptiveReward:
         """
         if not isinstance(dialogue, Dialogue):
             dialogue = Dialogue(messages=as_messages(dialogue))
-        return self.score_batch([(t.context, t.reply) for t in dialogue.turns()])
+        turns = list(dialogue.turns())
+        return self.score_batch([(t.context, t.reply) for t in turns], [dialogue.profile] * len(turns))
 
     # -- TRL -----------------------------------------------------------------------------------
 
     context_column: str | None = "context"
     """Dataset column whose value is the judged context when present (else the prompt is); ``None`` to ignore."""
+    profile_column: str | None = "profile"
+    """Dataset column whose value is the user's profile when present (see :mod:`care_sdk.profiles`);
+    ``None`` to ignore."""
     last_results: Sequence[RewardResult] = ()
     """The explained results of this instance's latest TRL call, one per completion."""
 
@@ -430,7 +474,9 @@ class AdaptiveReward:
         """TRL reward signature: one reward per completion, ``None`` where none could be computed.
 
         Dataset columns arrive as ``kwargs``; a ``context`` column (see :attr:`context_column`)
-        replaces the prompt as the judged context. When TRL passes its ``log_metric`` /
+        replaces the prompt as the judged context, and a ``profile`` column (see
+        :attr:`profile_column`: free text or ``{"text", "traits", "history"}`` per row, ``None`` or
+        empty for none) gives each reply's user profile. When TRL passes its ``log_metric`` /
         ``log_extra`` hooks, per-dimension scores, rubric weights and errors are logged through
         them (see :func:`care_sdk.integrations.trl.report_to_trainer`).
 
@@ -446,15 +492,15 @@ class AdaptiveReward:
             (0.5, 0.0)
         """
         items = trl_items(prompts, completions, kwargs, self.context_column)
-        outcomes = cast("list[Outcome]", drive(self._plan(items), self.evaluator.backend))
-        results = [result for result, _ in outcomes]
+        plan = self._plan(items, trl_profiles(kwargs, len(items), self.profile_column))
+        results = [result for result, _ in cast("list[Outcome]", drive(plan, self.evaluator.backend))]
         self._report(items, results, kwargs)
         return [r.reward for r in results]
 
     async def acall(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """Async form of :meth:`__call__` (for use in your own async loop; TRL takes :meth:`as_async`)."""
         items = trl_items(prompts, completions, kwargs, self.context_column)
-        results = await self.ascore_batch(items)
+        results = await self.ascore_batch(items, trl_profiles(kwargs, len(items), self.profile_column))
         self._report(items, results, kwargs)
         return [r.reward for r in results]
 

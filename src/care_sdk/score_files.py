@@ -333,7 +333,9 @@ def score_file(
     """Score every assistant turn of a JSONL dialogue file.
 
     Args:
-        input_path: dialogues, one ``{"id": ..., "messages": [...]}`` per line.
+        input_path: dialogues, one ``{"id": ..., "messages": [...]}`` per line, each with an optional
+            ``"profile"`` (the user's: free text or ``{"text", "traits", "history"}``, see
+            :mod:`care_sdk.profiles`) that every turn of the dialogue is judged with.
         reward: the reward to apply.
         out: output JSONL; when it exists, its scored records are reused (resume).
         batch_size: turns scored per backend batch.
@@ -359,7 +361,7 @@ def score_file(
     producer = scored_by(reward)
     with RecordSink(done, out_path, on_record=on_record, progress=progress) as sink:
         for chunk in _chunks(todo, max(1, batch_size)):
-            results = reward.score_batch([(list(t.context), t.reply) for _, t in chunk])
+            results = reward.score_batch([(list(t.context), t.reply) for _, t in chunk], [d.profile for d, _ in chunk])
             sink.add_batch(
                 {**turn_record(str(dialogue.id), turn.index, result), "scored_by": producer}
                 for (dialogue, turn), result in zip(chunk, results, strict=True)

@@ -14,7 +14,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
-from care_sdk._core import CRITERION_TEXT_LIMIT, MAX_CRITERIA, MAX_SCORE, MIN_SCORE, fixed_criteria_texts
+from care_sdk._core import (
+    CRITERION_TEXT_LIMIT,
+    MAX_CRITERIA,
+    MAX_SCORE,
+    MIN_SCORE,
+    fixed_criteria_texts,
+    persona_criteria_texts,
+)
+from care_sdk.profiles import ProfileField
 from care_sdk.provenance import Cost, Provenance
 
 __all__ = [
@@ -38,6 +46,7 @@ __all__ = [
     "Turn",
     "as_messages",
     "fixed_criteria",
+    "persona_criteria",
 ]
 
 Role = Literal["system", "user", "assistant"]
@@ -150,21 +159,24 @@ class Turn(_Frozen):
 
 
 class Dialogue(_Frozen):
-    """A dialogue: an optional id and its messages, as in one line of a JSONL file.
+    """A dialogue: an optional id, its messages and the user's profile, as in one line of a JSONL file.
 
     Examples:
         >>> d = Dialogue(id="d1", messages=[
         ...     {"role": "user", "content": "My dog died."},
         ...     {"role": "assistant", "content": "I'm so sorry. How long was he with you?"},
-        ... ])
-        >>> len(list(d.turns()))
-        1
+        ... ], profile="Lives alone; the dog was her only company.")
+        >>> len(list(d.turns())), d.profile.text
+        (1, 'Lives alone; the dog was her only company.')
     """
 
     id: str | None = None
     """The dialogue id, echoed into every output record."""
     messages: Messages = Field(min_length=1)
     """The messages in order."""
+    profile: ProfileField = Field(default=None, exclude_if=lambda profile: profile is None)
+    """Who the user is (see :mod:`care_sdk.profiles`): free text or ``{"text", "traits", "history"}``;
+    ``None`` (and left out of the dialogue's JSON) when not given."""
 
     def turns(self) -> Iterator[Turn]:
         """Yield each assistant turn that has at least one message before it."""
@@ -338,6 +350,21 @@ def fixed_criteria() -> tuple[Criterion, ...]:
         ['cognitive', 'cognitive']
     """
     texts = fixed_criteria_texts()
+    return tuple(Criterion(dimension=d, text=t) for d in DIMENSIONS for t in texts[d.value])
+
+
+@cache
+def persona_criteria() -> tuple[Criterion, ...]:
+    """The persona-consistency criteria, one per dimension: does the reply fit who the user is?
+
+    :class:`~care_sdk.RubricGenerator` adds them to the rubric of a context that comes with a
+    profile when built with ``persona_criteria=True`` (off by default).
+
+    Examples:
+        >>> [c.dimension.value for c in persona_criteria()]
+        ['cognitive', 'affective', 'proactive']
+    """
+    texts = persona_criteria_texts()
     return tuple(Criterion(dimension=d, text=t) for d in DIMENSIONS for t in texts[d.value])
 
 

@@ -29,6 +29,7 @@ from care_sdk.errors import ConfigError
 __all__ = [
     "add_add_on_option",
     "add_ons_of",
+    "add_persona_option",
     "reward_from_args",
 ]
 
@@ -63,6 +64,24 @@ def add_add_on_option(cmd: argparse.ArgumentParser) -> None:
     )
 
 
+def add_persona_option(cmd: argparse.ArgumentParser) -> None:
+    """Add ``--persona-criteria``: :class:`~care_sdk.RubricGenerator`'s ``persona_criteria`` (off by default),
+    which :func:`reward_from_args` passes on.
+
+    Examples:
+        >>> parser = argparse.ArgumentParser(prog="care score")
+        >>> add_persona_option(parser)
+        >>> parser.parse_args(["--persona-criteria"]).persona_criteria
+        True
+    """
+    cmd.add_argument(
+        "--persona-criteria",
+        action="store_true",
+        help="add the persona-consistency criteria (one per dimension) to the rubric of every context that "
+        "comes with a user profile (see care_sdk.profiles); off by default",
+    )
+
+
 def add_ons_of(args: argparse.Namespace) -> AddOns:
     """The add-ons the ``--add-on`` values of ``args`` ask for.
 
@@ -85,7 +104,7 @@ def add_ons_of(args: argparse.Namespace) -> AddOns:
 
 def reward_from_args(args: argparse.Namespace) -> Any:
     """The reward that ``care score``'s (or ``care serve``'s) parsed options describe: variant,
-    backends, seed, guards and the add-ons of ``--add-on``.
+    backends, seed, guards, ``--persona-criteria`` and the add-ons of ``--add-on``.
 
     Examples:
         >>> from care_sdk.cli import build_parser
@@ -103,7 +122,11 @@ def reward_from_args(args: argparse.Namespace) -> Any:
         backend=args.backend,
         generator_backend=args.generator_backend,
         evaluator_backend=args.evaluator_backend,
-        generator_options={"seed": args.seed, **extra.generator_options()},
+        generator_options={
+            "seed": args.seed,
+            "persona_criteria": args.persona_criteria,
+            **extra.generator_options(),
+        },
         evaluator_options={"seed": args.seed},
         guards=None if args.guards == "off" else Guards(on_flag=args.guards),
         context_fit=extra.reward_context_fit(),

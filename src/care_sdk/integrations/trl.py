@@ -3,9 +3,10 @@
 TRL calls a reward function as ``f(prompts=..., completions=..., completion_ids=..., **columns,
 trainer_state=..., log_extra=..., log_metric=...)`` where ``columns`` are the dataset's other
 columns, repeated once per generation. :func:`trl_items` turns such a call into ``(context,
-reply)`` pairs and :func:`report_to_trainer` reports each batch's explanation through the two
-logging hooks. :func:`per_dimension` turns a reward into per-dimension advantages
-(:mod:`care_sdk.advantages`). TRL itself is not imported.
+reply)`` pairs, :func:`trl_profiles` reads each reply's user profile from a ``profile`` column,
+and :func:`report_to_trainer` reports each batch's explanation through the two logging hooks.
+:func:`per_dimension` turns a reward into per-dimension advantages (:mod:`care_sdk.advantages`).
+TRL itself is not imported.
 
 Examples:
     >>> items = trl_items(["I failed."], [[{"role": "assistant", "content": "Oh no."}]], {})
@@ -19,13 +20,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from care_sdk._audit_stats import context_key
-from care_sdk._calls import METRIC_PREFIX, completion_text, report_to_trainer, trl_items
+from care_sdk._calls import METRIC_PREFIX, completion_text, report_to_trainer, trl_items, trl_profiles
 from care_sdk.advantages import per_dimension_advantages, zero_spread_share
 
 if TYPE_CHECKING:
     from care_sdk.reward import AdaptiveReward
 
-__all__ = ["METRIC_PREFIX", "completion_text", "per_dimension", "report_to_trainer", "trl_items"]
+__all__ = ["METRIC_PREFIX", "completion_text", "per_dimension", "report_to_trainer", "trl_items", "trl_profiles"]
 
 
 def per_dimension(reward: AdaptiveReward) -> Callable[..., list[float | None]]:

@@ -15,6 +15,7 @@ the prompt, so the dialogue context travels in the row's ``extra_info``:
         "extra_info": {
             "index": 0,
             "messages": [{"role": "user", "content": "I lost my job today."}],  # the judged context
+            "profile": "A single father of two.",   # optional: who the user is (care_sdk.profiles)
         },
     }
 
@@ -68,6 +69,7 @@ from care_sdk.audit import AUDIT_KEYS, Audit
 from care_sdk.audit import context_key as group_key
 from care_sdk.backends import Backend
 from care_sdk.errors import CareError, ConfigError, InputError
+from care_sdk.profiles import ProfileLike, UserProfile, as_profile
 from care_sdk.reward import AdaptiveReward, build_reward
 from care_sdk.types import DIMENSIONS, Message, Messages, RewardResult, as_messages
 from care_sdk.variants import variant_of
@@ -78,6 +80,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT_KEY = "messages"
 """The ``extra_info`` key that holds the dialogue context."""
+DEFAULT_PROFILE_KEY = "profile"
+"""The ``extra_info`` key that holds the user's profile, when a row has one."""
 
 _REWARDS: dict[tuple[Any, ...], AdaptiveReward] = {}
 _AUDITS: dict[tuple[Any, ...], Audit] = {}
@@ -91,6 +95,8 @@ def make_row(
     index: int | None = None,
     prompt: Sequence[Mapping[str, Any]] | None = None,
     context_key: str = DEFAULT_CONTEXT_KEY,
+    profile: ProfileLike = None,
+    profile_key: str = DEFAULT_PROFILE_KEY,
 ) -> dict[str, Any]:
     """A verl dataset row whose ``extra_info`` carries the context CARE judges.
 
@@ -100,14 +106,22 @@ def make_row(
         index: stored as ``extra_info["index"]`` (used in error messages).
         prompt: what the policy sees, when it differs from the context (e.g. with a system prompt).
         context_key: the ``extra_info`` key for the context.
+        profile: the user's profile (see :mod:`care_sdk.profiles`), stored as a JSON text under
+            ``profile_key`` (parquet keeps one column type for every row); none when ``None``.
+        profile_key: the ``extra_info`` key for the profile.
 
     Examples:
         >>> row = make_row("I lost my job today.", index=7)
         >>> row["extra_info"]["messages"], row["prompt"] == row["extra_info"]["messages"]
         ([{'role': 'user', 'content': 'I lost my job today.'}], True)
+        >>> make_row("I lost my job today.", profile="A single father.")["extra_info"]["profile"]
+        '{"text": "A single father.", "traits": [], "history": null}'
     """
     messages = [{"role": m.role, "content": m.content} for m in as_messages(context)]
     extra: dict[str, Any] = {context_key: messages}
+    read = as_profile(profile)
+    if read is not None:
+        extra[profile_key] = json.dumps(read.model_dump(mode="json"), ensure_ascii=False)
     if index is not None:
         extra["index"] = index
     return {
@@ -216,6 +230,30 @@ def _context(extra_info: Any, context_key: str, where: str) -> Messages:
     return messages
 
 
+def _profile(extra_info: Any, profile_key: str, where: str) -> UserProfile | None:
+    """The user profile of a row, normalised once, where it enters from verl: ``extra_info[profile_key]``
+    as JSON text (what :func:`make_row` writes), free text, or a dict; none when absent or ``None``.
+
+    Examples:
+        >>> _profile({"profile": '{"traits": ["shy"]}'}, "profile", "verl row").traits
+        ('shy',)
+        >>> _profile({"profile": '{"traits": "shy"}'}, "profile", "verl row")
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.InputError: verl row: extra_info['profile'].traits: Input should be a valid tuple
+    """
+    value = extra_info.get(profile_key) if isinstance(extra_info, Mapping) else None
+    here = f"{where}: extra_info[{profile_key!r}]"
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{here} is not valid JSON ({exc.msg})") from None
+    if isinstance(value, Mapping):  # parquet may hand back numpy arrays for lists
+        value = {k: v.tolist() if hasattr(v, "tolist") else v for k, v in value.items()}
+    return as_profile(value, here)
+
+
 def _where(data_source: Any, extra_info: Any, position: int | None = None) -> str:
     index = extra_info.get("index") if isinstance(extra_info, Mapping) else None
     parts = [f"data_source={data_source!r}"]
@@ -272,6 +310,7 @@ def compute_score_batch(
     cache: str | None = None,
     add_ons: str | Sequence[str] | None = None,
     context_key: str = DEFAULT_CONTEXT_KEY,
+    profile_key: str = DEFAULT_PROFILE_KEY,
     on_error: str | float = "raise",
     advantages: str = "weighted",
     audit: str | None = None,
@@ -297,6 +336,8 @@ def compute_score_batch(
             string; default ``$CARE_ADD_ONS``, or none. With ``context-fit`` the fit is the
             ``care_context_fit`` entry (NaN without).
         context_key: the ``extra_info`` key holding the context.
+        profile_key: the ``extra_info`` key holding the user's profile (see :func:`make_row`); a row
+            without it is judged without a profile.
         on_error: ``"raise"`` (default: stop with the reason) or a score to give a reply that could
             not be scored; such rows carry ``care_failed=1.0`` and are logged as warnings.
         advantages: ``"weighted"`` (the reward) or ``"per_dimension"`` (``score`` is the reply's
@@ -307,7 +348,8 @@ def compute_score_batch(
         audit_options: the audit's keyword arguments (``fraction``, ``log_path``, thresholds, ...).
 
     Raises:
-        InputError: a row without a usable context (the message names the row).
+        InputError: a row without a usable context, or with a profile that is not one (the message
+            names the row).
         CareError: a reply could not be scored and ``on_error="raise"``.
         ConfigError: ``add_ons`` names an unknown add-on, or two weight readers; an unknown ``advantages``.
 
@@ -344,7 +386,8 @@ def compute_score_batch(
         cache=cache,
         add_ons=add_ons,
     )
-    results = reward.score_batch(items)
+    profiles = [_profile(info, profile_key, w) for info, w in zip(infos, wheres, strict=True)]
+    results = reward.score_batch(items, profiles)
     rows = [_as_dict(r, policy, w) for r, w in zip(results, wheres, strict=True)]
     if advantages == "per_dimension":
         values = per_dimension_advantages(results, [group_key(c) for c, _ in items])

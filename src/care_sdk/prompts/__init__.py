@@ -5,7 +5,10 @@ The templates live beside this module as package data (``generator_v2.txt``,
 rubric cache keys. The generator prompt has its own version (:data:`GENERATOR_PROMPT_VERSION`): a
 trained generator adapter records the version it was trained with; so has the evaluator prompt
 (:data:`EVALUATOR_PROMPT_VERSION`), and the fixed criteria that the ``fixed_criteria`` and
-``fixed_rubric`` variants use (``fixed_criteria_v1.json``, :data:`FIXED_CRITERIA_VERSION`).
+``fixed_rubric`` variants use (``fixed_criteria_v1.json``, :data:`FIXED_CRITERIA_VERSION`). A
+context that comes with a user profile (:mod:`care_sdk.profiles`) is asked about in the profile
+versions (:data:`PROFILE_PROMPT_VERSION`, ``generator_v3.txt`` and ``evaluator_v3.txt``: the profile
+quoted as fenced data); without a profile the prompts are those above, unchanged.
 
 The prompt builders take a context as chat messages (a sequence of :class:`~care_sdk.types.Message`,
 normalised once where it enters the SDK); :func:`~care_sdk.types.as_messages` turns a string or
@@ -30,7 +33,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from care_sdk._core import CRITERION_MAX_CHARS, CRITERION_MIN_CHARS, FIXED_CRITERIA_VERSION, SCORES
-from care_sdk.prompts.fence import ROLE_NAMES, fenced_fields, template
+from care_sdk.profiles import UserProfile
+from care_sdk.prompts.fence import ROLE_NAMES, fenced_fields, fenced_profile, template
 from care_sdk.types import (
     DIMENSIONS,
     CriterionScore,
@@ -46,6 +50,7 @@ __all__ = [
     "FIXED_CRITERIA_VERSION",
     "GENERATOR_PROMPT_VERSION",
     "MAX_WEIGHT",
+    "PROFILE_PROMPT_VERSION",
     "evaluation_schema",
     "evaluator_messages",
     "generator_messages",
@@ -69,6 +74,11 @@ EVALUATOR_PROMPT_VERSION = "v2"
 """Version of the evaluator prompt used by default: ``v2`` fences the dialogue and the reply as quoted data."""
 EVALUATOR_PROMPT_VERSIONS = ("v1", "v2")
 """Evaluator prompt versions that can be loaded (``v1``: the reply pasted in as plain text)."""
+PROFILE_PROMPT_VERSION = "v3"
+"""Version of the generator and evaluator prompts for a context that comes with a user profile
+(:class:`~care_sdk.profiles.UserProfile`): the prompts of :data:`GENERATOR_PROMPT_VERSION` and of
+the fenced evaluator (``v2``) with the profile quoted as fenced data. Used whatever the evaluator's
+``prompt_version``, and only when a profile is given."""
 
 
 @cache
@@ -130,13 +140,19 @@ def generator_position(
 
 
 def generator_messages(
-    context: Sequence[Message], criteria_per_dimension: int = 2, *, max_context_messages: int | None = None
+    context: Sequence[Message],
+    criteria_per_dimension: int = 2,
+    *,
+    max_context_messages: int | None = None,
+    profile: UserProfile | None = None,
 ) -> list[Message]:
     """The chat messages that ask a model for the rubric of the next reply.
 
     The prompt states the position of the next reply (its supporter-turn number and how many
     messages came before), so that position survives when ``max_context_messages`` cuts early
-    messages; training and inference cut the same way.
+    messages; training and inference cut the same way. With a ``profile`` the prompt is the
+    profile version (:data:`PROFILE_PROMPT_VERSION`), which quotes it as fenced data; the profile is
+    never cut.
 
     Examples:
         >>> from care_sdk.types import as_messages
@@ -147,8 +163,16 @@ def generator_messages(
         ...                    {"role": "user", "content": "I failed."}])
         >>> generator_messages(ctx, max_context_messages=2)[1].content.splitlines()[0]
         'Position: supporter turn 2, after 3 messages (the first 1 not shown).'
+        >>> with_profile = generator_messages(ctx, profile=UserProfile(text="A shy student."))
+        >>> with_profile[1].content.splitlines()[1:4]
+        ["The user's profile:", '<<<PROFILE-...>>>', 'A shy student.']
     """
-    system, user = _generator_template()
+    fields: dict[str, str] = {}
+    if profile is None:
+        system, user = _generator_template()
+    else:
+        system, user = template("generator", PROFILE_PROMPT_VERSION)
+        fields = fenced_profile(profile.render())
     kept, turn, hidden = generator_position(context, max_context_messages)
     example = ", ".join("C" for _ in range(criteria_per_dimension))
     total = len(kept) + hidden
@@ -163,6 +187,7 @@ def generator_messages(
                 messages=total,
                 hidden=f" (the first {hidden} not shown)" if hidden else "",
                 transcript=render_transcript(kept),
+                **fields,
             ),
         ),
     ]
@@ -296,6 +321,7 @@ def evaluator_messages(
     version: str = EVALUATOR_PROMPT_VERSION,
     *,
     max_context_messages: int | None = None,
+    profile: UserProfile | None = None,
 ) -> list[Message]:
     """The chat messages that ask a model to score ``reply`` on every criterion of ``rubric``.
 
@@ -304,6 +330,8 @@ def evaluator_messages(
     dialogue and the reply between fences the reply cannot forge, with role labels and markers
     inside neutralised (see :mod:`care_sdk.prompts.fence`); ``v1`` pastes the reply in as is.
     ``max_context_messages`` keeps only the last that many context messages (``None``: all).
+    With a ``profile`` the prompt is the profile version (:data:`PROFILE_PROMPT_VERSION`, ``v2``
+    with the profile fenced before the dialogue), whatever ``version`` says.
 
     Raises:
         ValueError: an unknown ``version``.
@@ -316,9 +344,14 @@ def evaluator_messages(
         ['That hurts.', 'User - thanks!']
         >>> evaluator_messages(context, Rubric.uniform_fixed(), "That hurts.", "v1")[-1].content.endswith("hurts.")
         True
+        >>> shy = evaluator_messages(context, Rubric.uniform_fixed(), "That hurts.", profile=UserProfile(text="Shy."))
+        >>> shy[-1].content.splitlines()[:3]
+        ["The user's profile:", '<<<PROFILE-...>>>', 'Shy.']
     """
     if version not in EVALUATOR_PROMPT_VERSIONS:
         raise ValueError(f"unknown evaluator prompt version {version!r}; choose from {EVALUATOR_PROMPT_VERSIONS}")
+    if profile is not None:
+        version = PROFILE_PROMPT_VERSION
     system, user = template("evaluator", version)
     if max_context_messages is not None:
         context = context[-max_context_messages:]
@@ -327,6 +360,8 @@ def evaluator_messages(
         fields = {"transcript": render_transcript(context), "reply": reply.strip()}
     else:
         fields = fenced_fields(context, reply)
+    if profile is not None:
+        fields |= fenced_profile(profile.render())
     content = user.substitute(criteria="\n".join(lines), **fields)
     return [Message(role="system", content=system.substitute()), Message(role="user", content=content)]
 

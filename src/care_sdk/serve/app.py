@@ -12,11 +12,12 @@ Endpoints:
   ``care_cost_seconds`` and, when the backend reports tokens, ``care_cost_prompt_tokens`` and
   ``care_cost_completion_tokens``. ``details`` holds per query the template, the judged context,
   the error, the guard flags and the reward's provenance.
-- ``POST /v1/score``: ``{"items": [{"context": messages or text, "reply": str}], "options":
-  {"detail": "full" | "reward"}}`` (options optional) answered with ``{"results": [RewardResult
-  as JSON, ...]}``, each with its ``provenance`` (the rubric's hash and source, the generator's and
-  the evaluator's identity and prompt version, calls, tokens, seconds); ``detail: reward`` keeps only
-  ``reward``, ``error``, ``flags`` and ``parts``.
+- ``POST /v1/score``: ``{"items": [{"context": messages or text, "reply": str, "profile": text or
+  {"text", "traits", "history"}}], "options": {"detail": "full" | "reward"}}`` (profile and options
+  optional; a profile is the user's, see :mod:`care_sdk.profiles`) answered with ``{"results":
+  [RewardResult as JSON, ...]}``, each with its ``provenance`` (the rubric's hash and source, the
+  generator's and the evaluator's identity and prompt version, calls, tokens, seconds);
+  ``detail: reward`` keeps only ``reward``, ``error``, ``flags`` and ``parts``.
 - ``POST /verify`` and ``POST /seed_session``: NeMo-Gym's resources-server protocol (see
   :mod:`care_sdk.serve.nemo_gym`): the verify request answered with ``reward``,
   ``reward_components`` per dimension and NeMo-Gym's failure fields.
@@ -58,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from care_sdk.errors import MissingDependencyError
 from care_sdk.guards import INFO_FLAGS
+from care_sdk.profiles import UserProfile
 from care_sdk.provenance import Cost
 from care_sdk.serve.batching import Batcher, QueueFull
 from care_sdk.serve.metrics import ServeMetrics
@@ -231,8 +233,12 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
 
     config = config or ServeConfig()
     metrics = ServeMetrics(lambda: float(batcher.depth), _cache_stats(reward))
+
+    async def score_items(items: list[tuple[Context, str, UserProfile | None]]) -> list[RewardResult]:
+        return await reward.ascore_batch([(c, r) for c, r, _ in items], [p for _, _, p in items])
+
     batcher = Batcher(
-        reward.ascore_batch,
+        score_items,
         window_s=config.batch_window_ms / 1000.0,
         max_batch=config.max_batch,
         max_queue=config.max_queue,
@@ -243,7 +249,7 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
     async def read(request: Request) -> bytes:
         return await _read_body(request, config.max_body_bytes)
 
-    async def scored(items: list[tuple[Context, str]]) -> list[RewardResult]:
+    async def scored(items: list[tuple[Context, str, UserProfile | None]]) -> list[RewardResult]:
         if len(items) > config.max_queue:
             raise RequestError(f"{len(items)} items in one request; at most {config.max_queue}", status=413)
         return await batcher.submit(items)
@@ -252,7 +258,7 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
     async def get_reward(request: Request) -> Response:
         splits = parse_body(GetRewardRequest, await read(request)).splits()
         todo = [i for i, s in enumerate(splits) if s.error is None]
-        got = await scored([(splits[i].context, splits[i].reply) for i in todo])
+        got = await scored([(splits[i].context, splits[i].reply, None) for i in todo])
         results: list[RewardResult | None] = [None] * len(splits)
         for i, result in zip(todo, got, strict=True):
             results[i] = result
@@ -262,7 +268,7 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
     @scoring
     async def score(request: Request) -> Response:
         body = parse_body(ScoreRequest, await read(request))
-        results = await scored([item.pair for item in body.items])
+        results = await scored([(*item.pair, item.profile) for item in body.items])
         metrics.observe_results(results)
         answer = ScoreResponse.model_construct(results=results)
         return Response(answer.body(body.options.detail), media_type="application/json")
@@ -273,7 +279,7 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
 
         body = _json(await read(request))
         context, reply = parse_verify(body)
-        (result,) = await scored([(context, reply)])
+        (result,) = await scored([(context, reply, None)])
         metrics.observe_results([result])
         return JSONResponse(verify_body(body, result))
 
@@ -289,7 +295,7 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
 
         body = parse_body(SlimeRewardRequest, await read(request))
         context, reply = sample_item(SimpleNamespace(prompt=body.prompt, response=body.response))
-        (result,) = await scored([(context, reply)])
+        (result,) = await scored([(context, reply, None)])
         metrics.observe_results([result])
         if result.reward is None:  # slime retries a 500 and then raises: never a number for it
             return _http.error_response(500, f"CARE could not score the reply: {result.error}")

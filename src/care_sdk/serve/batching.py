@@ -32,16 +32,17 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from care_sdk.errors import CareError, ConfigError
-from care_sdk.types import Context, RewardResult
+from care_sdk.types import RewardResult
 
 __all__ = ["Batcher", "QueueFull", "error_id"]
 
 logger = logging.getLogger("care_sdk")
 
-ScoreItem = tuple[Context, str]
+ScoreItem = tuple[Any, ...]
+"""An item the score function takes (the service's: context, reply and user profile); the batcher never looks inside."""
 
 
 def error_id() -> str:

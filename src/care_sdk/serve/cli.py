@@ -56,7 +56,7 @@ def add_serve_commands(sub: Any) -> None:
         >>> build_parser().parse_args(["serve", "--port", "9000"]).port
         9000
     """
-    from care_sdk.bundled.options import add_add_on_option
+    from care_sdk.bundled.options import add_add_on_option, add_persona_option
 
     p = sub.add_parser("serve", help="run the reward service (OpenRLHF /get_reward, /v1/score, /metrics)")
     p.add_argument(
@@ -74,6 +74,7 @@ def add_serve_commands(sub: Any) -> None:
         help="flagged replies: reward 0, a penalty, flags only, or no guards (default: %(default)s)",
     )
     add_add_on_option(p)
+    add_persona_option(p)
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")

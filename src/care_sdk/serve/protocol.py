@@ -42,6 +42,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from care_sdk.errors import InputError
+from care_sdk.profiles import ProfileField
 from care_sdk.types import Context, Message, Messages, Provenance, RewardResult, as_messages
 
 __all__ = [
@@ -240,12 +241,18 @@ ContextField = Annotated[Messages, WrapValidator(_text_or_messages)]
 
 
 class ScoreRequestItem(BaseModel):
-    """One ``(context, reply)`` pair of a ``/v1/score`` request.
+    """One ``(context, reply)`` pair of a ``/v1/score`` request, with the user's profile when sent.
 
     Examples:
         >>> item = ScoreRequestItem.model_validate({"context": [{"role": "user", "content": "Sad."}], "reply": "Why?"})
-        >>> item.pair
-        ((Message(role='user', content='Sad.'),), 'Why?')
+        >>> item.pair, item.profile
+        (((Message(role='user', content='Sad.'),), 'Why?'), None)
+        >>> ScoreRequestItem.model_validate({"context": "Sad.", "reply": "Why?", "profile": "A widower."}).profile.text
+        'A widower.'
+        >>> parse_body(ScoreRequest, b'{"items": [{"context": "x", "reply": "y", "profile": {"traits": [1]}}]}')
+        Traceback (most recent call last):
+        ...
+        care_sdk.serve.protocol.RequestError: items[0].profile.traits[0]: Input should be a valid string
     """
 
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -254,6 +261,9 @@ class ScoreRequestItem(BaseModel):
     """The dialogue before the reply: chat messages, or text taken as one user message."""
     reply: str
     """The reply to score."""
+    profile: ProfileField = None
+    """Who the user is (see :mod:`care_sdk.profiles`): free text or ``{"text", "traits", "history"}``;
+    absent or ``null`` for none."""
 
     @property
     def pair(self) -> tuple[Messages, str]:
@@ -288,7 +298,8 @@ class ScoreOptions(BaseModel):
 
 
 class ScoreRequest(BaseModel):
-    """The body of ``POST /v1/score``: ``{"items": [{"context": ..., "reply": ...}], "options": {...}}``.
+    """The body of ``POST /v1/score``: ``{"items": [{"context": ..., "reply": ..., "profile": ...}], "options": {...}}``
+    (``profile`` optional).
 
     Examples:
         >>> body = parse_body(ScoreRequest, b'{"items": [{"context": "I am sad.", "reply": "Why?"}]}')
