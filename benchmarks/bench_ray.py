@@ -62,7 +62,7 @@ def main() -> int:
             summary = ray_scoring.score_file(
                 source,
                 out,
-                reward=ray_scoring.RewardSpec(variant=args.variant, backend=args.backend),
+                reward={"variant": args.variant, "backend": args.backend},
                 workers=workers,
             )
             seconds = time.perf_counter() - began

@@ -165,7 +165,7 @@ def test_a_weight_reader_of_ones_own_reads_the_weights_and_names_itself() -> Non
     assert all(abs(w - 1 / 3) < 1e-9 for w in rubric.weights.values()) and len(backend.requests) == 2
     reward = AdaptiveReward(generator, RubricEvaluator(ScriptedBackend([])))
     assert reward.parts == ("care", "flat_weights")
-    assert AdaptiveReward(generator, RubricEvaluator(ScriptedBackend([])), weights="uniform").parts == (
+    assert AdaptiveReward(generator, RubricEvaluator(ScriptedBackend([])), variant="uniform_weights").parts == (
         "uniform_weights",
     )  # the reader's weights are not used by a uniform-weights reward
     with pytest.raises(ConfigError, match="weight_reader: a str is not a WeightReader"):

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from care_sdk import AdaptiveReward, Rubric, RubricEvaluator
+from care_sdk.addons import AddOns
 from care_sdk.backends import Backend
 from care_sdk.bundled.context_fit import BUNDLED_GATE, NEUTRAL, ContextFit, Gate
 from care_sdk.errors import BackendError, ConfigError, ContextOverflowError
@@ -241,16 +242,17 @@ def test_trl_calls_log_the_mean_context_fit() -> None:
 
 def test_context_fit_is_on_only_when_asked_for() -> None:
     from care_sdk.bundled.context_fit import context_fit_for
-    from care_sdk.reward import build_reward
 
     fit = ContextFit(OverlapModel())
     assert context_fit_for(fit) is fit  # an object is used as given
     assert context_fit_for("off") is None and context_fit_for(None) is None
     with pytest.raises(ConfigError, match="'auto' is gone"):
         context_fit_for("auto")
-    assert build_reward("care", backend=ScriptedBackend([])).context_fit is None
-    assert build_reward("care", backend=ScriptedBackend([]), context_fit=fit).context_fit is fit
     assert AdaptiveReward.from_backend(ScriptedBackend([])).context_fit is None
+    assert AdaptiveReward.from_backend(ScriptedBackend([]), context_fit=fit).context_fit is fit
+    assert AdaptiveReward.from_backend(ScriptedBackend([]), add_ons=AddOns(context_fit=fit)).context_fit is fit
+    with pytest.raises(ConfigError, match="context-fit is asked for twice"):
+        AdaptiveReward.from_backend(ScriptedBackend([]), add_ons=AddOns(context_fit=fit), context_fit=None)
 
 
 def test_the_quality_variants_share_one_read_of_each_reply() -> None:

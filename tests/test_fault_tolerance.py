@@ -214,7 +214,7 @@ def _care_score(input_path: Path, out: Path, base_url: str, env: Mapping[str, st
     command = [
         sys.executable, "-m", "care_sdk.cli", "score", str(input_path),
         "--backend", f"openai:smollm2@{base_url}",
-        "--weights", "uniform", "--criteria", "fixed",
+        "--variant", "fixed_rubric",
         "--out", str(out), "--quiet", "--batch-size", "16",
     ]  # fmt: skip
     return subprocess.Popen(

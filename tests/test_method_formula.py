@@ -15,7 +15,6 @@ import pytest
 
 from care_sdk import AdaptiveReward, Rubric
 from care_sdk.errors import ConfigError
-from care_sdk.reward import build_reward
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
 from care_sdk.types import DIMENSIONS, Evaluation, RewardResult
 from servers import llama_server  # noqa: F401 - the fixture
@@ -58,7 +57,7 @@ def test_the_reward_is_the_formula_on_a_scripted_backend() -> None:
 
 
 def test_no_factory_turns_an_add_on_on_by_itself() -> None:
-    reward = build_reward("care", backend=ScriptedBackend([]))
+    reward = AdaptiveReward.from_backend(ScriptedBackend([]))
     assert reward.context_fit is None and reward.parts == ("care",)
     assert reward.generator is not None
     assert reward.generator.weight_reader is None
@@ -77,7 +76,7 @@ def test_auto_is_the_method_on_a_backend_without_a_term_of_its_own() -> None:
 
 def test_a_variant_names_itself_in_the_parts() -> None:
     backend = ScriptedBackend([rubric_json({"cognitive": 1, "affective": 0, "proactive": 0}), evaluation_json([5] * 6)])
-    reward = AdaptiveReward.from_backend(backend, weights="uniform")
+    reward = AdaptiveReward.from_backend(backend, variant="uniform_weights")
     result = reward.score(CONTEXT, REPLY)
     assert result.parts == ("uniform_weights",)
     assert result.rubric is not None and all(math.isclose(w, 1 / 3) for w in result.rubric.weights.values())

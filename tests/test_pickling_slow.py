@@ -66,7 +66,7 @@ def test_bundled_model_reward_scores_the_same_in_a_spawned_process() -> None:
 def test_http_reward_scores_the_same_in_a_spawned_process(llama_server: LlamaServer) -> None:  # noqa: F811
     pytest.importorskip("openai")
     care = AdaptiveReward.from_backend(llama_server.spec)
-    uniform = AdaptiveReward.from_backend(llama_server.spec, weights="uniform", name="care_uniform")
+    uniform = AdaptiveReward.from_backend(llama_server.spec, variant="uniform_weights", name="care_uniform")
     check([care, uniform], round_trip([care, uniform]))
 
 
@@ -76,7 +76,7 @@ def test_two_named_rewards_log_apart_in_one_grpo_run(tmp_path: Path) -> None:
         return AdaptiveReward(RubricGenerator(backend), RubricEvaluator(backend), **options)
 
     log_history, _ = run_grpo(
-        tmp_path, [reward(), reward(weights="uniform", name="care_uniform")], [{"prompt": p} for p in PROMPTS]
+        tmp_path, [reward(), reward(variant="uniform_weights", name="care_uniform")], [{"prompt": p} for p in PROMPTS]
     )
     logged = next(h for h in log_history if "rewards/care_reward/mean" in h)
     assert "rewards/care_uniform/mean" in logged

@@ -153,10 +153,10 @@ def test_variants_change_the_rubric_as_documented() -> None:
     gen = RubricGenerator(ScriptedBackend(lambda r: rubric_json({"cognitive": 2, "affective": 1, "proactive": 1})))
     ev = RubricEvaluator(ScriptedBackend(lambda r: evaluation_json([5] * 6)))
     ctx, reply = "I lost my job.", "That is a shock. What happened?"
-    full = AdaptiveReward.for_variant("full", gen, ev).score(ctx, reply).rubric
-    uniform = AdaptiveReward.for_variant("uniform_weights", gen, ev).score(ctx, reply).rubric
-    fixed = AdaptiveReward.for_variant("fixed_criteria", gen, ev).score(ctx, reply).rubric
-    rubric = AdaptiveReward.for_variant("fixed_rubric", None, ev).score(ctx, reply).rubric
+    full = AdaptiveReward(gen, ev, variant="full").score(ctx, reply).rubric
+    uniform = AdaptiveReward(gen, ev, variant="uniform_weights").score(ctx, reply).rubric
+    fixed = AdaptiveReward(gen, ev, variant="fixed_criteria").score(ctx, reply).rubric
+    rubric = AdaptiveReward(evaluator=ev, variant="fixed_rubric").score(ctx, reply).rubric
     assert full is not None and uniform is not None and fixed is not None and rubric is not None
     assert full.weights[full.top_dimension] == 0.5 and uniform.criteria == full.criteria
     assert list(uniform.weights.values()) == pytest.approx([1 / 3] * 3)
@@ -165,7 +165,7 @@ def test_variants_change_the_rubric_as_documented() -> None:
 
 def test_episode_reward_logs_terms_and_writes_files_care_score_and_plots_read(tmp_path: Path) -> None:
     ev = RubricEvaluator(ScriptedBackend(lambda r: evaluation_json([5, 5, 3, 3, 1, 1])))
-    care = AdaptiveReward.for_variant("fixed_rubric", None, ev)
+    care = AdaptiveReward(evaluator=ev, variant="fixed_rubric")
     sim = SimulatedUser(ScriptedBackend(lambda r: _user("Hm.")))
     episodes = run_episodes(
         [_profile("a"), _profile("b")], BackendPolicy(ScriptedBackend(lambda r: "I see.")), sim, max_turns=2
@@ -195,7 +195,7 @@ def test_episode_reward_logs_terms_and_writes_files_care_score_and_plots_read(tm
 
 def test_an_unscorable_turn_gives_none_not_zero(tmp_path: Path) -> None:
     ev = RubricEvaluator(ScriptedBackend(lambda r: "not json"), max_attempts=1)
-    reward = PolicyReward(AdaptiveReward.for_variant("fixed_rubric", None, ev), multi_turn=False)
+    reward = PolicyReward(AdaptiveReward(evaluator=ev, variant="fixed_rubric"), multi_turn=False)
     metrics: dict[str, float] = {}
     out = reward([[{"role": "user", "content": "hi"}]], ["hello"], log_metric=metrics.__setitem__)
     assert out == [None] and metrics["care/failed"] == 1.0

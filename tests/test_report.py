@@ -217,7 +217,7 @@ def test_the_report_shows_each_turn_s_cost_and_their_total(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("with_out", [True, False])
 def test_care_score_writes_a_report(tmp_path: Path, monkeypatch: Any, capsys: Any, with_out: bool) -> None:
-    monkeypatch.setattr("care_sdk.cli._build_reward", lambda args: _scripted_reward())
+    monkeypatch.setattr(AdaptiveReward, "from_backend", lambda **recipe: _scripted_reward())
     path = write_jsonl(tmp_path / "in.jsonl", DIALOGUES)
     report = tmp_path / "r.html"
     argv = ["score", str(path), "--quiet", "--no-show", "--report", str(report)]

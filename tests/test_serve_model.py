@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from care_sdk import RemoteReward, RewardResult
+from care_sdk import AdaptiveReward, RemoteReward, RewardResult
 from care_sdk.backends._retry import RetryPolicy
 from care_sdk.types import Context
 from servers import free_port
@@ -74,9 +74,10 @@ def service(tmp_path: Path) -> Iterator[Service]:
 
 @pytest.fixture(scope="module")
 def in_process() -> list[RewardResult]:
-    from care_sdk.cli import _build_reward, build_parser
+    from care_sdk.cli import build_parser
+    from care_sdk.cli_options import reward_recipe
 
-    reward = _build_reward(build_parser().parse_args(["serve", "--backend", "default"]))
+    reward = AdaptiveReward.from_backend(**reward_recipe(build_parser().parse_args(["serve", "--backend", "default"])))
     return reward.score_batch(ITEMS)  # type: ignore[no-any-return]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from care_sdk import AdaptiveReward, ConfigError, Rubric, RubricEvaluator, RubricGenerator
-from care_sdk.reward import build_reward
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
 from care_sdk.types import fixed_criteria
 from care_sdk.variants import VARIANTS, VariantField, as_variant, variant_modes, variant_of
@@ -17,7 +16,9 @@ ONLY_COGNITIVE_MET = evaluation_json([5, 5, 1, 1, 1, 1])
 
 def test_a_given_rubric_gets_uniform_weights() -> None:
     reward = AdaptiveReward(
-        evaluator=RubricEvaluator(ScriptedBackend([ONLY_COGNITIVE_MET])), rubric=COGNITIVE_ONLY, weights="uniform"
+        evaluator=RubricEvaluator(ScriptedBackend([ONLY_COGNITIVE_MET])),
+        rubric=COGNITIVE_ONLY,
+        variant="uniform_weights",
     )
     result = reward.score("I failed my exam.", "That must hurt.")
     assert result.reward == pytest.approx(1 / 3)
@@ -26,7 +27,7 @@ def test_a_given_rubric_gets_uniform_weights() -> None:
 
 def test_a_given_rubric_gets_the_fixed_criteria() -> None:
     rubric = Rubric(weights=COGNITIVE_ONLY.weights, criteria=COGNITIVE_ONLY.criteria[:3] + COGNITIVE_ONLY.criteria[4:])
-    reward = AdaptiveReward(evaluator=RubricEvaluator(ScriptedBackend([])), rubric=rubric, criteria="fixed")
+    reward = AdaptiveReward(evaluator=RubricEvaluator(ScriptedBackend([])), rubric=rubric, variant="fixed_criteria")
     assert reward.rubric is not None and reward.rubric.criteria == fixed_criteria()
 
 
@@ -68,61 +69,73 @@ def test_each_variant_scores_as_named(variant: str, reward: float) -> None:
         return ONLY_COGNITIVE_MET
 
     backend = ScriptedBackend(script)
-    built = build_reward(variant, backend=backend)
+    built = AdaptiveReward.from_backend(backend, variant=variant)
     assert built.variant == variant
     assert built.score("I lost my job.", "What happened?").reward == pytest.approx(reward)
     assert (built.generator is None) == (variant == "fixed_rubric")
 
 
-def test_the_factory_resolves_each_spec_once() -> None:
-    resolved: list[object] = []
-
-    def resolve(spec: object) -> ScriptedBackend:
-        resolved.append(spec)
-        return ScriptedBackend([], name=str(spec))
-
-    reward = build_reward("care", backend="shared", evaluator_backend="judge", resolve=resolve)
-    assert resolved == ["judge", "shared"]
-    assert reward.generator is not None and reward.generator.backend.identity == "scripted:shared"
-    build_reward("fixed_rubric", backend="unused", evaluator_backend="judge", resolve=resolve)
-    assert resolved[2:] == ["judge"]
-    shared = build_reward("care", backend="one", resolve=resolve)
-    assert resolved[3:] == ["one"] and shared.generator is not None
-    assert shared.generator.backend is shared.evaluator.backend  # one model serves both
+def test_the_factory_shares_a_spec_both_roles_use() -> None:
+    pytest.importorskip("openai", reason="needs the openai extra")
+    shared, judge = "openai:shared@http://127.0.0.1:9/v1", "openai:judge@http://127.0.0.1:9/v1"  # nothing is sent
+    reward = AdaptiveReward.from_backend(shared, evaluator_backend=judge)
+    assert reward.generator is not None and reward.generator.backend.identity == shared
+    assert reward.evaluator.backend.identity == judge
+    fixed = AdaptiveReward.from_backend("no-such-scheme:x", evaluator_backend=judge, variant="fixed_rubric")
+    assert fixed.generator is None  # the generator's spec is never resolved
+    one = AdaptiveReward.from_backend(shared)
+    assert one.generator is not None and one.generator.backend is one.evaluator.backend  # one model serves both
 
 
-def test_for_variant_drops_the_generator_of_fixed_rubric() -> None:
+def test_the_fixed_rubric_variant_drops_the_generator() -> None:
     gen = RubricGenerator(ScriptedBackend([]))
-    reward = AdaptiveReward.for_variant("fixed_rubric", gen, RubricEvaluator(ScriptedBackend([])))
+    reward = AdaptiveReward(gen, RubricEvaluator(ScriptedBackend([])), variant="fixed_rubric")
     assert reward.generator is None and reward.rubric == Rubric.uniform_fixed()
+
+
+def cli_reward(argv: list[str]) -> AdaptiveReward:
+    """The reward ``care score`` builds from these arguments."""
+    from care_sdk.cli import build_parser
+    from care_sdk.cli_options import reward_recipe
+
+    return AdaptiveReward.from_backend(**reward_recipe(build_parser().parse_args(argv)))
 
 
 @pytest.mark.parametrize(
     ("flags", "variant"),
-    [([], "care"), (["--weights", "uniform"], "uniform_weights"), (["--variant", "fixed_rubric"], "fixed_rubric")],
+    [
+        ([], "care"),
+        (["--variant", "uniform_weights"], "uniform_weights"),
+        (["--variant", "fixed_rubric"], "fixed_rubric"),
+    ],
 )
 def test_care_score_builds_its_reward_with_the_factory(flags: list[str], variant: str) -> None:
     pytest.importorskip("openai", reason="needs the openai extra")
-    from care_sdk.cli import _build_reward, build_parser
-
     spec = "openai:m@http://127.0.0.1:9/v1"  # built lazily: nothing is sent
-    reward = _build_reward(build_parser().parse_args(["score", "in.jsonl", "--backend", spec, *flags]))
+    reward = cli_reward(["score", "in.jsonl", "--backend", spec, *flags])
     assert reward.variant == variant and (reward.generator is None) == (variant == "fixed_rubric")
+
+
+def test_care_score_has_one_spelling_for_ablations(capsys: pytest.CaptureFixture[str]) -> None:
+    from care_sdk.cli import build_parser
+
+    for old in ("--weights", "--criteria"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["score", "in.jsonl", old, "uniform"])
+        assert f"unrecognized arguments: {old} uniform" in capsys.readouterr().err
 
 
 def test_care_score_passes_its_add_ons_to_the_generator() -> None:
     pytest.importorskip("openai", reason="needs the openai extra")
-    from care_sdk.cli import _build_reward, build_parser
-
     spec = "openai:m@http://127.0.0.1:9/v1"  # built lazily: nothing is sent
     args = ["score", "in.jsonl", "--backend", spec]
-    reward = _build_reward(build_parser().parse_args(args))
+    reward = cli_reward(args)
     assert reward.generator is not None and reward.generator.weight_reader is None
     assert reward.context_fit is None and reward.parts == ("care",)
     with pytest.raises(ConfigError, match="builds forced replies"):  # a hosted API cannot force replies
-        _build_reward(build_parser().parse_args([*args, "--add-on", "expected-weights"]))
+        cli_reward([*args, "--add-on", "expected-weights"])
     with pytest.raises(ConfigError, match="reads hidden states"):  # nor read hidden states
-        _build_reward(build_parser().parse_args([*args, "--add-on", "weights-head"]))
+        cli_reward([*args, "--add-on", "weights-head"])
 
 
 def test_policy_configs_name_add_ons_as_the_command_line_does() -> None:

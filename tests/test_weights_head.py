@@ -196,7 +196,7 @@ def test_the_bundled_head_fits_the_bundled_model_and_prompt() -> None:
 def test_the_add_on_option_maps_to_the_generator_arguments() -> None:
     import argparse
 
-    from care_sdk.bundled.options import add_add_on_option, add_ons_of
+    from care_sdk.cli_options import add_add_on_option, add_ons_of
 
     parser = argparse.ArgumentParser()
     add_add_on_option(parser)

@@ -53,6 +53,7 @@ __all__ = [
     "WeightRead",
     "WeightReader",
     "add_ons",
+    "check_add_ons",
     "parse_add_on",
     "resolve_context_fit",
 ]
@@ -286,10 +287,42 @@ def _builder(name: str) -> Callable[[str | None], Any]:
     return load_target(ADD_ONS[name].target, what=f"add-on {name}:")
 
 
+def check_add_ons(values: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The ``NAME[=SPEC]`` strings ``values`` names (a string may hold several, comma-separated), checked
+    without building anything: known names, no name twice, at most one add-on per seam.
+
+    Raises:
+        ConfigError: an unknown name, an empty spec, a name given twice, or two weight readers.
+
+    Examples:
+        >>> check_add_ons("context-fit, weights-head")
+        ('context-fit', 'weights-head')
+        >>> check_add_ons(["weights-head", "expected-weights"])
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.ConfigError: add-ons weights-head and expected-weights both read the rubric's weights; ...
+    """
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        values = values.split(",")
+    asked = [parse_add_on(v) for v in values if v.strip()]
+    names = [name for name, _ in asked]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"add-on {', '.join(twice)} given more than once")
+    for seam, words in _SEAM_WORDS.items():
+        sharing = [name for name in names if ADD_ONS[name].seam == seam]
+        if len(sharing) > 1:
+            raise ConfigError(f"add-ons {' and '.join(sharing)} both {words}; choose one")
+    return tuple(name if spec is None else f"{name}={spec}" for name, spec in asked)
+
+
 def add_ons(values: str | Sequence[str] | None) -> AddOns:
     """Build the add-ons named by ``NAME[=SPEC]`` strings (a string may hold several, comma-separated).
 
-    Two weight readers (``weights-head`` and ``expected-weights``) or a name given twice are refused.
+    Two weight readers (``weights-head`` and ``expected-weights``) or a name given twice are refused
+    (:func:`check_add_ons`), before anything is built.
 
     Raises:
         ConfigError: an unknown name, a name given twice, two weight readers, or a builder's own error.
@@ -302,21 +335,8 @@ def add_ons(values: str | Sequence[str] | None) -> AddOns:
         ...
         care_sdk.errors.ConfigError: add-ons weights-head and expected-weights both read the rubric's weights; ...
     """
-    if values is None:
-        return AddOns()
-    if isinstance(values, str):
-        values = values.split(",")
-    asked = [parse_add_on(v) for v in values if v.strip()]
-    names = [name for name, _ in asked]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ConfigError(f"add-on {', '.join(twice)} given more than once")
-    for seam, words in _SEAM_WORDS.items():  # before anything is built (a model loaded)
-        sharing = [name for name in names if ADD_ONS[name].seam == seam]
-        if len(sharing) > 1:
-            raise ConfigError(f"add-ons {' and '.join(sharing)} both {words}; choose one")
     built: dict[str, Any] = {}
-    for name, spec in asked:
+    for name, spec in (parse_add_on(value) for value in check_add_ons(values)):
         seam = ADD_ONS[name].seam
         addon = _builder(name)(spec)
         if not isinstance(addon, _SEAMS[seam]):

@@ -251,11 +251,11 @@ class Audit:
             return None
         if callable(reference) and not hasattr(reference, "score_batch"):
             return cast("Reference", reference)
-        from care_sdk.reward import AdaptiveReward, build_reward
+        from care_sdk.reward import AdaptiveReward
 
         judge = reference if isinstance(reference, AdaptiveReward) else None
         if judge is None:
-            judge = build_reward(variant, backend=reference, context_fit=None, name="care_reference")
+            judge = AdaptiveReward.from_backend(reference, variant=variant, context_fit=None, name="care_reference")
         return _RewardReference(judge)
 
     def __getstate__(self) -> dict[str, Any]:

@@ -7,16 +7,13 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
 from care_sdk import __version__
 from care_sdk.errors import CareError, InputError
-from care_sdk.variants import VARIANTS
 
 __all__ = ["build_parser", "main"]
 
@@ -49,40 +46,12 @@ def _print_record(record: dict[str, Any]) -> None:
         print(f"    replaced ({repair['defect']}, {by}): {repair['original']}")
 
 
-def _build_reward(args: argparse.Namespace) -> Any:
-    from care_sdk.bundled.options import reward_from_args
-
-    return reward_from_args(args)
-
-
-@dataclass(frozen=True)
-class CliReward:
-    """The reward of ``care score``'s options, built in the actor with a one-thread bundled model.
-
-    Examples:
-        >>> CliReward(argparse.Namespace(backend="x")).threads
-        1
-    """
-
-    args: argparse.Namespace
-    """The parsed ``care score`` options."""
-    threads: int = 1
-    """Threads of a bundled model in each actor."""
-
-    def __call__(self) -> Any:
-        """Build the reward (in the actor's process)."""
-        from care_sdk.ray_scoring import one_thread
-
-        args = copy.copy(self.args)
-        args.generator_backend = one_thread(args.generator_backend or args.backend, "generator", self.threads)
-        args.evaluator_backend = one_thread(args.evaluator_backend or args.backend, "evaluator", self.threads)
-        return _build_reward(args)
-
-
 def _cmd_score(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from care_sdk.cli_options import reward_recipe
     from care_sdk.dialogues import read_dialogues
+    from care_sdk.reward import AdaptiveReward
     from care_sdk.score_files import score_file
 
     try:
@@ -90,7 +59,8 @@ def _cmd_score(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"care score: cannot read {args.input}: {exc.strerror}", file=sys.stderr)
         return 2
-    reward = _build_reward(args) if args.ray is None else None  # on Ray, each actor builds its own
+    recipe = reward_recipe(args)
+    reward = AdaptiveReward.from_backend(**recipe) if args.ray is None else None  # on Ray, each actor builds its own
     show = args.show if args.show is not None else args.out is None
     bar = tqdm(total=total, desc="scoring turns", unit="turn", file=sys.stderr, disable=args.quiet)
 
@@ -122,7 +92,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
             summary = ray_scoring.score_file(
                 args.input,
                 args.out,
-                reward=CliReward(args),
+                reward=recipe,
                 address=None if args.ray == "local" else args.ray,
                 workers=args.ray_workers,
                 batch_size=args.batch_size,
@@ -149,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         >>> build_parser().parse_args(["score", "in.jsonl"]).backend
         'default'
     """
-    from care_sdk.bundled.options import add_add_on_option, add_persona_option
+    from care_sdk.cli_options import add_reward_options
 
     parser = argparse.ArgumentParser(
         prog="care", description="CARE: turn-adaptive rubric rewards for empathetic dialogue."
@@ -161,30 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument(
         "input", help='JSONL, one {"id": ..., "messages": [...]} per line, with an optional "profile" (the user\'s)'
     )
-    score.add_argument(
-        "--backend", default="default", help="backend spec for generator and evaluator (default: %(default)s)"
-    )
-    score.add_argument("--generator-backend", help="backend spec for the rubric generator only")
-    score.add_argument("--evaluator-backend", help="backend spec for the evaluator only")
     score.add_argument("--out", help="output JSONL, one record per assistant turn; an existing file is resumed")
-    score.add_argument("--weights", choices=["generated", "uniform"], default="generated", help="rubric weights")
-    score.add_argument("--criteria", choices=["generated", "fixed"], default="generated", help="rubric criteria")
-    score.add_argument(
-        "--variant",
-        choices=VARIANTS,
-        help="a named reward variant; replaces --weights and --criteria",
-    )
-    score.add_argument(
-        "--guards",
-        choices=["zero", "penalise", "report", "off"],
-        default="zero",
-        help="flagged replies (empty, forged turns, text aimed at the evaluator): reward 0, a penalty, "
-        "flags only, or no guards at all (default: %(default)s)",
-    )
-    add_add_on_option(score)
-    add_persona_option(score)
+    add_reward_options(score)
     score.add_argument("--batch-size", type=int, default=8, help="turns per backend batch (default: %(default)s)")
-    score.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     score.add_argument(
         "--ray",
         metavar="ADDRESS",

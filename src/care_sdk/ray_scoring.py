@@ -1,7 +1,8 @@
 """Scoring logged dialogues on a Ray cluster with Ray Data: the records of ``care score``, from actors.
 
 Each actor (one CPU, one thread) builds its own reward once, in its own process, from a picklable
-factory (:class:`RewardSpec` by default) and scores batches of turns with
+recipe: the keyword arguments of :meth:`care_sdk.AdaptiveReward.from_backend` (a bundled model on
+one thread), or any picklable function that returns a reward; then it scores batches of turns with
 :meth:`ray.data.Dataset.map_batches`; the driver reads the input, reports malformed lines (file and
 line), appends each record to the output as it arrives and finally rewrites the output in input
 order, exactly as :func:`care_sdk.score_files.score_file` does. A re-run with the same output
@@ -9,9 +10,9 @@ reuses every scored record, so an interrupted run loses nothing. Ray is an optio
 (``pip install "care-sdk[ray]"``); importing this module does not import it.
 
 Examples:
-    >>> spec = RewardSpec(variant="fixed_rubric", backend="default")
-    >>> spec.variant, spec.threads
-    ('fixed_rubric', 1)
+    >>> from care_sdk.testing import ScriptedBackend
+    >>> build_in_actor({"backend": ScriptedBackend([]), "variant": "fixed_rubric"}).variant
+    'fixed_rubric'
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,9 +32,11 @@ if TYPE_CHECKING:
 
     from care_sdk.reward import AdaptiveReward
 
-__all__ = ["RewardSpec", "connect", "one_thread", "require_ray", "score_dataset", "score_file"]
+__all__ = ["RewardRecipe", "build_in_actor", "connect", "one_thread", "require_ray", "score_dataset", "score_file"]
 
-RewardFactory = Callable[[], "AdaptiveReward"]
+RewardRecipe = Mapping[str, Any] | Callable[[], "AdaptiveReward"]
+"""How each actor builds its reward: the keyword arguments of :meth:`~care_sdk.AdaptiveReward.from_backend`,
+or a function of no arguments that returns a reward; picklable either way."""
 
 
 def require_ray() -> Any:
@@ -70,51 +72,36 @@ def one_thread(spec: Any, role: str, threads: int = 1) -> Any:
     return resolve_backend(spec, role=role, n_threads=threads, n_threads_batch=threads)
 
 
-@dataclass(frozen=True)
-class RewardSpec:
-    """How each actor builds its reward: the arguments of :func:`care_sdk.build_reward`.
-
-    Picklable, so it travels to every actor, which calls it once in its own process. The bundled
-    model (``default``) is loaded on ``threads`` threads (one per actor, which holds one CPU).
+def build_in_actor(recipe: RewardRecipe | None = None) -> AdaptiveReward:
+    """The reward a ``recipe`` describes, built in the calling process (an actor's) with a one-thread
+    bundled model: :meth:`~care_sdk.AdaptiveReward.from_backend` on the recipe's keyword arguments
+    (each role's bundled spec turned into its backend on one thread, the generator's only when the
+    variant has one), or the recipe called. ``None`` is full CARE on the bundled model.
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend
-        >>> RewardSpec(variant="uniform_weights", backend=ScriptedBackend([]))().variant
-        'uniform_weights'
+        >>> build_in_actor({"backend": ScriptedBackend([]), "variant": "uniform_weights"}).weights
+        'uniform'
     """
+    from care_sdk.reward import AdaptiveReward
+    from care_sdk.variants import needs_generator
 
-    variant: str = "care"
-    """A reward variant (see :data:`care_sdk.variants.VARIANTS`)."""
-    backend: Any = "default"
-    """Backend spec for generator and evaluator."""
-    generator_backend: Any = None
-    """Backend spec for the generator only."""
-    evaluator_backend: Any = None
-    """Backend spec for the evaluator only."""
-    options: Mapping[str, Any] = field(default_factory=dict)
-    """Further keyword arguments of :func:`care_sdk.build_reward` (``guards``, ``generator_options``, ...)."""
-    threads: int = 1
-    """Threads of a bundled model in each actor."""
-
-    def __call__(self) -> AdaptiveReward:
-        """Build the reward (in the actor's process)."""
-        from care_sdk.reward import build_reward
-
-        return build_reward(
-            self.variant,
-            backend=self.backend,
-            generator_backend=one_thread(self.generator_backend or self.backend, "generator", self.threads),
-            evaluator_backend=one_thread(self.evaluator_backend or self.backend, "evaluator", self.threads),
-            **dict(self.options),
-        )
+    if callable(recipe):
+        return recipe()
+    options = dict(recipe or {})
+    backend = options.get("backend", "default")
+    for role in ("generator", "evaluator"):
+        if role == "evaluator" or needs_generator(options.get("variant", "care")):
+            options[f"{role}_backend"] = one_thread(options.get(f"{role}_backend") or backend, role)
+    return AdaptiveReward.from_backend(**options)
 
 
 class _TurnScorer:
     """The Ray Data actor: builds its reward once, then scores batches of turns into record lines."""
 
-    def __init__(self, make_reward: RewardFactory) -> None:
+    def __init__(self, recipe: RewardRecipe | None) -> None:
         os.environ["OMP_NUM_THREADS"] = "1"
-        self.reward = make_reward()
+        self.reward = build_in_actor(recipe)
         self.producer = scored_by(self.reward)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
@@ -147,7 +134,7 @@ def connect(address: str | None = "auto", **init_options: Any) -> None:
 
 def score_dataset(
     dataset: ray.data.Dataset,
-    reward: RewardFactory | None = None,
+    reward: RewardRecipe | None = None,
     *,
     workers: int = 2,
     batch_size: int = 8,
@@ -159,8 +146,8 @@ def score_dataset(
 
     Args:
         dataset: the turns.
-        reward: a picklable function that builds the reward, called once in each actor
-            (default: :class:`RewardSpec`\\ ``()``, full CARE on the bundled model).
+        reward: how each actor builds its reward, once (see :func:`build_in_actor`; default: full
+            CARE on the bundled model).
         workers: actors, one CPU each.
         batch_size: turns per actor call (and per backend batch).
 
@@ -173,7 +160,7 @@ def score_dataset(
     ray = require_ray()
     return dataset.map_batches(
         _TurnScorer,
-        fn_constructor_args=(reward or RewardSpec(),),
+        fn_constructor_args=(reward,),
         batch_size=max(1, batch_size),
         batch_format="default",
         compute=ray.data.ActorPoolStrategy(size=max(1, workers)),
@@ -186,7 +173,7 @@ def score_file(
     input_path: str | Path,
     out: str | Path | None = None,
     *,
-    reward: RewardFactory | None = None,
+    reward: RewardRecipe | None = None,
     address: str | None = "auto",
     workers: int = 2,
     batch_size: int = 8,
@@ -200,8 +187,8 @@ def score_file(
     Args:
         input_path: dialogues, one ``{"id": ..., "messages": [...]}`` per line.
         out: output JSONL; when it exists, its scored records are reused (resume).
-        reward: a picklable function that builds the reward in each actor (default:
-            :class:`RewardSpec`\\ ``()``, full CARE on the bundled model).
+        reward: how each actor builds its reward (see :func:`build_in_actor`; default: full CARE
+            on the bundled model).
         address: the cluster (see :func:`connect`); ignored when Ray is already initialised.
         workers: actors, one CPU each.
         batch_size: turns per actor call.

@@ -8,7 +8,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from care_sdk._calls import METRIC_PREFIX, report_to_trainer, trl_items, trl_profiles
-from care_sdk.addons import AUTO_FIT, AutoFit, ContextFitReader, resolve_context_fit
+from care_sdk.addons import AUTO_FIT, AddOns, AutoFit, ContextFitReader, resolve_context_fit
+from care_sdk.addons import add_ons as build_add_ons
 from care_sdk.backends import Backend, resolve_backend, spec_per_role
 from care_sdk.errors import CareError, ConfigError
 from care_sdk.evaluator import RubricEvaluator
@@ -28,7 +29,7 @@ from care_sdk.types import (
     as_messages,
     fixed_criteria,
 )
-from care_sdk.variants import CriteriaMode, Variant, WeightsMode, needs_generator, variant_modes, variant_of
+from care_sdk.variants import CriteriaMode, Variant, WeightsMode, as_variant, needs_generator, variant_modes
 
 if TYPE_CHECKING:
     from care_sdk.audit import Audit
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 Outcome = tuple[RewardResult, CareError | None]
 _Profiles = Sequence[UserProfile | None]
 
-__all__ = ["AdaptiveReward", "build_reward"]
+__all__ = ["AdaptiveReward"]
 
 DEFAULT_NAME = "care_reward"
 """The ``__name__`` of a reward not given ``name=``; its metrics keep the ``care/`` prefix."""
@@ -51,11 +52,12 @@ class AdaptiveReward:
     """One number per reply: the rubric for its context, applied by the evaluator.
 
     r = sum_d w_d * mean_{c in d} (s_c - 1) / 4, in [0, 1]. Replies to the same context share one
-    rubric. Ablations are options: ``weights="uniform"`` keeps generated criteria with weights
-    1/3 each; ``criteria="fixed"`` keeps generated weights over the fixed six criteria; passing
-    ``rubric=`` judges every reply against that one rubric (no generator needed), after the
-    ``weights`` and ``criteria`` options are applied to it. :meth:`for_variant` builds the
-    reward of a named variant (:mod:`care_sdk.variants`).
+    rubric. The paper's ablations are variants (:mod:`care_sdk.variants`): ``variant="uniform_weights"``
+    keeps generated criteria with weights 1/3 each; ``"fixed_criteria"`` keeps generated weights over
+    the fixed six criteria; ``"fixed_rubric"`` judges by the fixed six criteria at weights 1/3 each
+    (no generator needed); passing ``rubric=`` judges every reply against that one rubric (no
+    generator needed), after the variant's weights and criteria are applied to it. To build a reward
+    from backend specs, see :meth:`from_backend`.
 
     The instance is a TRL reward function: ``reward(prompts, completions, **kwargs)`` returns
     ``list[float | None]``, ``None`` where no reward could be computed.
@@ -67,8 +69,8 @@ class AdaptiveReward:
     Args:
         generator: the rubric generator (not needed with ``rubric=``).
         evaluator: the evaluator.
-        weights: ``"generated"`` or ``"uniform"``.
-        criteria: ``"generated"`` or ``"fixed"``.
+        variant: ``"care"`` or an ablation: ``"uniform_weights"``, ``"fixed_criteria"``,
+            ``"fixed_rubric"`` (the generator is not used there and may be ``None``).
         rubric: a fixed rubric for every context.
         guards: deterministic pre-checks and flags (see :mod:`care_sdk.guards`): by default an
             empty or punctuation-only reply gets 0 without a model call, a reply over 2,000
@@ -111,8 +113,7 @@ class AdaptiveReward:
         generator: RubricGenerator | None = None,
         evaluator: RubricEvaluator | None = None,
         *,
-        weights: WeightsMode = "generated",
-        criteria: CriteriaMode = "generated",
+        variant: Variant | str = "care",
         rubric: Rubric | None = None,
         guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
         context_fit: ContextFitReader | AutoFit | None = AUTO_FIT,
@@ -125,12 +126,16 @@ class AdaptiveReward:
             raise ConfigError("AdaptiveReward needs an evaluator")
         _check_context_fit(context_fit)
         fit = resolve_context_fit(context_fit, evaluator.backend)
-        self.variant: Variant = variant_of(weights, criteria)
-        """The variant these options make (``care`` when a fixed ``rubric`` is given without options)."""
-        self.weights = weights
-        self.criteria = criteria
-        if rubric is None and not needs_generator(self.variant):
-            rubric = Rubric.uniform_fixed()
+        self.variant: Variant = as_variant(variant)
+        """The reward variant (``care`` when a fixed ``rubric`` is given without one)."""
+        self.weights: WeightsMode
+        """Where the rubric's weights come from under :attr:`variant` (``generated`` or ``uniform``)."""
+        self.criteria: CriteriaMode
+        """Where the rubric's criteria come from under :attr:`variant` (``generated`` or ``fixed``)."""
+        self.weights, self.criteria = variant_modes(self.variant)
+        if not needs_generator(self.variant):
+            generator = None  # the variant judges by the fixed rubric
+            rubric = rubric if rubric is not None else Rubric.uniform_fixed()
         if rubric is None and generator is None:
             raise ConfigError("AdaptiveReward needs a generator unless a fixed rubric is given")
         self.generator = generator
@@ -222,52 +227,71 @@ class AdaptiveReward:
         return traced
 
     @classmethod
-    def for_variant(
+    def from_backend(
         cls,
-        variant: Variant | str,
-        generator: RubricGenerator | None,
-        evaluator: RubricEvaluator,
+        backend: str | Backend | Any = "default",
         *,
-        guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
-        context_fit: ContextFitReader | AutoFit | None = AUTO_FIT,
-        name: str = DEFAULT_NAME,
+        generator_backend: str | Backend | Any | None = None,
+        evaluator_backend: str | Backend | Any | None = None,
+        variant: Variant | str = "care",
+        add_ons: str | Sequence[str] | AddOns | None = None,
+        generator_options: Mapping[str, Any] | None = None,
+        evaluator_options: Mapping[str, Any] | None = None,
+        **options: Any,
     ) -> AdaptiveReward:
-        """The reward of a named variant (``care``, ``uniform_weights``, ``fixed_criteria``, ``fixed_rubric``).
+        """The reward of a variant, built from backend specs (or backend objects): the one factory the
+        command line, the service, the verl plug-in and Ray scoring use.
 
-        ``generator`` is not used by ``fixed_rubric`` and may be ``None`` there. ``guards`` and
-        ``context_fit`` as in :class:`AdaptiveReward` (guards on; the evaluator backend's own term, if any).
+        ``generator_backend`` and ``evaluator_backend`` default to ``backend``; a spec both roles use is
+        resolved once and shared (one model loaded once), except a per-role spec such as ``default``
+        (:func:`~care_sdk.backends.spec_per_role`), which gives each component its own bundled adapter.
+        ``fixed_rubric`` builds no generator and resolves no generator backend. ``add_ons`` are opt-in
+        add-ons outside the method, ``NAME[=SPEC]`` strings as in ``care score --add-on`` (see
+        :func:`care_sdk.addons.add_ons`) or built :class:`~care_sdk.addons.AddOns`; without them every
+        backend computes the method's reward, except the bundled ``default``, whose documented reward
+        carries context fit (``context_fit=None`` turns it off). ``generator_options`` and
+        ``evaluator_options`` are keyword arguments of :class:`RubricGenerator` and
+        :class:`RubricEvaluator` (``seed``, ``max_tokens``, ``cache``, ...). ``options`` are the
+        constructor's (``rubric``, ``guards``, ``context_fit``, ``name``).
 
-        Examples:
-            >>> from care_sdk.testing import ScriptedBackend
-            >>> reward = AdaptiveReward.for_variant("fixed_rubric", None, RubricEvaluator(ScriptedBackend([])))
-            >>> reward.variant, reward.generator is None
-            ('fixed_rubric', True)
-        """
-        weights, criteria = variant_modes(variant)
-        generator = generator if needs_generator(variant) else None
-        return cls(
-            generator, evaluator, weights=weights, criteria=criteria, guards=guards, context_fit=context_fit, name=name
-        )
+        Built from spec strings and picklable options, these arguments are a picklable recipe for the
+        reward: :mod:`care_sdk.ray_scoring` sends them to each actor, which calls this method.
 
-    @classmethod
-    def from_backend(cls, backend: str | Backend | Any = "default", **options: Any) -> AdaptiveReward:
-        """Build generator and evaluator on one backend (one model loaded once).
-
-        ``options`` are :class:`AdaptiveReward` options (``weights``, ``criteria``, ``rubric``,
-        ``guards``, ``context_fit``, ``name``); every add-on is off unless asked for, so every backend
-        computes the method's reward, except the bundled ``default``, whose documented reward carries
-        context fit (``context_fit=None`` turns it off). To build from several backend specs or by
-        variant name, see :func:`build_reward`.
+        Raises:
+            ConfigError: an unknown variant or add-on, or add-ons that cannot be built (the message
+                starts with ``add_ons:``).
 
         Examples:
             >>> from care_sdk.testing import ScriptedBackend
-            >>> AdaptiveReward.from_backend(ScriptedBackend([]), weights="uniform").weights
-            'uniform'
+            >>> reward = AdaptiveReward.from_backend(ScriptedBackend([]), variant="uniform_weights",
+            ...                                      evaluator_options={"seed": 1})
+            >>> reward.variant, reward.weights, reward.evaluator.seed
+            ('uniform_weights', 'uniform', 1)
+            >>> reward.generator.backend is reward.evaluator.backend  # one backend serves both roles
+            True
         """
-        if spec_per_role(backend):  # one backend per role (default: one bundled adapter each)
-            return cls(RubricGenerator(backend), RubricEvaluator(backend), **options)
-        shared = resolve_backend(backend)
-        return cls(RubricGenerator(shared), RubricEvaluator(shared), **options)
+        extra = _built_add_ons(add_ons)
+        if extra.context_fit is not None:
+            if options.get("context_fit", AUTO_FIT) != AUTO_FIT:
+                raise ConfigError("add_ons: context-fit is asked for twice (context_fit= and add_ons=); choose one")
+            options["context_fit"] = extra.context_fit
+        built: dict[Any, Any] = {}
+
+        def backend_for(spec: Any) -> Any:
+            spec = backend if spec is None else spec
+            if spec_per_role(spec):
+                return spec  # each component resolves it with its role, so it gets its own backend
+            key = spec if isinstance(spec, str) else id(spec)
+            if key not in built:
+                built[key] = resolve_backend(spec)
+            return built[key]
+
+        evaluator = RubricEvaluator(backend_for(evaluator_backend), **dict(evaluator_options or {}))
+        generator = None
+        if needs_generator(variant):
+            generator_kwargs = {**dict(generator_options or {}), **extra.generator_options()}
+            generator = RubricGenerator(backend_for(generator_backend), **generator_kwargs)
+        return cls(generator, evaluator, variant=variant, **options)
 
     # -- rubrics -------------------------------------------------------------------------------
 
@@ -277,7 +301,7 @@ class AdaptiveReward:
         Examples:
             >>> from care_sdk.testing import ScriptedBackend
             >>> reward = AdaptiveReward(RubricGenerator(ScriptedBackend([])), RubricEvaluator(ScriptedBackend([])),
-            ...                         weights="uniform")
+            ...                         variant="uniform_weights")
             >>> one_sided = Rubric.uniform_fixed().with_weights({"cognitive": 1, "affective": 0, "proactive": 0})
             >>> reward.adapt(one_sided).weights == Rubric.uniform_fixed().weights
             True
@@ -545,61 +569,28 @@ class AdaptiveReward:
     def __repr__(self) -> str:
         return (
             f"AdaptiveReward(generator={self.generator!r}, evaluator={self.evaluator!r}, "
-            f"weights={self.weights!r}, criteria={self.criteria!r}, fixed_rubric={self.rubric is not None}, "
+            f"variant={self.variant!r}, fixed_rubric={self.rubric is not None}, "
             f"guards={self.guards!r}, context_fit={self.context_fit!r})"
         )
 
 
-def build_reward(
-    variant: Variant | str = "care",
-    *,
-    backend: str | Backend | Any = "default",
-    generator_backend: str | Backend | Any | None = None,
-    evaluator_backend: str | Backend | Any | None = None,
-    generator_options: Mapping[str, Any] | None = None,
-    evaluator_options: Mapping[str, Any] | None = None,
-    resolve: Callable[[Any], Backend] = resolve_backend,
-    guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
-    context_fit: ContextFitReader | AutoFit | None = AUTO_FIT,
-    name: str = DEFAULT_NAME,
-) -> AdaptiveReward:
-    """The reward of a variant, built from backend specs or objects: the one factory the CLI,
-    the verl adapter, policy training and the benchmarks use.
-
-    ``generator_backend`` and ``evaluator_backend`` default to ``backend``; a spec used by both is resolved once
-    and shared (one model loaded once), except a per-role spec such as ``default``
-    (:func:`~care_sdk.backends.spec_per_role`), which gives each component its own bundled adapter.
-    ``generator_options`` and ``evaluator_options`` are keyword arguments of :class:`RubricGenerator` and
-    :class:`RubricEvaluator` (``seed``, ``max_tokens``, ``cache``, ...). ``fixed_rubric`` builds no generator
-    and resolves no generator backend. ``resolve`` turns a spec into a backend (a pool that builds each spec
-    once, for example). ``guards`` are the reward's deterministic pre-checks and flags (see
-    :class:`AdaptiveReward`; ``None`` turns them off); ``context_fit`` scales the reward by the reply's fit
-    to its context (see :class:`AdaptiveReward`: ``"auto"``, the default, is the evaluator backend's own
-    term, which only the bundled ``default`` has; ``None`` is the method's reward); ``name`` is the
-    reward's ``__name__`` and metric prefix.
+def _built_add_ons(add_ons: str | Sequence[str] | AddOns | None) -> AddOns:
+    """The add-ons ``add_ons`` names, built (or as given), their errors prefixed ``add_ons:``.
 
     Examples:
-        >>> from care_sdk.testing import ScriptedBackend
-        >>> reward = build_reward("uniform_weights", backend=ScriptedBackend([]), evaluator_options={"seed": 1})
-        >>> reward.variant, reward.weights, reward.evaluator.seed
-        ('uniform_weights', 'uniform', 1)
+        >>> _built_add_ons(None) == AddOns()
+        True
+        >>> _built_add_ons(["shift-check"])
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.ConfigError: add_ons: unknown add-on 'shift-check'; choose from weights-head, ...
     """
-    built: dict[Any, Backend] = {}
-
-    def backend_for(spec: Any) -> Any:
-        spec = backend if spec is None else spec
-        if spec_per_role(spec):
-            return spec  # each component resolves it with its role, so it gets its own backend
-        key = spec if isinstance(spec, str) else id(spec)
-        if key not in built:
-            built[key] = resolve(spec)
-        return built[key]
-
-    evaluator = RubricEvaluator(backend_for(evaluator_backend), **dict(evaluator_options or {}))
-    generator = None
-    if needs_generator(variant):
-        generator = RubricGenerator(backend_for(generator_backend), **dict(generator_options or {}))
-    return AdaptiveReward.for_variant(variant, generator, evaluator, guards=guards, context_fit=context_fit, name=name)
+    if isinstance(add_ons, AddOns):
+        return add_ons
+    try:
+        return build_add_ons(add_ons)
+    except ConfigError as exc:
+        raise ConfigError(f"add_ons: {exc}") from None
 
 
 def _check_context_fit(context_fit: object) -> None:

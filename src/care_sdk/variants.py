@@ -12,8 +12,8 @@ variant             weights     criteria
 ==================  ==========  ==========
 
 ``fixed_rubric`` needs no generator. The older spelling ``full`` (policy training configs) is
-read as ``care``. Build a reward of a variant with :meth:`care_sdk.AdaptiveReward.for_variant`
-or :func:`care_sdk.reward.build_reward`.
+read as ``care``. A reward of a variant: ``AdaptiveReward(generator, evaluator, variant=...)`` or
+:meth:`care_sdk.AdaptiveReward.from_backend` with ``variant=``; on the command line, ``--variant``.
 
 Examples:
     >>> variant_modes("uniform_weights")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from care_lab.bench._cli_args import add_backend_options, add_run_options, resolve_backends, slug
-from care_sdk.bundled.options import add_add_on_option, add_ons_of
+from care_sdk.cli_options import add_add_on_option, add_ons_of
 
 __all__ = ["add_contrast_command", "format_summary"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from care_lab.bench._cli_args import ProgressBar, add_backend_options, add_run_options, csv_list, resolve_backends, slug
 from care_sdk.addons import resolve_context_fit
-from care_sdk.bundled.options import add_add_on_option, add_ons_of
+from care_sdk.cli_options import add_add_on_option, add_ons_of
 
 __all__ = ["add_robustness_command"]
 

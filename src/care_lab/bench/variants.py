@@ -237,8 +237,8 @@ class VariantScorer:
         self.rewards: dict[str, AdaptiveReward] = {}
         for variant in needs_model:
             assert self.evaluator is not None  # checked above
-            self.rewards[variant] = AdaptiveReward.for_variant(
-                variant, self.generator, self.evaluator, context_fit=context_fit
+            self.rewards[variant] = AdaptiveReward(
+                self.generator, self.evaluator, variant=variant, context_fit=context_fit
             )  # one ContextFit: a reply's fit is read once for every variant
 
     def _wrap(self, component: Any) -> Any:

@@ -6,8 +6,8 @@
 - add-ons outside the method, each off unless asked for, plugged into the core's seams
   (:mod:`care_sdk.addons`) by :mod:`care_sdk.bundled.addons`: the weights head
   (:mod:`~care_sdk.bundled.weights_head`), expected weights (:mod:`~care_sdk.bundled.expected_weights`)
-  and context fit (:mod:`~care_sdk.bundled.context_fit`);
-- :mod:`care_sdk.bundled.options`: their command-line option, ``--add-on NAME[=SPEC]``.
+  and context fit (:mod:`~care_sdk.bundled.context_fit`), named on the command line by
+  ``--add-on NAME[=SPEC]`` (:mod:`care_sdk.cli_options`).
 
 No core module and no transport imports this package.
 

@@ -63,16 +63,15 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from care_sdk.addons import add_ons as build_add_ons
 from care_sdk.advantages import ADVANTAGES, per_dimension_advantages
 from care_sdk.audit import AUDIT_KEYS, Audit
 from care_sdk.audit import context_key as group_key
 from care_sdk.backends import Backend
 from care_sdk.errors import CareError, ConfigError, InputError
 from care_sdk.profiles import ProfileLike, UserProfile, as_profile
-from care_sdk.reward import AdaptiveReward, build_reward
+from care_sdk.reward import AdaptiveReward
 from care_sdk.types import DIMENSIONS, Message, Messages, RewardResult, as_messages
-from care_sdk.variants import variant_of
+from care_sdk.variants import as_variant
 
 __all__ = ["compute_score", "compute_score_batch", "get_audit", "get_reward", "make_row"]
 
@@ -136,8 +135,7 @@ def make_row(
 def get_reward(
     backend: str | Backend | None = None,
     *,
-    weights: str = "generated",
-    criteria: str = "generated",
+    variant: str = "care",
     use_logprobs: bool = False,
     cache: str | None = None,
     add_ons: str | Sequence[str] | None = None,
@@ -162,7 +160,7 @@ def get_reward(
         add_ons = os.environ.get("CARE_ADD_ONS", "")
     asked = tuple(a.strip() for a in (add_ons.split(",") if isinstance(add_ons, str) else add_ons) if a.strip())
     spec = backend if isinstance(backend, str) else id(backend)
-    key = (spec, weights, criteria, use_logprobs, cache, asked)
+    key = (spec, as_variant(variant), use_logprobs, cache, asked)
     with _LOCK:
         reward = _REWARDS.get(key)
         if reward is None:
@@ -171,15 +169,13 @@ def get_reward(
                 from care_sdk.sqlite_cache import SqliteCache
 
                 store = SqliteCache(cache)
-            extra = build_add_ons(asked)
-            reward = build_reward(
-                variant_of(weights, criteria),
-                backend=backend,
-                generator_options={"cache": store, **extra.generator_options()},
+            reward = _REWARDS[key] = AdaptiveReward.from_backend(
+                backend,
+                variant=variant,
+                add_ons=asked,
+                generator_options={"cache": store},
                 evaluator_options={"use_logprobs": use_logprobs},
-                context_fit=extra.reward_context_fit(),
             )
-            _REWARDS[key] = reward
         return reward
 
 
@@ -288,6 +284,23 @@ def _as_dict(result: RewardResult, on_error: str | float, where: str) -> dict[st
     return out
 
 
+def _refuse_modes(others: Mapping[str, Any]) -> None:
+    """Refuse ``weights=`` / ``criteria=``: verl passes other keywords through, which are ignored, and an
+    ablation asked for that way must not silently score as CARE.
+
+    Examples:
+        >>> _refuse_modes({"weights": "uniform"})
+        Traceback (most recent call last):
+        ...
+        care_sdk.errors.ConfigError: weights=: ablations are named by variant= (care, uniform_weights, ...
+    """
+    for mode in ("weights", "criteria"):
+        if mode in others:
+            raise ConfigError(
+                f"{mode}=: ablations are named by variant= (care, uniform_weights, fixed_criteria, fixed_rubric)"
+            )
+
+
 def _on_error(value: str | float) -> str | float:
     if value == "raise":
         return value
@@ -304,8 +317,7 @@ def compute_score_batch(
     extra_infos: Sequence[Any] | None = None,
     *,
     backend: str | Backend | None = None,
-    weights: str = "generated",
-    criteria: str = "generated",
+    variant: str = "care",
     use_logprobs: bool = False,
     cache: str | None = None,
     add_ons: str | Sequence[str] | None = None,
@@ -315,7 +327,7 @@ def compute_score_batch(
     advantages: str = "weighted",
     audit: str | None = None,
     audit_options: Mapping[str, Any] | None = None,
-    **_: Any,
+    **others: Any,
 ) -> list[dict[str, float]]:
     """verl's batch reward form: one result dict per response, all judged in one batch.
 
@@ -327,8 +339,8 @@ def compute_score_batch(
         ground_truths: unused (CARE needs no reference answer).
         extra_infos: per row, a dict with the context under ``context_key`` (see :func:`make_row`).
         backend: backend spec or object (default ``$CARE_BACKEND`` or ``"default"``).
-        weights: ``"generated"`` or ``"uniform"`` (ablation).
-        criteria: ``"generated"`` or ``"fixed"`` (ablation).
+        variant: ``"care"`` or an ablation: ``"uniform_weights"``, ``"fixed_criteria"``,
+            ``"fixed_rubric"`` (see :mod:`care_sdk.variants`).
         use_logprobs: expected scores over the score tokens' probabilities.
         cache: SQLite file for rubrics shared across workers and runs (default ``$CARE_RUBRIC_CACHE``).
         add_ons: opt-in add-ons outside the method, ``NAME[=SPEC]`` as in ``care score --add-on``
@@ -351,7 +363,9 @@ def compute_score_batch(
         InputError: a row without a usable context, or with a profile that is not one (the message
             names the row).
         CareError: a reply could not be scored and ``on_error="raise"``.
-        ConfigError: ``add_ons`` names an unknown add-on, or two weight readers; an unknown ``advantages``.
+        ConfigError: an unknown ``variant``; ``add_ons`` names an unknown add-on, or two weight
+            readers; an unknown ``advantages``; ``weights=`` or ``criteria=`` given (ablations are
+            named by ``variant``).
 
     Examples:
         >>> from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
@@ -366,6 +380,7 @@ def compute_score_batch(
         >>> [o["score"] for o in out], out[0]["care_weight_affective"], len(backend.requests)
         ([0.75, 0.75], 0.5, 3)
     """
+    _refuse_modes(others)
     policy = _on_error(on_error)
     if advantages not in ADVANTAGES:
         raise ConfigError(f"advantages must be one of {', '.join(ADVANTAGES)}, got {advantages!r}")
@@ -378,14 +393,7 @@ def compute_score_batch(
         (_context(info, context_key, w), str(s).strip())
         for info, s, w in zip(infos, solution_strs, wheres, strict=True)
     ]
-    reward = get_reward(
-        backend,
-        weights=weights,
-        criteria=criteria,
-        use_logprobs=use_logprobs,
-        cache=cache,
-        add_ons=add_ons,
-    )
+    reward = get_reward(backend, variant=variant, use_logprobs=use_logprobs, cache=cache, add_ons=add_ons)
     profiles = [_profile(info, profile_key, w) for info, w in zip(infos, wheres, strict=True)]
     results = reward.score_batch(items, profiles)
     rows = [_as_dict(r, policy, w) for r, w in zip(results, wheres, strict=True)]

@@ -13,15 +13,14 @@ import os
 import sys
 from typing import Any
 
-from care_sdk.variants import VARIANTS
-
 __all__ = ["add_serve_commands"]
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from care_sdk.bundled.options import reward_from_args
+    from care_sdk.cli_options import reward_recipe
+    from care_sdk.reward import AdaptiveReward
     from care_sdk.serve.app import ServeConfig, serve
 
     token = None
@@ -43,7 +42,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"care serve: --{where.replace('_', '-')}: {exc.errors()[0]['msg']}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    reward = reward_from_args(args)
+    reward = AdaptiveReward.from_backend(**reward_recipe(args))
     serve(reward, config, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
@@ -56,26 +55,10 @@ def add_serve_commands(sub: Any) -> None:
         >>> build_parser().parse_args(["serve", "--port", "9000"]).port
         9000
     """
-    from care_sdk.bundled.options import add_add_on_option, add_persona_option
+    from care_sdk.cli_options import add_reward_options
 
     p = sub.add_parser("serve", help="run the reward service (OpenRLHF /get_reward, /v1/score, /metrics)")
-    p.add_argument(
-        "--backend", default="default", help="backend spec for generator and evaluator (default: %(default)s)"
-    )
-    p.add_argument("--generator-backend", help="backend spec for the rubric generator only")
-    p.add_argument("--evaluator-backend", help="backend spec for the evaluator only")
-    p.add_argument("--weights", choices=["generated", "uniform"], default="generated", help="rubric weights")
-    p.add_argument("--criteria", choices=["generated", "fixed"], default="generated", help="rubric criteria")
-    p.add_argument("--variant", choices=VARIANTS, help="a named reward variant; replaces --weights and --criteria")
-    p.add_argument(
-        "--guards",
-        choices=["zero", "penalise", "report", "off"],
-        default="zero",
-        help="flagged replies: reward 0, a penalty, flags only, or no guards (default: %(default)s)",
-    )
-    add_add_on_option(p)
-    add_persona_option(p)
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
+    add_reward_options(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
     p.add_argument(
