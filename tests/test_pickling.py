@@ -32,7 +32,7 @@ def scripted_reward(**options: object) -> AdaptiveReward:
 
 
 def test_scripted_reward_round_trip_scores_the_same() -> None:
-    reward = scripted_reward(name="care_a", weights="uniform")
+    reward = scripted_reward(name="care_a", variant="uniform_weights")
     copy = pickle.loads(pickle.dumps(reward))
     assert copy.__name__ == "care_a" and copy.weights == "uniform" and copy.guards == reward.guards
     assert copy.generator.identity == reward.generator.identity
@@ -55,7 +55,7 @@ def test_openai_spec_pickles_without_connecting() -> None:
     assert copy.evaluator.backend.identity == reward.evaluator.backend.identity == "openai:judge@http://127.0.0.1:9/v1"
     assert copy.generator.backend is copy.evaluator.backend  # still one backend for both components
     backend = copy.evaluator.backend
-    assert backend._sync_client is None and backend._executor is None  # clients are built on first use
+    assert not backend._states.values() and backend._executor is None  # clients are built on first use
     assert backend._new_client_kwargs()["max_retries"] == 0  # retries stay in the one tenacity layer
     assert len(data) < 20_000
 
@@ -102,7 +102,7 @@ def test_a_reward_on_a_live_llama_object_refuses_with_the_spec_to_use(llama_back
 
 
 def test_names_set_metric_prefixes_and_survive_as_async() -> None:
-    first, second = scripted_reward(), scripted_reward(name="care_uniform", weights="uniform")
+    first, second = scripted_reward(), scripted_reward(name="care_uniform", variant="uniform_weights")
     logged: dict[str, float] = {}
     for reward in (first, second):
         reward([CONTEXT], REPLIES[:1], log_metric=logged.__setitem__)
@@ -114,8 +114,6 @@ def test_names_set_metric_prefixes_and_survive_as_async() -> None:
             AdaptiveReward(evaluator=RubricEvaluator(ScriptedBackend([])), rubric=Rubric.uniform_fixed(), name=bad)
 
 
-def test_build_reward_takes_a_name() -> None:
-    from care_sdk.reward import build_reward
-
-    reward = build_reward("fixed_rubric", backend=ScriptedBackend([]), name="care_fixed")
+def test_from_backend_takes_a_name() -> None:
+    reward = AdaptiveReward.from_backend(ScriptedBackend([]), variant="fixed_rubric", name="care_fixed")
     assert pickle.loads(pickle.dumps(reward)).__name__ == "care_fixed"

@@ -365,15 +365,16 @@ def test_remote_reward_logs_under_its_name_and_closes_its_clients() -> None:
         logged: dict[str, float] = {}
         with RemoteReward(url) as remote:
             assert remote(["I failed my exam."], ["Tell me what happened."], log_metric=logged.__setitem__) == [0.5]
-            client = remote._client
-        assert "care/failed" in logged and client is not None and client.is_closed and remote._client is None
+            clients = remote._clients.values()
+        assert "care/failed" in logged and len(clients) == 1 and clients[0].is_closed and not remote._clients.values()
 
         async def scored() -> tuple[list[float | None], Any]:
             async with RemoteReward(url, name="care_remote") as remote:
                 rewards = await remote.acall(
                     ["I failed my exam."], ["Tell me what happened."], log_metric=logged.__setitem__
                 )
-                return rewards, remote._aclient
+                [aclient] = remote._clients.values()
+                return rewards, aclient
 
         rewards, aclient = asyncio.run(scored())
         assert rewards == [0.5] and "care_remote/failed" in logged

@@ -23,15 +23,14 @@ Examples:
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from care_sdk._calls import METRIC_PREFIX, report_to_trainer, trl_items, trl_profiles
+from care_sdk._runner import PerLoop, run_sync
 from care_sdk.backends._retry import RetryPolicy, call_with_retries, parse_retry_after
-from care_sdk.backends.base import run_sync
 from care_sdk.errors import BackendError, ConfigError, MissingDependencyError, OutputError
 from care_sdk.profiles import ProfileLike, UserProfile, as_profiles
 from care_sdk.reward import DEFAULT_NAME
@@ -110,19 +109,22 @@ class RemoteReward:
         self.__name__ = name
         self.last_results: Sequence[RewardResult] = ()
         """The explained results of this instance's latest TRL call, one per completion."""
-        self._client: httpx.Client | None = None
-        self._aclient: httpx.AsyncClient | None = None
-        self._aloop: asyncio.AbstractEventLoop | None = None
+        self._clients = self._new_clients()
 
     # -- pickling: by configuration, never a live connection ----------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_client=None, _aclient=None, _aloop=None, last_results=())
+        state.update(_clients=None, last_results=())
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._clients = self._new_clients()
+
+    def _new_clients(self) -> PerLoop[httpx.AsyncClient]:
+        """One HTTP client per event loop (its connections belong to the loop), closed on that loop."""
+        return PerLoop(lambda: _httpx().AsyncClient(timeout=self.timeout), lambda client: client.aclose())
 
     def __repr__(self) -> str:
         token = ", token=<set>" if self.token else ""
@@ -191,13 +193,7 @@ class RemoteReward:
     ) -> list[RewardResult]:
         """Async form of :meth:`score_batch`."""
         httpx = _httpx()
-        loop = asyncio.get_running_loop()
-        if self._aclient is None or self._aloop is not loop:
-            if self._aclient is not None:
-                _close_elsewhere(self._aclient, self._aloop)
-            self._aclient = httpx.AsyncClient(timeout=self.timeout)
-            self._aloop = loop
-        client = self._aclient
+        client = self._clients.get()
         payload = self._payload(items, as_profiles(profiles, len(items)))
         headers = {**self._headers(), "Content-Type": "application/json"}
 
@@ -216,6 +212,8 @@ class RemoteReward:
         """Score ``(context, reply)`` pairs on the service; a failed item has ``reward=None`` and ``error``.
 
         ``profiles``, when given, holds one user profile (or ``None``) per item, sent with it.
+        Runs :meth:`ascore_batch` on the package's sync runner (:func:`care_sdk.backends.base.run_sync`),
+        whose client and connections are kept from one call to the next.
 
         Raises:
             InputError: ``profiles`` has another length than ``items``, or an entry is not a profile.
@@ -225,21 +223,7 @@ class RemoteReward:
             >>> RemoteReward("http://127.0.0.1:8000").score_batch([("I'm sad.", "Why?")])  # doctest: +SKIP
             [RewardResult(reward=0.5, ...)]
         """
-        httpx = _httpx()
-        if self._client is None:
-            self._client = httpx.Client(timeout=self.timeout)
-        client = self._client
-        payload = self._payload(items, as_profiles(profiles, len(items)))
-        headers = {**self._headers(), "Content-Type": "application/json"}
-
-        async def attempt() -> list[RewardResult]:
-            try:
-                response = client.post(f"{self.url}/v1/score", content=payload, headers=headers)
-            except httpx.TransportError as exc:
-                raise self._transport_error(exc) from exc
-            return self._check(response)
-
-        return run_sync(call_with_retries(attempt, self.retry, what=f"POST {self.url}/v1/score"))
+        return run_sync(self.ascore_batch(items, profiles))
 
     # -- TRL -----------------------------------------------------------------------------------------
 
@@ -285,24 +269,16 @@ class RemoteReward:
             >>> reward = RemoteReward("http://127.0.0.1:8000")
             >>> reward.close()  # nothing open yet: nothing to do
         """
-        client, aclient, aloop = self._client, self._aclient, self._aloop
-        self._client, self._aclient, self._aloop = None, None, None
-        if client is not None:
-            client.close()
-        if aclient is not None:
-            _close_elsewhere(aclient, aloop)
+        self._clients.close()
 
     async def aclose(self) -> None:
         """Async form of :meth:`close`.
 
         Examples:
+            >>> import asyncio
             >>> asyncio.run(RemoteReward("http://127.0.0.1:8000").aclose())
         """
-        aclient, aloop = self._aclient, self._aloop
-        if aclient is not None and aloop is asyncio.get_running_loop():
-            self._aclient, self._aloop = None, None
-            await aclient.aclose()
-        self.close()
+        await self._clients.aclose()
 
     def __enter__(self) -> RemoteReward:
         return self
@@ -319,30 +295,3 @@ class RemoteReward:
         self, kind: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         await self.aclose()
-
-
-_CLOSING: set[asyncio.Future[None]] = set()  # closings scheduled on a running loop, kept until done
-
-
-def _close_elsewhere(client: httpx.AsyncClient, loop: asyncio.AbstractEventLoop | None) -> None:
-    """Close an async client from outside its event loop's current task.
-
-    On its loop when that loop can still run code: scheduled there when it runs in this thread,
-    awaited there when it runs in another, run to completion when it is idle. A client whose loop is
-    closed has no way left to close its connections and is dropped.
-    """
-    if loop is None or loop.is_closed():
-        return
-    if not loop.is_running():
-        loop.run_until_complete(client.aclose())
-        return
-    try:
-        current = asyncio.get_running_loop()
-    except RuntimeError:
-        current = None
-    if current is loop:
-        task = loop.create_task(client.aclose())
-        _CLOSING.add(task)
-        task.add_done_callback(_CLOSING.discard)
-    else:
-        asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout=30)

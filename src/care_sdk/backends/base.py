@@ -26,10 +26,11 @@ from __future__ import annotations
 import asyncio
 import pickle
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+from care_sdk._runner import run_sync
 from care_sdk.errors import BackendError, ConfigError
 from care_sdk.types import Message
 
@@ -56,7 +57,6 @@ __all__ = [
     "with_capabilities",
 ]
 
-T = TypeVar("T")
 R = TypeVar("R", bound="GenerationRequest | ForcedRequest")
 B = TypeVar("B", bound="Backend")
 
@@ -228,35 +228,6 @@ class GenerationResult:
         if self.error is not None:
             raise self.error
         return self.completions[0].text
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion from sync code, even inside a running event loop.
-
-    Examples:
-        >>> async def two() -> int:
-        ...     return 2
-        >>> run_sync(two())
-        2
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(coro)
-        except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name="care-sdk-run-sync")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
 
 
 class NotPicklableError(ConfigError, pickle.PicklingError):

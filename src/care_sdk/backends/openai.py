@@ -2,8 +2,12 @@
 
 Works with the OpenAI API, DeepSeek and other hosted providers, ``vllm serve``, and
 ``python -m llama_cpp.server``. Requests are sent concurrently (bounded by ``max_concurrency``)
-and results come back in input order. Retries live in one layer (:mod:`care_sdk.backends._retry`):
-the ``openai`` client itself is built with ``max_retries=0``.
+and results come back in input order. There is one scheduler, the async one: one
+``openai.AsyncOpenAI`` client and one semaphore per event loop. The sync
+:meth:`OpenAIBackend.generate` runs it on the package's one sync runner
+(:func:`care_sdk.backends.base.run_sync`), whose loop lives as long as the process: its client,
+connections and concurrency bound are shared by every sync call, from any thread. Retries live
+in one layer (:mod:`care_sdk.backends._retry`): the ``openai`` client itself is built with ``max_retries=0``.
 
 Structured output asks for ``response_format={"type": "json_schema", ...}``. When a server
 rejects that, the backend falls back once, for its lifetime, to ``{"type": "json_object",
@@ -20,12 +24,12 @@ import logging
 import os
 import re
 import threading
-import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from care_sdk._runner import PerLoop, runner_loop
 from care_sdk.backends._retry import RetryPolicy, call_with_retries, parse_retry_after
 from care_sdk.backends.base import (
     Backend,
@@ -62,6 +66,19 @@ _MAX_MESSAGE_CHARS = 500
 
 Call = Callable[[dict[str, Any]], Awaitable[Any]]
 N = TypeVar("N", int, float)
+
+
+class _LoopState(NamedTuple):
+    """What one event loop sends with: the call, the concurrency bound, and the client to close (if ours)."""
+
+    call: Call
+    semaphore: asyncio.Semaphore
+    owned: Any
+
+
+async def _close_state(state: _LoopState) -> None:
+    if state.owned is not None:
+        await state.owned.close()
 
 
 def _import_openai() -> Any:
@@ -178,8 +195,7 @@ class OpenAIBackend(Backend):
         self._format_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
-        self._loop_state: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, asyncio.Semaphore]]
-        self._loop_state = weakref.WeakKeyDictionary()
+        self._states: PerLoop[_LoopState] = PerLoop(self._new_state, _close_state)
         self._sync_client: Any = None
         self._user_async_client: Any = None
         self._owns_clients = client is None
@@ -240,41 +256,31 @@ class OpenAIBackend(Backend):
     def _new_client_kwargs(self) -> dict[str, Any]:
         return {"api_key": self._api_key, "base_url": self.base_url, "max_retries": 0, "timeout": self.timeout}
 
-    def _get_sync_client(self) -> Any:
-        if self._sync_client is None:
-            with self._executor_lock:
-                if self._sync_client is None:
-                    self._sync_client = _import_openai().OpenAI(**self._new_client_kwargs())
-        return self._sync_client
+    def _new_state(self) -> _LoopState:
+        """The running loop's client and semaphore: a client of ours, or the user's async client (a
+        copy with its own connection pool on the sync runner's loop, since the original's connections
+        belong to the user's loop); a user's sync client is called in worker threads."""
+        semaphore = asyncio.Semaphore(self.max_concurrency)
+        if self._sync_client is not None:
+            return _LoopState(self._threaded_call(), semaphore, None)
+        owned = None
+        client = self._user_async_client
+        if self._owns_clients:
+            client = owned = _import_openai().AsyncOpenAI(**self._new_client_kwargs())
+        elif asyncio.get_running_loop() is runner_loop():
+            client = owned = client.with_options(http_client=_import_openai().DefaultAsyncHttpxClient())
 
-    def _get_executor(self) -> ThreadPoolExecutor:
+        async def call(kwargs: dict[str, Any]) -> Any:
+            return await client.chat.completions.create(**kwargs)
+
+        return _LoopState(call, semaphore, owned)
+
+    def _threaded_call(self) -> Call:
+        sync_client = self._sync_client
         with self._executor_lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="care-sdk-openai")
-            return self._executor
-
-    def _async_state(self) -> tuple[Call, asyncio.Semaphore]:
-        """The calling function and the concurrency bound for the running event loop."""
-        loop = asyncio.get_running_loop()
-        state = self._loop_state.get(loop)
-        if state is None:
-            client = self._user_async_client  # None with a user's sync client: calls go to threads
-            if self._owns_clients:
-                client = _import_openai().AsyncOpenAI(**self._new_client_kwargs())
-            state = (client, asyncio.Semaphore(self.max_concurrency))
-            self._loop_state[loop] = state
-        client, semaphore = state
-        if client is not None:
-
-            async def call_async(kwargs: dict[str, Any]) -> Any:
-                return await client.chat.completions.create(**kwargs)
-
-            return call_async, semaphore
-        return self._threaded_call(), semaphore
-
-    def _threaded_call(self) -> Call:
-        sync_client = self._get_sync_client()
-        executor = self._get_executor()
+            executor = self._executor
 
         async def call_in_thread(kwargs: dict[str, Any]) -> Any:
             loop = asyncio.get_running_loop()
@@ -310,57 +316,32 @@ class OpenAIBackend(Backend):
             >>> result.error.retryable
             True
         """
-        call, semaphore = self._async_state()
-        return await self._gather(requests, call, semaphore)
+        call, semaphore, _ = self._states.get()
+        return list(await asyncio.gather(*(self._one(request, call, semaphore) for request in requests)))
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        """Blocking form of :meth:`agenerate`, usable from sync code and from inside an event loop.
+        """Blocking form of :meth:`agenerate` (run on the sync runner), usable from sync code and from
+        inside an event loop.
 
         Examples:
             >>> backend = OpenAIBackend(model="m", base_url="http://127.0.0.1:9/v1", max_retries=0, timeout=2)
             >>> backend.generate([GenerationRequest(messages=())])[0].error.status_code is None
             True
         """
-        user_client = self._user_async_client
-
-        async def run() -> list[GenerationResult]:
-            semaphore = asyncio.Semaphore(self.max_concurrency)
-            if user_client is None:
-                return await self._gather(requests, self._threaded_call(), semaphore)
-            # An async client's connections belong to one event loop; this call runs in a loop of
-            # its own, so it uses a copy of the user's client with a connection pool of its own.
-            client = user_client.with_options(http_client=_import_openai().DefaultAsyncHttpxClient())
-            try:
-
-                async def call(kwargs: dict[str, Any]) -> Any:
-                    return await client.chat.completions.create(**kwargs)
-
-                return await self._gather(requests, call, semaphore)
-            finally:
-                await client.close()
-
-        return run_sync(run())
-
-    async def _gather(
-        self, requests: Sequence[GenerationRequest], call: Call, semaphore: asyncio.Semaphore
-    ) -> list[GenerationResult]:
-        return list(await asyncio.gather(*(self._one(request, call, semaphore) for request in requests)))
+        return run_sync(self.agenerate(requests))
 
     def close(self) -> None:
-        """Close the HTTP clients this backend created and its worker threads. Safe to call twice."""
-        if self._owns_clients and self._sync_client is not None:
-            self._sync_client.close()
-            self._sync_client = None
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
-            self._executor = None
-        self._loop_state = weakref.WeakKeyDictionary()
+        """Close the HTTP clients this backend created (each on its event loop) and its worker threads.
+        Safe to call twice."""
+        self._states.close()
+        with self._executor_lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
 
     async def aclose(self) -> None:
-        """Close the async client of the running event loop (if this backend built it), then :meth:`close`."""
-        state = self._loop_state.pop(asyncio.get_running_loop(), None)
-        if state is not None and self._owns_clients and state[0] is not None:
-            await state[0].close()
+        """Async form of :meth:`close`: the running loop's client is closed here and now."""
+        await self._states.aclose()
         self.close()
 
     # -- one request ------------------------------------------------------------------------
