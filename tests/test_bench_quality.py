@@ -472,8 +472,8 @@ def test_variants_share_work_without_changing_rewards() -> None:
     assert len(backend.requests) == 3 * len(items)  # one rubric + two evaluations per item
     options: dict[str, dict[str, Any]] = {
         "care": {},
-        "uniform_weights": {"weights": "uniform"},
-        "fixed_criteria": {"criteria": "fixed"},
+        "uniform_weights": {"variant": "uniform_weights"},
+        "fixed_criteria": {"variant": "fixed_criteria"},
         "fixed_rubric": {"rubric": Rubric.uniform_fixed()},
     }
     for variant, kwargs in options.items():

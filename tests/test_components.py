@@ -197,22 +197,22 @@ def test_evaluator_prompt_puts_the_candidate_last_and_shares_the_prefix() -> Non
 
 
 @pytest.mark.parametrize(
-    ("options", "weights", "criteria_source"),
+    ("variant", "weights", "criteria_source"),
     [
-        ({"weights": "uniform"}, (1 / 3, 1 / 3, 1 / 3), "generated"),
-        ({"criteria": "fixed"}, (0.2, 0.6, 0.2), "fixed"),
-        ({"weights": "uniform", "criteria": "fixed"}, (1 / 3, 1 / 3, 1 / 3), "fixed"),
+        ("uniform_weights", (1 / 3, 1 / 3, 1 / 3), "generated"),
+        ("fixed_criteria", (0.2, 0.6, 0.2), "fixed"),
+        ("fixed_rubric", (1 / 3, 1 / 3, 1 / 3), "fixed"),
     ],
 )
-def test_ablations(options: dict[str, str], weights: tuple[float, ...], criteria_source: str) -> None:
+def test_ablations(variant: str, weights: tuple[float, ...], criteria_source: str) -> None:
     gen_backend, ev_backend = scripted_pair([GOOD_RUBRIC])
-    reward = AdaptiveReward(RubricGenerator(gen_backend), RubricEvaluator(ev_backend), **options)  # type: ignore[arg-type]
+    reward = AdaptiveReward(RubricGenerator(gen_backend), RubricEvaluator(ev_backend), variant=variant)
     result = reward.score(CONTEXT, "That sounds painful.")
     assert result.rubric is not None
     assert tuple(result.rubric.weights.values()) == pytest.approx(weights)
     fixed = result.rubric.criteria == fixed_criteria()
     assert fixed == (criteria_source == "fixed")
-    if options == {"weights": "uniform", "criteria": "fixed"}:
+    if variant == "fixed_rubric":
         assert gen_backend.requests == []
 
 

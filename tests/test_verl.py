@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import care_sdk.integrations.verl as verl_module
-from care_sdk import CareError, GenerationRequest, InputError
+from care_sdk import CareError, ConfigError, GenerationRequest, InputError
 from care_sdk.backends import RUBRIC
 from care_sdk.integrations.verl import make_row
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
@@ -167,9 +167,12 @@ def test_failures_raise_by_default_or_score_as_told() -> None:
 
 
 def test_ablation_options_pass_through_reward_kwargs() -> None:
-    fn = load_like_verl("compute_score", {"backend": ScriptedBackend(script), "weights": "uniform"})
+    fn = load_like_verl("compute_score", {"backend": ScriptedBackend(script), "variant": "uniform_weights"})
     out = naive_manager_call(fn, make_row(CONTEXT), "I'm sorry.")
     assert out["care_weight_cognitive"] == pytest.approx(1 / 3)
+    old = load_like_verl("compute_score", {"backend": ScriptedBackend(script), "weights": "uniform"})
+    with pytest.raises(ConfigError, match="ablations are named by variant="):  # never silently CARE
+        naive_manager_call(old, make_row(CONTEXT), "I'm sorry.")
 
 
 @pytest.mark.slow

@@ -98,8 +98,8 @@ class CareSupportEnv(BaseTextEnv):  # type: ignore[misc]  # skyrl-gym ships no t
 
     Args:
         env_config: SkyRL's per-environment config (``skyrl_gym_config.care_support``; a mapping,
-            DictConfig or object). Keys: ``backend``, ``cache``, ``add_ons``, ``weights``,
-            ``criteria`` (the reward, as :func:`care_sdk.integrations.verl.get_reward`); ``how``,
+            DictConfig or object). Keys: ``backend``, ``cache``, ``add_ons``, ``variant``
+            (the reward, as :func:`care_sdk.integrations.verl.get_reward`); ``how``,
             ``gamma``; ``on_error`` (``"raise"`` or ``"none"``); ``user`` (a backend spec for the
             chat-completion user), ``user_system``, ``user_max_tokens``, ``user_temperature``.
         extras: the dataset row's extras: ``user_replies`` (scripted user turns), ``persona``,
@@ -157,8 +157,7 @@ class CareSupportEnv(BaseTextEnv):  # type: ignore[misc]  # skyrl-gym ships no t
 
             reward = get_reward(
                 _option(env_config, "backend", None),
-                weights=str(_option(env_config, "weights", "generated")),
-                criteria=str(_option(env_config, "criteria", "generated")),
+                variant=str(_option(env_config, "variant", "care")),
                 cache=_option(env_config, "cache", None),
                 add_ons=_option(env_config, "add_ons", None),
             )

@@ -74,10 +74,8 @@ class CareJudgeConfig(vf.JudgeConfig):  # type: ignore[misc]  # verifiers ships 
     """The reward key in ``trace.rewards`` and the prefix of the metrics."""
     backend: str = ""
     """CARE backend spec for generator and evaluator; empty: ``$CARE_BACKEND`` or ``default``."""
-    weights: str = "generated"
-    """``generated`` or ``uniform`` (the uniform-weights ablation)."""
-    criteria: str = "generated"
-    """``generated`` or ``fixed`` (the fixed-criteria ablation)."""
+    variant: str = "care"
+    """``care`` or an ablation: ``uniform_weights``, ``fixed_criteria``, ``fixed_rubric`` (:mod:`care_sdk.variants`)."""
     cache: str = ""
     """SQLite file for rubrics shared by workers and runs; empty: ``$CARE_RUBRIC_CACHE`` or in memory."""
     add_ons: str = ""
@@ -180,9 +178,7 @@ class CareJudge(vf.Judge):  # type: ignore[misc]  # verifiers ships no type info
             from care_sdk.integrations.verl import get_reward
 
             c = self.config
-            reward = get_reward(
-                c.backend or None, weights=c.weights, criteria=c.criteria, cache=c.cache or None, add_ons=c.add_ons
-            )
+            reward = get_reward(c.backend or None, variant=c.variant, cache=c.cache or None, add_ons=c.add_ons)
         self.scorer = GroupScorer(reward, window_s=self.config.window_ms / 1000.0)
 
     @property
