@@ -24,9 +24,9 @@ $(VENV)/.demo-installed: pyproject.toml $(CONSTRAINTS) | $(PY)
 	touch $@
 
 # Everything the tests use: CPU torch first, so nothing pulls another build.
-$(VENV)/.test-installed: pyproject.toml $(CONSTRAINTS) $(VENV)/.demo-installed
+$(VENV)/.test-installed: pyproject.toml lab/pyproject.toml $(CONSTRAINTS) $(VENV)/.demo-installed
 	$(PIP) install --quiet -c $(CONSTRAINTS) $(TORCH)
-	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[llamacpp,openai,hf,train,plot,serve,ray,docs,dev]" $(TORCH)
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[llamacpp,openai,hf,train,plot,serve,ray,docs,dev]" -e lab $(TORCH)
 	# The verifiers extra, without its own pins: verifiers 0.4 asks for openai<3 and runs on the openai 3.x pinned here.
 	$(PIP) install --quiet -c $(CONSTRAINTS) aiohttp anthropic gepa loguru math-verify mcp msgpack "prime-pydantic-config[toml]" \
 		prime-runs prime-sandboxes prime-tunnel pyzmq "renderers[multimodal]" rich tomli-w
@@ -45,12 +45,12 @@ demo: $(VENV)/.demo-installed
 	$(VENV)/bin/care score examples/worse_replies.jsonl --backend default --show
 
 test: $(VENV)/.test-installed
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src lab/src tests benchmarks
+	$(VENV)/bin/ruff format --check src lab/src tests benchmarks
 	$(VENV)/bin/mypy
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(VENV)/site
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) || true
-	$(PY) -m pytest --doctest-modules src/care_sdk src/care_lab tests -m "not slow and not gpu" --timeout 900 $(PYTEST_ARGS)
+	$(PY) -m pytest --doctest-modules src/care_sdk lab/src/care_lab tests -m "not slow and not gpu" --timeout 900 $(PYTEST_ARGS)
 	$(PY) -m pytest tests -m "slow and not gpu" --timeout 1800 --durations=15 $(PYTEST_ARGS)
 
 # The bundled generator adapter and its weights head, rebuilt from ESConv train with the project's own

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SRC = ROOT / "src"
-LAB = (SRC / "care_lab", ROOT / "benchmarks", ROOT / "examples", ROOT / "training")
+SRC = {"care_sdk": ROOT / "src", "care_lab": ROOT / "lab" / "src"}
+"""Where each distribution's package lies: care-sdk at the root, care-lab in ``lab/``."""
+LAB = (SRC["care_lab"] / "care_lab", ROOT / "benchmarks", ROOT / "examples", ROOT / "training")
 """Where the lab's code lives: everything here may use only the SDK's public names."""
 
 USERS = ("care_lab.training", "care_lab.evals", "care_lab.bench", "care_lab.plots")
@@ -43,8 +44,10 @@ def _within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def module_name(path: Path, root: Path = SRC) -> str:
-    """``src/care_lab/evals/cli.py`` -> ``care_lab.evals.cli``; a package's ``__init__.py`` is the package."""
+def module_name(path: Path, root: Path | None = None) -> str:
+    """``lab/src/care_lab/evals/cli.py`` -> ``care_lab.evals.cli``; a package's ``__init__.py`` is the package.
+    ``root`` is the folder above the package (by default whichever of :data:`SRC` holds ``path``)."""
+    root = root or next(r for r in SRC.values() if path.is_relative_to(r))
     parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -86,7 +89,7 @@ def violations(source: str, module: str, *, is_package: bool = False) -> list[st
 
 
 def _sources() -> list[Path]:
-    return sorted(p for package in ("care_sdk", "care_lab") for p in (SRC / package).rglob("*.py"))
+    return sorted(p for package in ("care_sdk", "care_lab") for p in (SRC[package] / package).rglob("*.py"))
 
 
 def test_no_package_imports_a_layer_it_must_not() -> None:
@@ -107,7 +110,7 @@ def test_the_walk_reads_every_package_and_sees_the_allowed_imports() -> None:
         for _, target in imported(tree, module, is_package=path.name == "__init__.py"):
             edges.add((".".join(module.split(".")[:2]), ".".join(target.split(".")[:2])))
     for package in ("care_lab.data", "care_lab.simulation", *USERS):
-        assert (SRC / package.replace(".", "/") / "__init__.py").is_file(), package
+        assert (SRC["care_lab"] / package.replace(".", "/") / "__init__.py").is_file(), package
         assert any(importer == package for importer, _ in edges), package
     for allowed in [
         ("care_lab.evals", "care_lab.simulation"),
@@ -179,7 +182,8 @@ def _lab_sources() -> list[Path]:
 
 def test_the_lab_imports_no_underscore_module_of_the_sdk() -> None:
     sources = _lab_sources()
-    assert len([p for p in sources if p.is_relative_to(SRC)]) > 50, "the walk missed src/care_lab"
+    lab_src = SRC["care_lab"]
+    assert len([p for p in sources if p.is_relative_to(lab_src)]) > 50, "the walk missed lab/src/care_lab"
     assert any(p.is_relative_to(ROOT / "benchmarks") for p in sources), "the walk missed benchmarks/"
     assert any(p.is_relative_to(ROOT / "examples") for p in sources), "the walk missed examples/"
     found = [
@@ -187,7 +191,7 @@ def test_the_lab_imports_no_underscore_module_of_the_sdk() -> None:
         for path in sources
         for v in private_sdk_imports(
             path.read_text(encoding="utf-8"),
-            module_name(path, SRC if path.is_relative_to(SRC) else ROOT),
+            module_name(path, lab_src if path.is_relative_to(lab_src) else ROOT),
             is_package=path.name == "__init__.py",
         )
     ]

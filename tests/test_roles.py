@@ -187,7 +187,7 @@ def test_the_table_of_published_files_is_the_shared_data(data_dir: Path) -> None
     from care_lab.data._content import build_known_files
     from care_lab.data.roles import KNOWN_ROLES
 
-    committed = Path(__file__).parents[1] / "src" / "care_lab" / "data" / "known_files.json"
+    committed = Path(__file__).parents[1] / "lab" / "src" / "care_lab" / "data" / "known_files.json"
     assert build_known_files(data_dir, KNOWN_ROLES) == json.loads(committed.read_text(encoding="utf-8"))
 
 

@@ -47,7 +47,8 @@ def _launch(stage: str, tmp_path: Path, data: Path, settings: str) -> subprocess
     # unbuffered: a print's text reaches the shared pipe in one write, which the other rank cannot cut
     # (block-buffered, each rank flushed 8 KiB chunks that ended anywhere, mid-line included)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "PYTHONUNBUFFERED": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(Path(__file__).parents[1] / "src"), env.get("PYTHONPATH")] if p)
+    sources = [str(Path(__file__).parents[1] / folder) for folder in ("src", "lab/src")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [*sources, env.get("PYTHONPATH")] if p)
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
     (tmp_path / f"{stage}.log").write_text(done.stdout + "\n--- stderr ---\n" + done.stderr)
     assert done.returncode == 0, done.stderr[-4000:]

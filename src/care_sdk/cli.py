@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from care_sdk import __version__
@@ -18,8 +18,13 @@ from care_sdk.errors import CareError, InputError
 __all__ = ["build_parser", "main"]
 
 COMMANDS_GROUP = "care_sdk.commands"
-"""The entry-point group through which other packages add ``care`` commands: each entry is a
-function ``add(subparsers)`` (the lab's ``care train|bench|eval|plot`` come this way)."""
+"""The entry-point group through which other packages add ``care`` commands: each entry is named for
+the command it adds and is a function ``add(subparsers)`` (care-lab's ``care train|bench|eval|plot``
+come this way). ``care COMMAND`` loads only that command's entry, so ``care score`` imports no other
+package; ``care --help`` loads them all to list them."""
+
+SDK_COMMANDS = ("score", "report", "serve")
+"""The commands the SDK itself owns."""
 
 
 def _print_record(record: dict[str, Any]) -> None:
@@ -112,8 +117,12 @@ def _cmd_score(args: argparse.Namespace) -> int:
     return 0 if summary.ok else 1
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser of the ``care`` command.
+
+    Args:
+        command: the command about to run, when known: only its own entry point (if it is not one
+            of :data:`SDK_COMMANDS`) is loaded. ``None`` loads every installed command.
 
     Examples:
         >>> build_parser().parse_args(["score", "in.jsonl"]).backend
@@ -161,9 +170,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_report_commands(sub)
     add_serve_commands(sub)
-    for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+    for entry in _command_entries(command):
         entry.load()(sub)
     return parser
+
+
+def _command_entries(command: str | None) -> list[EntryPoint]:
+    """The installed command entries to load for ``command``: none for an SDK command, only its own
+    for an installed one, all of them otherwise (``--help``, or an unknown command to list)."""
+    entries = sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name)
+    if command in SDK_COMMANDS:
+        return []
+    own = [e for e in entries if e.name == command]
+    return own or entries
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command word of ``argv``: its first argument that is not an option (the ``care`` parser
+    itself takes only ``--help`` and ``--version``)."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -173,7 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> main(["score", "/nonexistent/dialogues.jsonl", "--backend", "default"])  # doctest: +SKIP
         2
     """
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

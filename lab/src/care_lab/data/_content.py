@@ -271,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m care_lab.data._content DATA_DIR > src/care_lab/data/known_files.json", file=sys.stderr)
+        usage = "usage: python -m care_lab.data._content DATA_DIR > lab/src/care_lab/data/known_files.json"
+        print(usage, file=sys.stderr)
         return 2
     table = build_known_files(args[0], KNOWN_ROLES)
     print(json.dumps(table, indent=1, ensure_ascii=False))
