@@ -7,7 +7,7 @@ do not import the training recipes; the shared parts import none of the packages
 Every import counts: at module level, inside functions, under ``TYPE_CHECKING``, relative ones,
 ``from care_lab import training`` and ``importlib.import_module("care_lab.training")``.
 
-The lab (``src/care_lab``, ``benchmarks/``, ``examples/``, ``training/``) uses only the SDK's public
+The lab (``lab/src/care_lab``, ``benchmarks/``, ``examples/``, ``training/``) uses only the SDK's public
 names: no import of an underscore module of ``care_sdk`` (``care_sdk._text``,
 ``care_sdk.backends._hf_load``) or of an underscore name from one of its modules.
 """
