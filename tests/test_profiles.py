@@ -215,6 +215,16 @@ def test_the_reward_keeps_each_profile_with_its_item_past_the_guards() -> None:
     assert "A proud father." in user_prompt(backend.requests[-1])
 
 
+def test_provenance_names_the_prompt_version_each_reply_was_judged_with() -> None:
+    reward = reward_on(ScriptedBackend(script))
+    plain, profiled = reward.score_batch(
+        [(CONTEXT, "Eight months is long."), (CONTEXT, "I'm here.")], profiles=[None, PROFILE]
+    )
+    assert plain.provenance is not None and profiled.provenance is not None
+    assert (plain.provenance.generator_prompt, plain.provenance.evaluator_prompt) == ("v2", "v2")
+    assert (profiled.provenance.generator_prompt, profiled.provenance.evaluator_prompt) == ("v3", "v3")
+
+
 def test_the_trl_call_reads_a_profile_column_and_names_a_bad_row() -> None:
     backend = ScriptedBackend(script)
     reward = reward_on(backend)

@@ -17,6 +17,7 @@ from care_sdk.generator import RubricGenerator
 from care_sdk.guards import Guards, merge_outcomes, screen_items
 from care_sdk.plans import Plan, adrive, drive, offload
 from care_sdk.profiles import ProfileLike, UserProfile, as_profile, as_profiles
+from care_sdk.prompts import PROFILE_PROMPT_VERSION
 from care_sdk.provenance import Cost, Ledger, Provenance, RubricSpend, open_ledger
 from care_sdk.types import (
     DIMENSIONS,
@@ -193,29 +194,40 @@ class AdaptiveReward:
             for result, error in outcomes
         ]
 
-    def _producers(self) -> dict[str, str | None]:
-        """The generator's and the evaluator's identity and prompt version, as :class:`Provenance` fields."""
+    def _producers(self, profile: UserProfile | None = None) -> dict[str, str | None]:
+        """The generator's and the evaluator's identity and prompt version, as :class:`Provenance` fields;
+        with a ``profile``, a component that reads profiles wrote its prompt in the profile version."""
         generator = self.generator if self.rubric is None else None
+
+        def version(component: RubricGenerator | RubricEvaluator) -> str:
+            reads = profile is not None and component.reads_profiles
+            return PROFILE_PROMPT_VERSION if reads else component.prompt_version
+
         return {
             "generator": generator.identity if generator is not None else None,
-            "generator_prompt": generator.prompt_version if generator is not None else None,
+            "generator_prompt": version(generator) if generator is not None else None,
             "evaluator": self.evaluator.identity,
-            "evaluator_prompt": self.evaluator.prompt_version,
+            "evaluator_prompt": version(self.evaluator),
         }
 
     def _traced(
-        self, outcomes: list[Outcome], rubrics: list[Rubric | CareError], ledger: Ledger, fit_seconds: dict[int, float]
+        self,
+        outcomes: list[Outcome],
+        rubrics: list[Rubric | CareError],
+        profiles: _Profiles,
+        ledger: Ledger,
+        fit_seconds: dict[int, float],
     ) -> list[Outcome]:
         """Each evaluated outcome with its :class:`Provenance`: the rubric's hash and source, its cost shared
-        by the replies of the batch that share it, the reply's own evaluation cost and context-fit time."""
-        producers = self._producers()
+        by the replies of the batch that share it, the reply's own evaluation cost and context-fit time, and
+        the prompt versions its profile (if any) was written in."""
         spends = iter(ledger.rubrics)
         tallies = iter(ledger.evaluations)
         traced: list[Outcome] = []
-        for i, ((result, error), rubric) in enumerate(zip(outcomes, rubrics, strict=True)):
+        for i, ((result, error), rubric, profile) in enumerate(zip(outcomes, rubrics, profiles, strict=True)):
             spend = next(spends) if self.rubric is None else RubricSpend("fixed", Cost(), 1)
             provenance = Provenance(
-                **producers,
+                **self._producers(profile),
                 rubric_hash=result.rubric.content_hash if result.rubric is not None else None,
                 rubric_source=spend.source,
                 rubric_shared_by=spend.shared_by,
@@ -374,7 +386,7 @@ class AdaptiveReward:
             values = yield from offload(partial(fit.score_batch, pairs), partial(fit.ascore_batch, pairs))
             fit_seconds = dict.fromkeys(fitted, (time.perf_counter() - started) / max(1, len(fitted)))
             outcomes = self._apply_fit(outcomes, fitted, values)
-        outcomes = self._traced(outcomes, rubrics, ledger, fit_seconds)
+        outcomes = self._traced(outcomes, rubrics, kept, ledger, fit_seconds)
         merged = merge_outcomes(screens, outcomes, self.guards)
         return [*self._stamped(merged)]
 
