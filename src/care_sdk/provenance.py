@@ -44,9 +44,13 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from care_sdk.types import RewardResult
+    from care_sdk.errors import CareError
+    from care_sdk.evaluator import RubricEvaluator
+    from care_sdk.generator import RubricGenerator
+    from care_sdk.profiles import UserProfile
+    from care_sdk.types import RewardResult, Rubric
 
-__all__ = ["Cost", "Provenance", "RubricSource", "mean_cost", "record_provenance"]
+__all__ = ["Cost", "Provenance", "RubricSource", "mean_cost", "producers", "record_provenance", "traced"]
 
 RubricSource = Literal["generated", "cached", "fixed"]
 """Where the rubric of a reward came from: written by the generator in this call, read from the
@@ -266,3 +270,71 @@ def open_ledger(ledger: Ledger) -> Iterator[None]:
         yield
     finally:
         _LEDGER.set(previous)
+
+
+def producers(
+    generator: RubricGenerator | None, evaluator: RubricEvaluator, profile: UserProfile | None = None
+) -> dict[str, str | None]:
+    """The generator's (``None`` under a fixed rubric) and the evaluator's identity and prompt version, as
+    :class:`Provenance` fields; with a ``profile``, a component that reads profiles wrote its prompt in
+    the profile version.
+
+    Examples:
+        >>> from care_sdk import RubricEvaluator
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> producers(None, RubricEvaluator(ScriptedBackend([])))["generator"] is None
+        True
+    """
+    from care_sdk.prompts import PROFILE_PROMPT_VERSION
+
+    def version(component: RubricGenerator | RubricEvaluator) -> str:
+        reads = profile is not None and component.reads_profiles
+        return PROFILE_PROMPT_VERSION if reads else component.prompt_version
+
+    return {
+        "generator": generator.identity if generator is not None else None,
+        "generator_prompt": version(generator) if generator is not None else None,
+        "evaluator": evaluator.identity,
+        "evaluator_prompt": version(evaluator),
+    }
+
+
+def traced(
+    outcomes: Sequence[tuple[RewardResult, CareError | None]],
+    rubrics: Sequence[Rubric | CareError],
+    profiles: Sequence[UserProfile | None],
+    ledger: Ledger,
+    fit_seconds: Mapping[int, float],
+    *,
+    generator: RubricGenerator | None,
+    evaluator: RubricEvaluator,
+) -> list[tuple[RewardResult, CareError | None]]:
+    """Each evaluated outcome of a reward's batch with its :class:`Provenance`: the rubric's hash and source
+    (``generator`` ``None``: the reward's fixed rubric), its cost shared by the replies of the batch that
+    share it, the reply's own evaluation cost and context-fit time (``fit_seconds`` by item), and the prompt
+    versions its profile (if any) was written in (:func:`producers`).
+
+    Examples:
+        >>> from care_sdk import RubricEvaluator
+        >>> from care_sdk.testing import ScriptedBackend
+        >>> traced([], [], [], Ledger(), {}, generator=None, evaluator=RubricEvaluator(ScriptedBackend([])))
+        []
+    """
+    from care_sdk.types import Rubric
+
+    spends = iter(ledger.rubrics)
+    tallies = iter(ledger.evaluations)
+    out: list[tuple[RewardResult, CareError | None]] = []
+    for i, ((result, error), rubric, profile) in enumerate(zip(outcomes, rubrics, profiles, strict=True)):
+        spend = next(spends) if generator is not None else RubricSpend("fixed", Cost(), 1)
+        provenance = Provenance(
+            **producers(generator, evaluator, profile),
+            rubric_hash=result.rubric.content_hash if result.rubric is not None else None,
+            rubric_source=spend.source,
+            rubric_shared_by=spend.shared_by,
+            rubric_cost=spend.cost,
+            evaluation_cost=next(tallies).cost() if isinstance(rubric, Rubric) else Cost(),
+            context_fit_seconds=fit_seconds.get(i),
+        )
+        out.append((result.model_copy(update={"provenance": provenance}), error))
+    return out

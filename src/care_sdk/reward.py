@@ -17,8 +17,7 @@ from care_sdk.generator import RubricGenerator
 from care_sdk.guards import Guards, merge_outcomes, screen_items
 from care_sdk.plans import Plan, adrive, drive, offload
 from care_sdk.profiles import ProfileLike, UserProfile, as_profile, as_profiles
-from care_sdk.prompts import PROFILE_PROMPT_VERSION
-from care_sdk.provenance import Cost, Ledger, Provenance, RubricSpend, open_ledger
+from care_sdk.provenance import Ledger, Provenance, open_ledger, producers, traced
 from care_sdk.types import (
     DIMENSIONS,
     Context,
@@ -184,9 +183,7 @@ class AdaptiveReward:
             parts.append("context_fit")
         return tuple(parts)
 
-    def _stamped(
-        self, outcomes: list[tuple[RewardResult, CareError | None]]
-    ) -> list[tuple[RewardResult, CareError | None]]:
+    def _stamped(self, outcomes: list[Outcome]) -> list[Outcome]:
         parts = self.parts
         settled = Provenance(**self._producers())  # a reply the guards settled: no rubric, no call
         return [
@@ -195,48 +192,7 @@ class AdaptiveReward:
         ]
 
     def _producers(self, profile: UserProfile | None = None) -> dict[str, str | None]:
-        """The generator's and the evaluator's identity and prompt version, as :class:`Provenance` fields;
-        with a ``profile``, a component that reads profiles wrote its prompt in the profile version."""
-        generator = self.generator if self.rubric is None else None
-
-        def version(component: RubricGenerator | RubricEvaluator) -> str:
-            reads = profile is not None and component.reads_profiles
-            return PROFILE_PROMPT_VERSION if reads else component.prompt_version
-
-        return {
-            "generator": generator.identity if generator is not None else None,
-            "generator_prompt": version(generator) if generator is not None else None,
-            "evaluator": self.evaluator.identity,
-            "evaluator_prompt": version(self.evaluator),
-        }
-
-    def _traced(
-        self,
-        outcomes: list[Outcome],
-        rubrics: list[Rubric | CareError],
-        profiles: _Profiles,
-        ledger: Ledger,
-        fit_seconds: dict[int, float],
-    ) -> list[Outcome]:
-        """Each evaluated outcome with its :class:`Provenance`: the rubric's hash and source, its cost shared
-        by the replies of the batch that share it, the reply's own evaluation cost and context-fit time, and
-        the prompt versions its profile (if any) was written in."""
-        spends = iter(ledger.rubrics)
-        tallies = iter(ledger.evaluations)
-        traced: list[Outcome] = []
-        for i, ((result, error), rubric, profile) in enumerate(zip(outcomes, rubrics, profiles, strict=True)):
-            spend = next(spends) if self.rubric is None else RubricSpend("fixed", Cost(), 1)
-            provenance = Provenance(
-                **self._producers(profile),
-                rubric_hash=result.rubric.content_hash if result.rubric is not None else None,
-                rubric_source=spend.source,
-                rubric_shared_by=spend.shared_by,
-                rubric_cost=spend.cost,
-                evaluation_cost=next(tallies).cost() if isinstance(rubric, Rubric) else Cost(),
-                context_fit_seconds=fit_seconds.get(i),
-            )
-            traced.append((result.model_copy(update={"provenance": provenance}), error))
-        return traced
+        return producers(self.generator if self.rubric is None else None, self.evaluator, profile)
 
     @classmethod
     def from_backend(
@@ -386,7 +342,8 @@ class AdaptiveReward:
             values = yield from offload(partial(fit.score_batch, pairs), partial(fit.ascore_batch, pairs))
             fit_seconds = dict.fromkeys(fitted, (time.perf_counter() - started) / max(1, len(fitted)))
             outcomes = self._apply_fit(outcomes, fitted, values)
-        outcomes = self._traced(outcomes, rubrics, kept, ledger, fit_seconds)
+        generator = self.generator if self.rubric is None else None
+        outcomes = traced(outcomes, rubrics, kept, ledger, fit_seconds, generator=generator, evaluator=self.evaluator)
         merged = merge_outcomes(screens, outcomes, self.guards)
         return [*self._stamped(merged)]
 
