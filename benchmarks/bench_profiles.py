@@ -66,34 +66,14 @@ def diff(before: Any, after: Any, name: str) -> list[str]:
 
 def grpo_step(rows: list[dict[str, Any]], backend: Any) -> dict[str, Any]:
     """One GRPO step (one prompt x two generations per row) on a tiny random SmolLM2-shaped policy."""
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
-
-    from care_lab.training.models import tiny_model_dir
+    from care_lab.training.models import tiny_grpo_trainer
 
     recorder = RecordingBackend(backend)
     reward = AdaptiveReward(RubricGenerator(recorder, check_criteria=False), RubricEvaluator(backend))
-    policy = tiny_model_dir()
     with tempfile.TemporaryDirectory() as out:
-        config = GRPOConfig(
-            output_dir=out,
-            max_steps=1,
-            per_device_train_batch_size=4,
-            num_generations=2,
-            max_completion_length=12,
-            logging_steps=1,
-            report_to="none",
-            save_strategy="no",
-            use_cpu=True,
-            seed=0,
-        )
-        trainer = GRPOTrainer(
-            model=AutoModelForCausalLM.from_pretrained(policy),
-            processing_class=AutoTokenizer.from_pretrained(policy),
-            reward_funcs=[reward],
-            args=config,
-            train_dataset=Dataset.from_list(rows),
+        # the learning rate TRL's config defaults to: the step only has to reach the reward
+        trainer = tiny_grpo_trainer(
+            reward, rows, out, max_steps=1, generations=2, completion_tokens=12, learning_rate=1e-6
         )
         trainer.train()
     prompts = [str(r.messages[-1].content) for r in recorder.requests if r.purpose == RUBRIC]

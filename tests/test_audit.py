@@ -389,11 +389,7 @@ def test_the_report_draws_the_audit_log(tmp_path: Path, capsys: pytest.CaptureFi
 @pytest.mark.slow
 def test_every_audit_key_is_logged_in_a_real_grpo_step(tmp_path: Path) -> None:
     pytest.importorskip("trl")
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
-
-    from care_lab.training.models import tiny_model_dir
+    from care_lab.training.models import tiny_grpo_trainer
 
     log = tmp_path / "audit.jsonl"
     audit = Audit(
@@ -408,27 +404,8 @@ def test_every_audit_key_is_logged_in_a_real_grpo_step(tmp_path: Path) -> None:
     gen = ScriptedBackend(lambda r: rubric_json({"cognitive": 2, "affective": 1, "proactive": 1}))
     proxy = ScriptedBackend(lambda r: hashed_scores(r, "proxy"))
     reward = AdaptiveReward(RubricGenerator(gen), RubricEvaluator(proxy), audit=audit)
-    policy_dir = tiny_model_dir()
-    config = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=24,
-        learning_rate=1e-2,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=True,
-        seed=0,
-    )
-    trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(policy_dir),
-        processing_class=AutoTokenizer.from_pretrained(policy_dir),
-        reward_funcs=[reward],
-        args=config,
-        train_dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": c}]} for c in CONTEXTS]),
-    )
+    rows = [{"prompt": [{"role": "user", "content": c}]} for c in CONTEXTS]
+    trainer = tiny_grpo_trainer(reward, rows, tmp_path / "out")
     trainer.train()
     audit.close()
     steps = [h for h in trainer.state.log_history if "care/audit/wait_s" in h]

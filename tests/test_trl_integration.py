@@ -184,35 +184,14 @@ def run_grpo(tmp_path: Path, reward_func: Any, rows: list[dict[str, Any]]) -> tu
     Returns the log history and the largest change of any weight.
     """
     pytest.importorskip("trl")
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoModelForCausalLM
 
-    from care_lab.training.models import tiny_model_dir
+    from care_lab.training.models import tiny_grpo_trainer, tiny_model_dir
 
-    policy_dir = tiny_model_dir()
-    model = AutoModelForCausalLM.from_pretrained(policy_dir)
-    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir())
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    config = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        max_steps=2,
-        per_device_train_batch_size=2,
-        num_generations=2,
-        max_completion_length=12,
-        learning_rate=1e-2,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=True,
-        seed=0,
-    )
-    trainer = GRPOTrainer(
-        model=model,
-        processing_class=tokenizer,
-        reward_funcs=reward_func if isinstance(reward_func, list) else [reward_func],
-        args=config,
-        train_dataset=Dataset.from_list(rows),
+    trainer = tiny_grpo_trainer(
+        reward_func, rows, tmp_path / "out", batch=2, generations=2, completion_tokens=12, model=model
     )
     trainer.train()
     change = max((p.detach() - before[n]).abs().max().item() for n, p in trainer.model.named_parameters())

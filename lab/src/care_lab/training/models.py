@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from care_sdk.backends.hf import build_once, cache_gguf, default_cache_dir
 from care_sdk.errors import MissingDependencyError
@@ -25,6 +26,7 @@ __all__ = [
     "bundled_model_dir",
     "require_train",
     "resolve_model",
+    "tiny_grpo_trainer",
     "tiny_model_dir",
 ]
 
@@ -236,3 +238,52 @@ def adapter_chain(model: str, adapter_dir: str | Path) -> list[Path]:
             "a GGUF adapter of the bundled base cannot hold it"
         )
     return [start, adapter_dir]
+
+
+def tiny_grpo_trainer(
+    reward_funcs: Any,
+    rows: list[dict[str, Any]],
+    output_dir: str | os.PathLike[str],
+    *,
+    max_steps: int = 2,
+    batch: int = 4,
+    generations: int = 4,
+    completion_tokens: int = 24,
+    learning_rate: float = 1e-2,
+    model: Any = None,
+) -> Any:
+    """A TRL ``GRPOTrainer`` on CPU over ``rows`` (each with a ``prompt``) for a tiny random policy
+    (:func:`tiny_model_dir`; ``model``: that policy already loaded), logging every step, saving nothing:
+    what the tests and benchmarks that run real GRPO steps against a reward share.
+
+    Examples:
+        >>> trainer = tiny_grpo_trainer(lambda completions, **_: [0.0] * len(completions),  # doctest: +SKIP
+        ...                             [{"prompt": [{"role": "user", "content": "Hi."}]}], "/tmp/out")
+        >>> trainer.train()  # doctest: +SKIP
+    """
+    require_train()
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    policy = tiny_model_dir()
+    config = GRPOConfig(
+        output_dir=str(output_dir),
+        max_steps=max_steps,
+        per_device_train_batch_size=batch,
+        num_generations=generations,
+        max_completion_length=completion_tokens,
+        learning_rate=learning_rate,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+    )
+    return GRPOTrainer(
+        model=model if model is not None else AutoModelForCausalLM.from_pretrained(policy),
+        processing_class=AutoTokenizer.from_pretrained(policy),
+        reward_funcs=reward_funcs if isinstance(reward_funcs, list) else [reward_funcs],
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+    )
