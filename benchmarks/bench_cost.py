@@ -102,6 +102,14 @@ def _naive_score(
     return sum(rubric.weights[d] * sum(v) / len(v) for d, v in per_dim.items())
 
 
+def measured_backend(spec: str, threads: int | None) -> Backend:
+    """The backend both roles share: for ``default``, the bundled base model on llama.cpp without adapters
+    (one model, so every request is counted at one place) on ``threads``; else ``spec`` resolved."""
+    if spec == "default":
+        return LlamaCppBackend(default_model_path(), n_threads=threads)
+    return resolve_backend(spec)
+
+
 def care_rewards(meter: Meter, groups: list[Group], mode: str) -> list[float | None]:
     """AdaptiveReward over the whole batch, as TRL would call it."""
     reward = AdaptiveReward(RubricGenerator(meter), RubricEvaluator(meter, mode=mode))
@@ -121,10 +129,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     groups = esconv_groups(args.contexts, args.group)
-    if args.backend == "default":
-        backend: Backend = LlamaCppBackend(default_model_path(), n_threads=args.threads)
-    else:
-        backend = resolve_backend(args.backend)
+    backend = measured_backend(args.backend, args.threads)
     n = sum(len(g.replies) for g in groups)
     rows: dict[str, dict[str, float]] = {}
     for name, run in (("naive", naive_rewards), ("care", care_rewards)):

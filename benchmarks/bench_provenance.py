@@ -21,10 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from _grpo_groups import esconv_data, esconv_groups
-from bench_cost import Meter
+from bench_cost import Meter, measured_backend
 
-from care_sdk import AdaptiveReward, Backend, RubricEvaluator, RubricGenerator, __version__, resolve_backend
-from care_sdk.backends.llamacpp import LlamaCppBackend, default_model_path
+from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator, __version__
 from care_sdk.provenance import Cost
 from care_sdk.types import RewardResult
 
@@ -72,10 +71,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     groups = esconv_groups(args.contexts, args.group)
-    if args.backend == "default":
-        backend: Backend = LlamaCppBackend(default_model_path(), n_threads=args.threads)
-    else:
-        backend = resolve_backend(args.backend)
+    backend = measured_backend(args.backend, args.threads)
     items = [(list(g.context), reply) for g in groups for reply in g.replies]
     meter = Meter(backend)
     reward = AdaptiveReward(RubricGenerator(meter), RubricEvaluator(meter))
