@@ -69,9 +69,11 @@ def add_backend_options(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("--evaluator-backend", help="backend spec for the evaluator only")
 
 
-def add_run_options(cmd: argparse.ArgumentParser, *, out_dir: str, batch_size: int, batch_unit: str) -> None:
-    """Add ``--out`` (default ``<out_dir>/<backend>``), ``--data-dir``, ``--batch-size``, ``--seed``,
-    ``--resamples`` and ``--quiet``.
+def add_run_options(
+    cmd: argparse.ArgumentParser, *, out_dir: str, batch_size: int | None, batch_unit: str = ""
+) -> None:
+    """Add ``--out`` (default ``<out_dir>/<backend>``), ``--data-dir``, ``--batch-size`` (not for a command
+    whose batches are fixed: ``batch_size=None``), ``--seed``, ``--resamples`` and ``--quiet``.
 
     Examples:
         >>> parser = argparse.ArgumentParser()
@@ -84,7 +86,8 @@ def add_run_options(cmd: argparse.ArgumentParser, *, out_dir: str, batch_size: i
     cmd.add_argument(
         "--data-dir", help="the data directory (default: $CARE_DATA_DIR; see the docs' data page for its layout)"
     )
-    cmd.add_argument("--batch-size", type=int, default=batch_size, help=f"{batch_unit} (default: %(default)s)")
+    if batch_size is not None:
+        cmd.add_argument("--batch-size", type=int, default=batch_size, help=f"{batch_unit} (default: %(default)s)")
     cmd.add_argument(
         "--seed", type=int, default=0, help="selection, sampling and bootstrap seed (default: %(default)s)"
     )

@@ -104,5 +104,5 @@ def add_contrast_command(sub: Any) -> None:
     add_add_on_option(contrast)
     contrast.add_argument("--data", help="an ESConv JSONL file read for selection (default: esconv/valid.jsonl)")
     contrast.add_argument("--limit", type=int, default=30, help="contexts, in the rule's order (default: %(default)s)")
-    add_run_options(contrast, out_dir="care-contrast", batch_size=1, batch_unit="contexts per batch")
+    add_run_options(contrast, out_dir="care-contrast", batch_size=None)  # one batch a context: its replies
     contrast.set_defaults(func=_cmd_contrast)
