@@ -106,9 +106,11 @@ def _context(messages: Sequence[Any]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.content} for m in messages]
 
 
-def intent_test_items(root: Path, read: Any) -> list[ContrastItem]:
+def intent_test_items(root: Path, read: Any, skip: int = 0) -> list[ContrastItem]:
     """Listener turns of dialogues outside the 150 that bench_addons read, a speaker message before them, a
-    reply of at least 8 words; ordered by the contrast salt, the first 60."""
+    reply of at least 8 words; ordered by the contrast salt, the first 60. ``skip``: how many earlier contrast
+    reads drew from this order; each took the first 60 of what was left, and the dialogues they took are left
+    out too (the rule's second pairwise addendum reads the next 60)."""
     from _addons_samples import intent_sample
 
     from care_lab.data.intents import load_intent_turns
@@ -121,7 +123,11 @@ def intent_test_items(root: Path, read: Any) -> list[ContrastItem]:
         and any(m.role == "user" for m in t.context)
         and len(t.reply.split()) >= MIN_INTENT_WORDS
     ]
-    chosen = sorted(turns, key=lambda t: order_key(t.id))[: TEST_LIMITS["intents"]]
+    ordered = sorted(turns, key=lambda t: order_key(t.id))
+    for _ in range(skip):
+        taken = {t.dialogue_id for t in ordered[: TEST_LIMITS["intents"]]}
+        ordered = [t for t in ordered if t.dialogue_id not in taken]
+    chosen = ordered[: TEST_LIMITS["intents"]]
     return [ContrastItem(t.id, _context(t.context), t.reply) for t in chosen]
 
 
@@ -144,7 +150,7 @@ def sage_test_items(root: Path, read: Any) -> list[ContrastItem]:
     return [ContrastItem(t.key, _context(t.context), t.reply, group=t.model) for t in chosen]
 
 
-def test_read_items(which: str, root: Path, out: Path, *, force: bool) -> tuple[Any, list[ContrastItem]]:
+def test_read_items(which: str, root: Path, out: Path, *, force: bool, skip: int = 0) -> tuple[Any, list[ContrastItem]]:
     """Record the read in the ledger (once: a resumed run is the same read), draw the sample, name its items."""
     import json
 
@@ -164,7 +170,7 @@ def test_read_items(which: str, root: Path, out: Path, *, force: bool) -> tuple[
         )
         out.mkdir(parents=True, exist_ok=True)
         read_file.write_text(json.dumps({"data": read.data, "reads": read.reads}) + "\n", encoding="utf-8")
-    items = intent_test_items(root, read) if which == "intents" else sage_test_items(root, read)
+    items = intent_test_items(root, read, skip) if which == "intents" else sage_test_items(root, read)
     if not read.items:
         read = set_items(read, [item.id for item in items])  # drawn from the data: named before any is scored
     return read, items
@@ -191,6 +197,8 @@ def report(which: str, items: list[ContrastItem], out: Path, read: Any) -> None:
     scored = [set(r) for r in arms.values() if r]
     records = [r for r in merge_records(items, arms, gates) if all(r["id"] in ids for ids in scored)]
     names = ["length", "feeling_words", *[a for a in MODEL_ARMS if arms[a]], *[f"fit_{g}" for g in gates]]
+    if arms["pairwise2"] and arms["method"]:
+        names.append("pairwise2_fit")
     if arms["shipped"]:
         names.append("method")  # read from the shipped default's own evaluations
     summary = summarise(records, names)
@@ -236,6 +244,12 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=30, help="esconv-valid: the first N contexts of the rule's order")
     parser.add_argument("--out", help="the records' folder (default: runs/contrast/<set>)")
     parser.add_argument("--force-test-read", action="store_true", help="read a test set again (the ledger marks it)")
+    parser.add_argument(
+        "--skip-reads",
+        type=int,
+        default=0,
+        help="intents: leave out the samples of this many earlier contrast reads (1: the next 60, outside read 3's)",
+    )
     args = parser.parse_args()
     root = data_dir(None)
     if args.step == "fit-gate":
@@ -246,7 +260,7 @@ def main() -> int:
     if args.which == "esconv-valid":
         items = esconv_items(root / SELECTION, args.limit)
     else:
-        read, items = test_read_items(args.which, root, out, force=args.force_test_read)
+        read, items = test_read_items(args.which, root, out, force=args.force_test_read, skip=args.skip_reads)
     if args.step == "score":
         for arm in args.arms.split(","):
             score_arm(arm, items, out, progress=lambda line: print(line, file=sys.stderr, flush=True))

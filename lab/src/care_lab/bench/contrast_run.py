@@ -44,6 +44,7 @@ from care_sdk.bundled.context_fit import DEFAULT_FLOOR, Gate, fitted_reward
 
 __all__ = [
     "MODEL_ARMS",
+    "PAIRWISE_ADAPTER",
     "Scorer",
     "esconv_items",
     "fit_scores",
@@ -53,10 +54,13 @@ __all__ = [
     "score_arm",
 ]
 
-MODEL_ARMS = ("method", "base", "shipped")
+MODEL_ARMS = ("method", "base", "shipped", "pairwise2")
 """The arms that run a model; the context-fit arms of a selection run are read from ``method``'s records,
 and ``shipped`` (the bundled ``default`` as it ships) records the method's formula of its own evaluation beside
 its reward."""
+
+PAIRWISE_ADAPTER = Path("runs/evaluator_pairwise/evaluator.gguf")
+"""Where ``care_lab.training.evaluator_pairwise`` writes its adapter, which the ``pairwise2`` arm reads."""
 
 MIN_REAL_WORDS = 12
 """The rule's smallest real reply (words) for an ESConv context."""
@@ -156,6 +160,14 @@ def _scorer(arm: str) -> Scorer:
 
         # the method's formula alone, with the PMI reads the context-fit arms are computed from
         return reward_scorer(AdaptiveReward.from_backend("default", context_fit=None), fit=ContextFit())
+    if arm == "pairwise2":
+        from care_sdk.backends import resolve_backend
+
+        if not PAIRWISE_ADAPTER.is_file():
+            raise FileNotFoundError(f"{PAIRWISE_ADAPTER}: train it first (care_lab.training.evaluator_pairwise)")
+        backend = resolve_backend("default", role="evaluator", adapter=PAIRWISE_ADAPTER)
+        evaluator = RubricEvaluator(backend, use_logprobs=True)  # read as it was trained: expected scores
+        return reward_scorer(AdaptiveReward(RubricGenerator("default"), evaluator, context_fit=None))
     raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(MODEL_ARMS)}")
 
 
@@ -235,5 +247,10 @@ def merge_records(
             if arm == "method" and "pmi" in row:
                 for name, gate in gates.items():
                     record["scores"][f"fit_{name}"] = fit_scores(row, gate)
+        method, pairwise = arms.get("method", {}).get(item.id), arms.get("pairwise2", {}).get(item.id)
+        if method and pairwise and "pmi" in method and "train" in gates:
+            # context fit as it ships (the train gate, the base model's PMI) times pairwise2's rubric reward
+            row = {**method, "scores": pairwise["scores"], "evaluated": pairwise["evaluated"]}
+            record["scores"]["pairwise2_fit"] = fit_scores(row, gates["train"])
         merged.append(record)
     return merged
