@@ -50,7 +50,9 @@ class RubricEvaluator(ProfileReader):
         max_attempts: replies tried per item before giving up with :class:`OutputError`.
         use_logprobs: where the backend returns logprobs, score each criterion by the
             probability-weighted mean over the score tokens 1-5 instead of the sampled token,
-            which gives continuous rewards.
+            which gives continuous rewards. ``None`` (the default): on when the backend's adapter
+            was trained to be read that way (:attr:`~care_sdk.backends.lora.AdapterInfo.expected_scores`,
+            the bundled evaluator's), off otherwise.
         prompt_version: the evaluator prompt (``"v2"``, the default, fences the dialogue and the reply
             as quoted data; ``"v1"`` pastes the reply in as plain text).
         max_context_messages: show the model only the last this many context messages (``None``:
@@ -93,7 +95,7 @@ class RubricEvaluator(ProfileReader):
         seed: int | None = 0,
         max_tokens: int = 160,
         max_attempts: int = 3,
-        use_logprobs: bool = False,
+        use_logprobs: bool | None = None,
         prompt_version: str = EVALUATOR_PROMPT_VERSION,
         max_context_messages: int | None = None,
         mode: str = "auto",
@@ -118,7 +120,7 @@ class RubricEvaluator(ProfileReader):
         self.seed = seed
         self.max_tokens = max_tokens
         self.max_attempts = max_attempts
-        self.use_logprobs = use_logprobs
+        self.use_logprobs = use_logprobs if use_logprobs is not None else bool(adapter and adapter.expected_scores)
         supported = isinstance(self.backend, ForcedReplies)
         if mode == "forced" and not supported:
             raise ConfigError(f"mode='forced' needs a backend that builds forced replies; {self.backend!r} does not")

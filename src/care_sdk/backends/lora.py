@@ -107,6 +107,18 @@ class AdapterInfo:
     training: dict[str, Any] = field(default_factory=dict)
     """A summary of the training run (data, steps, time, loss)."""
 
+    @property
+    def expected_scores(self) -> bool:
+        """Whether the evaluator was trained to be read as expected scores (its training summary says
+        ``"scores": "expected"``): the probability-weighted mean of ``1``-``5`` at each score's position,
+        which :class:`~care_sdk.RubricEvaluator` then reads by default (``use_logprobs``).
+
+        Examples:
+            >>> AdapterInfo(Path("e.gguf"), "evaluator", "v2", training={"scores": "expected"}).expected_scores
+            True
+        """
+        return self.training.get("scores") == "expected"
+
     def require(self, *, role: str, prompt_version: str) -> None:
         """Check that the adapter serves ``role`` with ``prompt_version``.
 

@@ -70,9 +70,10 @@ def shared_context_fit(threads: tuple[int, int] | None = None) -> Any:
 
 
 class BundledEvaluatorBackend(LlamaCppBackend):
-    """The bundled evaluator: llama.cpp with the evaluator adapter. Its documented reward carries
-    context fit (:class:`~care_sdk.addons.OwnContextFit`): the adapter alone does not rank a real
-    reply above a dismissive or unrelated one (``benchmarks/results/contrast.json``).
+    """The bundled evaluator: llama.cpp with the evaluator adapter, read as expected scores. Its documented
+    reward carries context fit (:class:`~care_sdk.addons.OwnContextFit`): the adapter alone ranks a real reply
+    above a dismissive, harm-validating or off-topic one, but not often enough above another conversation's
+    reply (``benchmarks/results/contrast.json``).
 
     Examples:
         >>> from care_sdk.addons import OwnContextFit

@@ -136,7 +136,7 @@ def get_reward(
     backend: str | Backend | None = None,
     *,
     variant: str = "care",
-    use_logprobs: bool = False,
+    use_logprobs: bool | None = None,
     cache: str | None = None,
     add_ons: str | Sequence[str] | None = None,
 ) -> AdaptiveReward:
@@ -318,7 +318,7 @@ def compute_score_batch(
     *,
     backend: str | Backend | None = None,
     variant: str = "care",
-    use_logprobs: bool = False,
+    use_logprobs: bool | None = None,
     cache: str | None = None,
     add_ons: str | Sequence[str] | None = None,
     context_key: str = DEFAULT_CONTEXT_KEY,
@@ -341,7 +341,8 @@ def compute_score_batch(
         backend: backend spec or object (default ``$CARE_BACKEND`` or ``"default"``).
         variant: ``"care"`` or an ablation: ``"uniform_weights"``, ``"fixed_criteria"``,
             ``"fixed_rubric"`` (see :mod:`care_sdk.variants`).
-        use_logprobs: expected scores over the score tokens' probabilities.
+        use_logprobs: expected scores over the score tokens' probabilities (``None``: as the evaluator
+            decides, on for an adapter trained to be read that way).
         cache: SQLite file for rubrics shared across workers and runs (default ``$CARE_RUBRIC_CACHE``).
         add_ons: opt-in add-ons outside the method, ``NAME[=SPEC]`` as in ``care score --add-on``
             (``weights-head``, ``expected-weights``, ``context-fit``), a list or one comma-separated

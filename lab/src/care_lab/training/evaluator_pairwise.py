@@ -1,24 +1,27 @@
-"""A pairwise recipe for the bundled evaluator: the real reply's expected scores above worse replies' ones.
+"""The pairwise recipe of the bundled evaluator: the real reply's expected scores above worse replies' ones.
 
-The recipe ``benchmarks/rules/contrast.md`` names (its second evaluator-route addendum). On ESConv
+The recipe ``benchmarks/rules/contrast.md`` names (its addendum on a second pairwise route). On ESConv
 ``train`` turns (read through :mod:`care_lab.data`) under the template rubric the evaluator's SFT data
-uses, each step takes one group: the real reply and three worse replies made from the data, none of
-them a written text (:func:`negatives`): another train dialogue's supporter reply of another emotion
-type, the real reply cut to its first third of words, the real reply's words shuffled. Every reply
-is followed by the real reply's target score JSON (the SFT data's ``reference`` target), so the digits
-before a criterion are the same for every reply and only the reply can move its score (each reply
-followed by its own target lets later criteria copy the earlier digits). The loss is the SFT loss
-(the token cross-entropy of the real reply's target) plus a hinge on the expected scores: for every
-criterion and every worse reply, ``max(0, margin - (E_real - E_worse))``, where ``E`` is the
-expectation of the scores ``1``-``5`` at the criterion's position, renormalised over the five tokens
-(what ``RubricEvaluator(use_logprobs=True)`` reads). The prompt is shared by the group's replies up
-to the reply, so it is run once and its cache repeated for the four suffixes.
+uses, each step takes one group: the real reply and four worse replies (:func:`negatives`): another
+train dialogue's supporter reply of another emotion type, and three kinds drawn from eight: the real
+reply cut to its first third of words, its words shuffled, and one text of each of six kinds written
+for training only (:data:`WRITTEN`: dismissive, platitude, short, off-topic, harm-validating, another
+language), never the contrast benchmark's texts. Every reply is followed by the real reply's target
+score JSON (the SFT data's ``reference`` target), so the digits before a criterion are the same for
+every reply and only the reply can move its score (each reply followed by its own target lets later
+criteria copy the earlier digits). The loss is the SFT loss (the token cross-entropy of the real
+reply's target) plus a hinge on the expected scores: for every criterion and every worse reply,
+``max(0, margin - (E_real - E_worse))``, where ``E`` is the expectation of the scores ``1``-``5`` at
+the criterion's position, renormalised over the five tokens (what ``RubricEvaluator`` reads on an
+adapter whose training summary says ``"scores": "expected"``, as this one's does). The prompt is
+shared by the group's replies up to the reply, so it is run once and its cache repeated for the suffixes.
 
-A new LoRA on every linear layer of every decoder layer is trained on top of the shipped evaluator
-adapter (merged), and exported with it as one GGUF adapter.
+A new LoRA on every linear layer of every decoder layer is trained on top of the evaluator's SFT
+adapter (``bundled:evaluator``, merged), and exported with it as one GGUF adapter: the bundled
+evaluator (``make evaluator-adapter`` runs both recipes).
 
-    CARE_DATA_DIR=../shared/data OMP_NUM_THREADS=1 taskset -c 1 \\
-        python -m care_lab.training.evaluator_pairwise --out runs/evaluator_pairwise
+    CARE_DATA_DIR=../shared/data OMP_NUM_THREADS=2 \\
+        python -m care_lab.training.evaluator_pairwise --out runs/evaluator_pairwise --steps 500 --threads 2
 
 Examples:
     >>> import random
@@ -322,7 +325,8 @@ def export(out: Path, adapter: Path) -> Path:
     from care_lab.training.export_adapter import export_lora_gguf
     from care_lab.training.models import adapter_chain
     from care_sdk.backends.llamacpp import default_model_path
-    from care_sdk.bundled.adapters import bundled_adapter, read_adapter
+    from care_sdk.backends.lora import read_adapter
+    from care_sdk.bundled.adapters import bundled_adapter
 
     path = bundled_adapter("evaluator")
     if path is None:
@@ -337,7 +341,7 @@ def export(out: Path, adapter: Path) -> Path:
         role="evaluator",
         prompt_version=shipped.prompt_version,
         max_context_messages=shipped.max_context_messages,
-        training=summary,
+        training={**summary, "scores": "expected"},  # read as trained: RubricEvaluator's default on this adapter
     )
 
 

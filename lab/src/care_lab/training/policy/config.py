@@ -124,8 +124,9 @@ class RewardSettings(_Config):
     """Token budget of one evaluation."""
     max_attempts: int = Field(default=2, ge=1)
     """Replies tried per rubric / evaluation before that reward is ``None``."""
-    use_logprobs: bool = False
-    """Score criteria by expected score over the evaluator's logprobs (continuous rewards)."""
+    use_logprobs: bool | None = None
+    """Score criteria by expected score over the evaluator's logprobs (continuous rewards); ``None``: as the
+    evaluator decides (on for an adapter trained to be read that way, the bundled evaluator's)."""
     add_ons: tuple[str, ...] = ()
     """Opt-in add-ons outside the method, ``NAME[=SPEC]`` as ``care score --add-on`` takes them
     (:func:`care_sdk.addons.add_ons`): e.g. ``[context-fit]`` scales each reward by the reply's fit
