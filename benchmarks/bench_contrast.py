@@ -12,6 +12,9 @@ Applies ``benchmarks/rules/contrast.md`` (written before any read). Three steps,
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set intents --arms shipped,base
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set sage --arms shipped,base
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py report --set intents   # and --set sage
+    # a later artifact's fresh read: the next 60 intents contexts, outside the dialogues read 3 took
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set intents --skip-reads 1 \
+        --out runs/contrast/intents4 --arms shipped,base      # then `report` with the same options
 
 ``fit-gate`` writes ``benchmarks/results/context_fit_gate.json``: per ESConv train dialogue, the
 first supporter turn the rule's sample would take, ordered the same way, the first 150; each real
@@ -186,8 +189,10 @@ def _gates() -> dict[str, Gate]:
     return gates
 
 
-def report(which: str, items: list[ContrastItem], out: Path, read: Any) -> None:
-    """Summarise the arms' records (within each SAGE system first, pooled second) into the results file."""
+def report(which: str, items: list[ContrastItem], out: Path, read: Any, skip: int = 0) -> None:
+    """Summarise the arms' records (within each SAGE system first, pooled second) into the results file
+    (``contrast_test_<set>.json`` for a test read; ``contrast_test_<set>_<read number>.json`` for one that
+    skipped earlier reads' samples)."""
     from care_lab.data.results import attach_records
 
     arms = {arm: read_records(out / f"{arm}.jsonl") for arm in MODEL_ARMS}
@@ -210,7 +215,7 @@ def report(which: str, items: list[ContrastItem], out: Path, read: Any) -> None:
     if test:
         attach_records(read, records, regenerate=f"git checkout {read.commit} && python {' '.join(sys.argv)}")
     write_results(
-        RESULTS / ("contrast.json" if not test else f"contrast_test_{which}.json"),
+        RESULTS / ("contrast.json" if not test else f"contrast_test_{which}{f'_{read.reads}' if skip else ''}.json"),
         " ".join(["python", *sys.argv]),
         data=SELECTION if not test else LEDGER_NAMES[which],
         role="selection" if not test else "test",
@@ -265,7 +270,7 @@ def main() -> int:
         for arm in args.arms.split(","):
             score_arm(arm, items, out, progress=lambda line: print(line, file=sys.stderr, flush=True))
         return 0
-    report(args.which, items, out, read)
+    report(args.which, items, out, read, args.skip_reads)
     return 0
 
 

@@ -117,3 +117,21 @@ def test_a_trained_adapter_is_a_capability_the_components_read(tmp_path: Path) -
     assert RubricGenerator(wrapped).max_context_messages == 3  # the cut it was trained with
     with pytest.raises(ConfigError, match="a generator adapter cannot serve as the evaluator"):
         RubricEvaluator(wrapped)
+
+
+def test_an_evaluator_reads_expected_scores_when_its_adapter_was_trained_for_them(tmp_path: Path) -> None:
+    from care_sdk import RubricEvaluator
+    from care_sdk.backends.lora import AdapterInfo
+
+    def backend(training: dict[str, str]) -> ScriptedBackend:
+        made = ScriptedBackend([])
+        made.adapter = AdapterInfo(  # type: ignore[attr-defined]
+            path=tmp_path / "e.gguf", role="evaluator", prompt_version="v2", training=training
+        )
+        return made
+
+    assert RubricEvaluator(backend({"scores": "expected"})).use_logprobs
+    assert not RubricEvaluator(backend({})).use_logprobs  # an SFT adapter: the most likely digit
+    assert not RubricEvaluator(backend({"scores": "expected"}), use_logprobs=False).use_logprobs
+    assert RubricEvaluator(ScriptedBackend([]), use_logprobs=True).use_logprobs
+    assert not RubricEvaluator(ScriptedBackend([])).use_logprobs  # no adapter

@@ -26,7 +26,9 @@ def test_the_default_evaluator_is_the_shipped_adapter(shipped: RubricEvaluator) 
     adapter = shipped.backend.adapter  # type: ignore[attr-defined]
     assert adapter.role == "evaluator" and adapter.prompt_version == EVALUATOR_PROMPT_VERSION
     assert adapter.max_context_messages == 4 and shipped.max_context_messages == 4
-    assert adapter.training["records"] and adapter.training["steps"]
+    assert adapter.training["recipe"] == "evaluator-pairwise-v2" and adapter.training["steps"]
+    assert adapter.expected_scores and shipped.use_logprobs  # read as it was trained
+    assert not RubricEvaluator("default", use_logprobs=False).use_logprobs  # an explicit choice wins
     assert RubricEvaluator("base").backend.adapter is None  # type: ignore[attr-defined]
     assert RubricEvaluator("base").max_context_messages is None
 

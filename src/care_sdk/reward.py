@@ -84,7 +84,7 @@ class AdaptiveReward:
             ``RewardResult.parts`` names what produced the reward. ``"auto"`` (the default) takes
             the evaluator backend's own term (:class:`~care_sdk.addons.OwnContextFit`): the bundled
             ``default`` evaluator has one, because its evaluator alone does not rank a real reply
-            above a dismissive or unrelated one; every other backend has none and computes the
+            above another conversation's often enough; every other backend has none and computes the
             method's reward. ``None`` is the method's reward on any backend. Another reader (e.g.
             ``care_sdk.addons.add_ons("context-fit").context_fit``) is used as given.
         name: the reward's ``__name__`` (TRL names its ``rewards/<name>/...`` metrics after it) and

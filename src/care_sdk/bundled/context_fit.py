@@ -2,8 +2,8 @@
 
 A reply written for another conversation can meet every criterion of a rubric on paper (it asks
 an open question, it names a feeling) while answering nothing the user said. The bundled 135M
-evaluator does not tell such a reply from the real one; the same model read as a language model
-does: a reply written for this context is likelier after it than after a neutral message. The
+evaluator tells such a reply from the real one less often than the same model read as a language
+model: a reply written for this context is likelier after it than after a neutral message. The
 reply's pointwise mutual information with its context,
 
     pmi = log p(reply | context) - log p(reply | "Hi.")   (nats, summed over the reply),
@@ -17,8 +17,8 @@ number in (0, 1): how likely the reply was written for this context. ``AdaptiveR
 context_fit=ContextFit())`` then pays ``fit * (floor + (1 - floor) * rubric reward)``: a reply
 earns only as much as it answers this conversation; of that, it gets the floor's share (half by
 default) whatever the rubric says, and the rubric decides the rest. A plain product (``floor=0``)
-leaves a reply the evaluator gives all 1s at 0 however well it fits, and the bundled evaluator
-gives all 1s to real reference replies too. The sum, not the mean per token, is what a
+leaves a reply the evaluator gives all 1s at 0 however well it fits, and a small evaluator can
+give all 1s to a real reference reply too. The sum, not the mean per token, is what a
 long reply that keeps to the user's situation earns: per token, a long on-topic reply looks less
 specific than a short one, and a reward read that way prefers terse replies.
 

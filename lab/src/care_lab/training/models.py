@@ -264,7 +264,8 @@ def tiny_grpo_trainer(
     require_train()
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl.trainer.grpo_config import GRPOConfig
+    from trl.trainer.grpo_trainer import GRPOTrainer
 
     policy = tiny_model_dir()
     config = GRPOConfig(
