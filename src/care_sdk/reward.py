@@ -185,14 +185,16 @@ class AdaptiveReward:
 
     def _stamped(self, outcomes: list[Outcome]) -> list[Outcome]:
         parts = self.parts
-        settled = Provenance(**self._producers())  # a reply the guards settled: no rubric, no call
+        settled = Provenance(**producers(self._rubric_writer, self.evaluator))  # guards settled it: no rubric, no call
         return [
             (result.model_copy(update={"parts": parts, "provenance": result.provenance or settled}), error)
             for result, error in outcomes
         ]
 
-    def _producers(self, profile: UserProfile | None = None) -> dict[str, str | None]:
-        return producers(self.generator if self.rubric is None else None, self.evaluator, profile)
+    @property
+    def _rubric_writer(self) -> RubricGenerator | None:
+        """The generator that writes each reply's rubric (``None`` under a fixed rubric)."""
+        return self.generator if self.rubric is None else None
 
     @classmethod
     def from_backend(
@@ -342,8 +344,9 @@ class AdaptiveReward:
             values = yield from offload(partial(fit.score_batch, pairs), partial(fit.ascore_batch, pairs))
             fit_seconds = dict.fromkeys(fitted, (time.perf_counter() - started) / max(1, len(fitted)))
             outcomes = self._apply_fit(outcomes, fitted, values)
-        generator = self.generator if self.rubric is None else None
-        outcomes = traced(outcomes, rubrics, kept, ledger, fit_seconds, generator=generator, evaluator=self.evaluator)
+        outcomes = traced(
+            outcomes, rubrics, kept, ledger, fit_seconds, generator=self._rubric_writer, evaluator=self.evaluator
+        )
         merged = merge_outcomes(screens, outcomes, self.guards)
         return [*self._stamped(merged)]
 

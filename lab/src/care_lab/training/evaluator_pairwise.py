@@ -46,7 +46,7 @@ from typing import Any
 
 from care_sdk.backends.forced import common_prefix
 
-__all__ = ["Group", "Negative", "build_groups", "export", "negatives", "train", "write_curve"]
+__all__ = ["Group", "Negative", "build_groups", "export", "negatives", "train", "write_curve", "written_replies"]
 
 MARGIN = 1.0
 """The hinge's margin, in score points."""
@@ -57,7 +57,7 @@ _SLOT = re.compile(r'"c\d+": (\d)')
 
 @dataclass(frozen=True)
 class Negative:
-    """A worse reply made from the data, and its kind (``offcontext``, ``cut`` or ``shuffled``)."""
+    """A worse reply and its kind (``offcontext``, ``cut``, ``shuffled``, or a kind of :func:`written_replies`)."""
 
     kind: str
     text: str
