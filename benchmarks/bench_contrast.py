@@ -8,6 +8,10 @@ Applies ``benchmarks/rules/contrast.md`` (written before any read). Three steps,
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --arms method,base
     # read the records: writes benchmarks/results/contrast.json
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py report
+    # contexts 31 to 60 of the rule's order, a sample of their own (runs/contrast/esconv-valid-from31,
+    # benchmarks/results/contrast_from_31.json)
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --offset 30 --arms pairwise2,pairwise3
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py report --offset 30
     # the fresh test read, once, for what ships (through the test-read ledger), and its report
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set intents --arms shipped,base
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set sage --arms shipped,base
@@ -34,7 +38,14 @@ from typing import Any
 
 from care_lab.bench.contrast import ContrastItem, order_key, summarise
 from care_lab.bench.contrast_cli import format_summary
-from care_lab.bench.contrast_run import MODEL_ARMS, esconv_items, merge_records, read_records, score_arm
+from care_lab.bench.contrast_run import (
+    MODEL_ARMS,
+    PAIRWISE_ADAPTERS,
+    esconv_items,
+    merge_records,
+    read_records,
+    score_arm,
+)
 from care_lab.data.locations import data_dir
 from care_lab.data.results import write_results
 from care_sdk.bundled.context_fit import ContextFit, Gate
@@ -189,21 +200,22 @@ def _gates() -> dict[str, Gate]:
     return gates
 
 
-def report(which: str, items: list[ContrastItem], out: Path, read: Any, skip: int = 0) -> None:
+def report(which: str, items: list[ContrastItem], out: Path, read: Any, skip: int = 0, offset: int = 0) -> None:
     """Summarise the arms' records (within each SAGE system first, pooled second) into the results file
-    (``contrast_test_<set>.json`` for a test read; ``contrast_test_<set>_<read number>.json`` for one that
-    skipped earlier reads' samples)."""
+    (``contrast.json`` for the selection sample, ``contrast_from_<first>.json`` for one that starts further
+    on; ``contrast_test_<set>.json`` for a test read; ``contrast_test_<set>_<read number>.json`` for one
+    that skipped earlier reads' samples)."""
     from care_lab.data.results import attach_records
 
     arms = {arm: read_records(out / f"{arm}.jsonl") for arm in MODEL_ARMS}
-    gates = _gates() if arms["method"] else {}
+    gates = _gates() if any("pmi" in r for rows in arms.values() for r in rows.values()) else {}
     # the contexts every model arm scored (a read cut short is reported with its n); the replies are
     # drawn from the whole sample, so another conversation's reply is the one that was scored
     scored = [set(r) for r in arms.values() if r]
     records = [r for r in merge_records(items, arms, gates) if all(r["id"] in ids for ids in scored)]
-    names = ["length", "feeling_words", *[a for a in MODEL_ARMS if arms[a]], *[f"fit_{g}" for g in gates]]
-    if arms["pairwise2"] and arms["method"]:
-        names.append("pairwise2_fit")
+    names = ["length", "feeling_words", *[a for a in MODEL_ARMS if arms[a]]]
+    names += [f"fit_{g}" for g in gates if arms["method"]]
+    names += [f"{a}_{fit}" for a in PAIRWISE_ADAPTERS if arms[a] and gates for fit in ("fit", "fit0")]
     if arms["shipped"]:
         names.append("method")  # read from the shipped default's own evaluations
     summary = summarise(records, names)
@@ -215,7 +227,12 @@ def report(which: str, items: list[ContrastItem], out: Path, read: Any, skip: in
     if test:
         attach_records(read, records, regenerate=f"git checkout {read.commit} && python {' '.join(sys.argv)}")
     write_results(
-        RESULTS / ("contrast.json" if not test else f"contrast_test_{which}{f'_{read.reads}' if skip else ''}.json"),
+        RESULTS
+        / (
+            f"contrast{f'_from_{offset + 1}' if offset else ''}.json"
+            if not test
+            else f"contrast_test_{which}{f'_{read.reads}' if skip else ''}.json"
+        ),
         " ".join(["python", *sys.argv]),
         data=SELECTION if not test else LEDGER_NAMES[which],
         role="selection" if not test else "test",
@@ -230,6 +247,7 @@ def report(which: str, items: list[ContrastItem], out: Path, read: Any, skip: in
         },
         extra={
             "contexts": len(records),
+            **({"first_context": offset + 1} if offset else {}),
             "sample": len(items),
             "rule": RULE,
             "gates": {name: {"slope": g.slope, "intercept": g.intercept} for name, g in gates.items()},
@@ -246,7 +264,10 @@ def main() -> int:
     parser.add_argument("step", choices=("fit-gate", "score", "report"))
     parser.add_argument("--set", dest="which", choices=("esconv-valid", *LEDGER_NAMES), default="esconv-valid")
     parser.add_argument("--arms", default="method,base")
-    parser.add_argument("--limit", type=int, default=30, help="esconv-valid: the first N contexts of the rule's order")
+    parser.add_argument("--limit", type=int, default=30, help="esconv-valid: N contexts of the rule's order")
+    parser.add_argument(
+        "--offset", type=int, default=0, help="esconv-valid: after the first OFFSET (a sample of its own)"
+    )
     parser.add_argument("--out", help="the records' folder (default: runs/contrast/<set>)")
     parser.add_argument("--force-test-read", action="store_true", help="read a test set again (the ledger marks it)")
     parser.add_argument(
@@ -260,17 +281,17 @@ def main() -> int:
     if args.step == "fit-gate":
         fit_gate(root)
         return 0
-    out = Path(args.out or f"runs/contrast/{args.which}")
+    out = Path(args.out or f"runs/contrast/{args.which}{f'-from{args.offset + 1}' if args.offset else ''}")
     read = None
     if args.which == "esconv-valid":
-        items = esconv_items(root / SELECTION, args.limit)
+        items = esconv_items(root / SELECTION, args.offset + args.limit)[args.offset :]
     else:
         read, items = test_read_items(args.which, root, out, force=args.force_test_read, skip=args.skip_reads)
     if args.step == "score":
         for arm in args.arms.split(","):
             score_arm(arm, items, out, progress=lambda line: print(line, file=sys.stderr, flush=True))
         return 0
-    report(args.which, items, out, read, args.skip_reads)
+    report(args.which, items, out, read, args.skip_reads, args.offset)
     return 0
 
 

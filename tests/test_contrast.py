@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,24 @@ def test_an_arm_scores_each_context_once_with_one_rubric_and_resumes(tmp_path: P
     # guards' settled replies aside, the real reply never beats a family
     assert summary["scripted"]["families"]["one_word"]["value"] == 0.0
     assert summary["length"]["families"]["one_word"]["value"] == 1.0
+
+
+def test_the_pairwise_arms_fit_reads_the_pmi_of_any_record_of_the_context() -> None:
+    from care_sdk.bundled.context_fit import Gate
+
+    n = 1 + len(FAMILY_NAMES)
+    reads = {"scores": [0.4] * n, "evaluated": [True] * n, "pmi": [20.0] + [0.0] * (n - 1), "own_share": [1.0] * n}
+    pairwise = {"scores": [0.5] + [0.1] * (n - 1), "evaluated": [True] * n, "criteria": [None] * n}
+    arms = {
+        "pairwise2": {"a": {**pairwise, **{k: reads[k] for k in ("pmi", "own_share")}}},
+        "pairwise3": {"a": pairwise},
+    }
+    merged = merge_records(ITEMS[:1], arms, {"train": Gate(slope=0.25, intercept=-2.0)})[0]["scores"]
+    fit_real, fit_other = 1 / (1 + math.exp(-3.0)), 1 / (1 + math.exp(2.0))
+    assert merged["pairwise3_fit0"][0] == pytest.approx(fit_real * 0.5, rel=1e-4)
+    assert merged["pairwise3_fit0"][1] == pytest.approx(fit_other * 0.1, rel=1e-4)
+    assert merged["pairwise3_fit"][1] == pytest.approx(fit_other * (0.5 + 0.05), rel=1e-4)
+    assert merged["pairwise2_fit0"] == merged["pairwise3_fit0"]
 
 
 def test_the_selection_sample_follows_the_rule(data_dir: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from care_lab.bench.contrast import family_texts
-from care_lab.training.evaluator_pairwise import Group, _encode, _group_loss, build_groups, written_replies
+from care_lab.training.evaluator_pairwise import STAGES, Group, _encode, _group_loss, build_groups, written_replies
 
 pytest.importorskip("peft")
 
@@ -52,6 +52,20 @@ def test_groups_are_esconv_train_turns_with_another_dialogues_reply_and_three_dr
                 assert text in written[kind]
         assert len(json.loads(group.target)["scores"]) == len(group.rubric["criteria"])
     assert len(drawn) >= 5  # the kinds vary from group to group
+
+
+def test_the_second_stage_adds_another_dialogues_reply_of_the_same_emotion_type(data_dir: Path) -> None:
+    from care_lab.data.esconv import load_esconv
+
+    dialogues = load_esconv(data_dir / "esconv" / "train.jsonl").records
+    where = {turn.reply: d for d in dialogues for turn in d.supporter_turns()}
+    first, second = build_groups(data_dir, 8), build_groups(data_dir, 8, STAGES[1])
+    assert {g.replies[0] for g in first} != {g.replies[0] for g in second}  # another seed, other turns
+    for group in second:
+        assert group.kinds[:3] == ("real", "offcontext", "offcontext_same") and len(group.kinds) == 5
+        real, other, same = (where[r] for r in group.replies[:3])
+        assert len({real.id, other.id, same.id}) == 3
+        assert same.metadata["emotion_type"] == real.metadata["emotion_type"] != other.metadata["emotion_type"]
 
 
 def test_a_step_reads_each_score_at_its_position_as_the_full_sequence_does() -> None:

@@ -11,6 +11,10 @@ and arm in ``OUT/<arm>.jsonl``, so a run resumes where it stopped. The arms:
 - ``base``: the untrained base model as generator and evaluator, the method's formula.
 - ``shipped``: ``AdaptiveReward.from_backend("default")`` as it ships (its documented formula); each
   record also holds the method's formula read from the same rubric and evaluation (``method_scores``).
+- ``pairwise2``, ``pairwise3``: the method's formula with a trained pairwise evaluator stage
+  (:data:`PAIRWISE_ADAPTERS`), read with expected scores; ``pairwise2`` also records the PMI reads. Each
+  gives two context-fit arms with the shipped gate: ``<arm>_fit`` (``fit * (0.5 + 0.5 * r)``) and
+  ``<arm>_fit0`` (``fit * r``), the PMI read from whichever record of the context has it.
 
 :func:`merge_records` joins the arms' records with the no-model baselines (length, feeling words)
 into the records :func:`care_lab.bench.contrast.summarise` reads.
@@ -45,6 +49,7 @@ from care_sdk.bundled.context_fit import DEFAULT_FLOOR, Gate, fitted_reward
 __all__ = [
     "MODEL_ARMS",
     "PAIRWISE_ADAPTER",
+    "PAIRWISE_ADAPTERS",
     "Scorer",
     "esconv_items",
     "fit_scores",
@@ -54,13 +59,16 @@ __all__ = [
     "score_arm",
 ]
 
-MODEL_ARMS = ("method", "base", "shipped", "pairwise2")
+MODEL_ARMS = ("method", "base", "shipped", "pairwise2", "pairwise3")
 """The arms that run a model; the context-fit arms of a selection run are read from ``method``'s records,
 and ``shipped`` (the bundled ``default`` as it ships) records the method's formula of its own evaluation beside
 its reward."""
 
 PAIRWISE_ADAPTER = Path("runs/evaluator_pairwise/evaluator.gguf")
-"""Where ``care_lab.training.evaluator_pairwise`` writes its adapter, which the ``pairwise2`` arm reads."""
+"""Where ``care_lab.training.evaluator_pairwise`` writes its adapter by default."""
+PAIRWISE_ADAPTERS = {"pairwise2": PAIRWISE_ADAPTER, "pairwise3": Path("runs/evaluator_pairwise3/evaluator.gguf")}
+"""The adapter each pairwise arm reads: the recipe's first stage and its second
+(``--stage 2 --out runs/evaluator_pairwise3 --adapter runs/evaluator_pairwise3/evaluator.gguf``)."""
 
 MIN_REAL_WORDS = 12
 """The rule's smallest real reply (words) for an ESConv context."""
@@ -160,14 +168,17 @@ def _scorer(arm: str) -> Scorer:
 
         # the method's formula alone, with the PMI reads the context-fit arms are computed from
         return reward_scorer(AdaptiveReward.from_backend("default", context_fit=None), fit=ContextFit())
-    if arm == "pairwise2":
+    if arm in PAIRWISE_ADAPTERS:
         from care_sdk.backends import resolve_backend
+        from care_sdk.bundled.context_fit import ContextFit
 
-        if not PAIRWISE_ADAPTER.is_file():
-            raise FileNotFoundError(f"{PAIRWISE_ADAPTER}: train it first (care_lab.training.evaluator_pairwise)")
-        backend = resolve_backend("default", role="evaluator", adapter=PAIRWISE_ADAPTER)
+        adapter = PAIRWISE_ADAPTERS[arm]
+        if not adapter.is_file():
+            raise FileNotFoundError(f"{adapter}: train it first (care_lab.training.evaluator_pairwise)")
+        backend = resolve_backend("default", role="evaluator", adapter=adapter)
         evaluator = RubricEvaluator(backend, use_logprobs=True)  # read as it was trained: expected scores
-        return reward_scorer(AdaptiveReward(RubricGenerator("default"), evaluator, context_fit=None))
+        fit = ContextFit() if arm == "pairwise2" else None  # the PMI reads once per context
+        return reward_scorer(AdaptiveReward(RubricGenerator("default"), evaluator, context_fit=None), fit=fit)
     raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(MODEL_ARMS)}")
 
 
@@ -247,10 +258,13 @@ def merge_records(
             if arm == "method" and "pmi" in row:
                 for name, gate in gates.items():
                     record["scores"][f"fit_{name}"] = fit_scores(row, gate)
-        method, pairwise = arms.get("method", {}).get(item.id), arms.get("pairwise2", {}).get(item.id)
-        if method and pairwise and "pmi" in method and "train" in gates:
-            # context fit as it ships (the train gate, the base model's PMI) times pairwise2's rubric reward
-            row = {**method, "scores": pairwise["scores"], "evaluated": pairwise["evaluated"]}
-            record["scores"]["pairwise2_fit"] = fit_scores(row, gates["train"])
+        reads = next((rows[item.id] for rows in arms.values() if "pmi" in rows.get(item.id, {})), None)
+        for arm in PAIRWISE_ADAPTERS:
+            pairwise = arms.get(arm, {}).get(item.id)
+            if reads and pairwise and "train" in gates:
+                # context fit as it ships (the train gate, the base model's PMI) times the arm's rubric reward
+                row = {**reads, "scores": pairwise["scores"], "evaluated": pairwise["evaluated"]}
+                record["scores"][f"{arm}_fit"] = fit_scores(row, gates["train"])
+                record["scores"][f"{arm}_fit0"] = fit_scores(row, gates["train"], floor=0.0)
         merged.append(record)
     return merged

@@ -46,7 +46,18 @@ from typing import Any
 
 from care_sdk.backends.forced import common_prefix
 
-__all__ = ["Group", "Negative", "build_groups", "export", "negatives", "train", "write_curve", "written_replies"]
+__all__ = [
+    "STAGES",
+    "Group",
+    "Negative",
+    "Stage",
+    "build_groups",
+    "export",
+    "negatives",
+    "train",
+    "write_curve",
+    "written_replies",
+]
 
 MARGIN = 1.0
 """The hinge's margin, in score points."""
@@ -94,24 +105,65 @@ def written_replies(path: Path = WRITTEN) -> dict[str, list[str]]:
     return {kind: list(texts) for kind, texts in raw.items() if not kind.startswith("_")}
 
 
-def negatives(real: str, other: str, rng: random.Random, written: dict[str, list[str]] | None = None) -> list[Negative]:
-    """The worse replies of one group: ``other`` (another dialogue's reply) first, then :data:`DRAWN` kinds drawn
-    without replacement from the real reply's first third of words (at least two), its words shuffled until
-    their order differs, and one text of each kind of ``written`` (:func:`written_replies` by default)."""
+def negatives(
+    real: str,
+    other: str,
+    rng: random.Random,
+    written: dict[str, list[str]] | None = None,
+    *,
+    same_emotion: str | None = None,
+    drawn: int = DRAWN,
+) -> list[Negative]:
+    """The worse replies of one group: ``other`` (another dialogue's reply, of another emotion type) first,
+    ``same_emotion`` (another dialogue's reply of the same emotion type, kind ``offcontext_same``) next when
+    given, then ``drawn`` kinds drawn without replacement from the real reply's first third of words (at least
+    two), its words shuffled until their order differs, and one text of each kind of ``written``
+    (:func:`written_replies` by default)."""
     written = written_replies() if written is None else written
     words = real.split()
     shuffled = list(words)
     while shuffled == words:
         rng.shuffle(shuffled)
     pool = {"cut": " ".join(words[: max(2, len(words) // 3)]), "shuffled": " ".join(shuffled)}
-    kinds = rng.sample([*pool, *sorted(written)], DRAWN)
+    kinds = rng.sample([*pool, *sorted(written)], drawn)
     chosen = [Negative(k, pool[k] if k in pool else rng.choice(written[k])) for k in kinds]
-    return [Negative("offcontext", other), *chosen]
+    same = [Negative("offcontext_same", same_emotion)] if same_emotion is not None else []
+    return [Negative("offcontext", other), *same, *chosen]
 
 
-def build_groups(root: Path | None, limit: int, seed: int = 0) -> list[Group]:
+@dataclass(frozen=True)
+class Stage:
+    """What one run of the recipe draws: the groups' order, the worse replies of each group, where it starts.
+
+    The bundled evaluator is two stages (:data:`STAGES`): the first trained on the SFT adapter, the second
+    on the first's, with another conversation's reply of the same emotion type too.
+
+    Examples:
+        >>> STAGES[1].name, STAGES[1].same_emotion, STAGES[1].drawn
+        ('evaluator-pairwise-v3', True, 2)
+    """
+
+    name: str
+    seed: int
+    same_emotion: bool
+    """Also another dialogue's reply of the same emotion type in every group."""
+    drawn: int
+    """Kinds drawn from the eight beside the other dialogues' replies."""
+    steps: int
+    minutes: float
+
+
+STAGES = (
+    Stage("evaluator-pairwise-v2", seed=0, same_emotion=False, drawn=DRAWN, steps=500, minutes=55.0),
+    Stage("evaluator-pairwise-v3", seed=1, same_emotion=True, drawn=2, steps=450, minutes=50.0),
+)
+"""The recipe's stages, in the order ``make evaluator-adapter`` runs them (``--stage 1``, ``--stage 2``)."""
+
+
+def build_groups(root: Path | None, limit: int, stage: Stage = STAGES[0]) -> list[Group]:
     """``limit`` groups from ESConv ``train`` turns (labelled, with a context, a mapped strategy, a template
-    rubric without blocking problems and a real reply of :data:`MIN_WORDS` words), in seeded order."""
+    rubric without blocking problems and a real reply of :data:`MIN_WORDS` words), in the order of the
+    ``stage``'s seed; the worse replies as it draws them."""
     from care_lab.training.config import BuildDataConfig
     from care_lab.training.evaluator_targets import esconv_scores
     from care_lab.training.rubric_targets import esconv_setup
@@ -129,7 +181,7 @@ def build_groups(root: Path | None, limit: int, seed: int = 0) -> list[Group]:
     )
     setup = esconv_setup(config, "pairwise evaluator groups")
     written = written_replies()
-    rng = random.Random(f"{seed}:pairwise")
+    rng = random.Random(f"{stage.seed}:pairwise")
     turns = [
         (turn, dialogue)
         for dialogue in setup.loaded["train"].records
@@ -137,6 +189,9 @@ def build_groups(root: Path | None, limit: int, seed: int = 0) -> list[Group]:
         if turn.labelled and turn.context and any(turn.counts.values()) and len(turn.reply.split()) >= MIN_WORDS
     ]
     rng.shuffle(turns)
+    by_emotion: dict[Any, list[tuple[Any, Any]]] = {}
+    for turn, dialogue in turns:
+        by_emotion.setdefault(dialogue.metadata.get("emotion_type"), []).append((turn, dialogue))
     groups: list[Group] = []
     for turn, dialogue in turns:
         if len(groups) == limit:
@@ -148,7 +203,15 @@ def build_groups(root: Path | None, limit: int, seed: int = 0) -> list[Group]:
         other, other_dialogue = turns[rng.randrange(len(turns))]
         while other_dialogue.id == dialogue.id or other_dialogue.metadata.get("emotion_type") == emotion:
             other, other_dialogue = turns[rng.randrange(len(turns))]
-        worse = negatives(turn.reply, other.reply, rng, written)
+        same = None
+        if stage.same_emotion:
+            kin = [t for t, d in by_emotion.get(emotion, []) if d.id != dialogue.id]
+            if not kin:  # the only dialogue of its emotion type
+                continue
+            same = kin[rng.randrange(len(kin))]
+        worse = negatives(
+            turn.reply, other.reply, rng, written, same_emotion=same.reply if same else None, drawn=stage.drawn
+        )
         covered: set[Dimension] = {d for d, n in turn.counts.items() if n > 0}
         scores = esconv_scores("reference", rubric, covered)
         groups.append(
@@ -239,26 +302,29 @@ def _group_loss(
 def train(
     out: Path,
     *,
-    steps: int = 250,
-    minutes: float = 55.0,
+    stage: Stage = STAGES[0],
+    steps: int | None = None,
+    minutes: float | None = None,
     lr: float = 5e-4,
     warmup: int = 10,
     rank: int = 8,
-    seed: int = 0,
     threads: int = 2,
     root: Path | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Train the pairwise LoRA on the shipped evaluator for ``steps`` groups or ``minutes``, whichever ends first;
-    save it under ``out/adapter`` (also every 25 steps) and the per-step log under ``out/steps.jsonl``."""
+    """Train ``stage``'s pairwise LoRA on the shipped evaluator for ``steps`` groups or ``minutes`` (the stage's
+    by default), whichever ends first; save it under ``out/adapter`` (also every 25 steps) and the per-step log
+    under ``out/steps.jsonl``."""
     import torch
     from peft import LoraConfig, get_peft_model
 
     from care_lab.training._common import load_model
 
-    torch.manual_seed(seed)
+    steps = stage.steps if steps is None else steps
+    minutes = stage.minutes if minutes is None else minutes
+    torch.manual_seed(stage.seed)
     torch.set_num_threads(threads)
-    groups = build_groups(root, steps, seed)
+    groups = build_groups(root, steps, stage)
     model, tokenizer, _ = load_model("bundled:evaluator", "float32")
     model.config.use_cache = True
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -304,7 +370,8 @@ def train(
     model.save_pretrained(str(out / "adapter"))
     tokenizer.save_pretrained(str(out / "adapter"))
     summary = {
-        "recipe": "evaluator-pairwise-v2",
+        "recipe": stage.name,
+        "seed": stage.seed,
         "steps": done,
         "planned_steps": steps,
         "minutes": round((time.perf_counter() - start) / 60, 1),
@@ -312,7 +379,8 @@ def train(
         "rank": rank,
         "margin": MARGIN,
         "threads": threads,
-        "negatives": f"offcontext + {DRAWN} of cut, shuffled, {', '.join(sorted(written_replies()))}",
+        "negatives": f"offcontext{' + offcontext_same' if stage.same_emotion else ''} + {stage.drawn} of cut, "
+        f"shuffled, {', '.join(sorted(written_replies()))}",
         "start": "bundled:evaluator",
         "data": "esconv/train.jsonl",
     }
@@ -375,26 +443,29 @@ def write_curve(out: Path, path: Path, command: str, block: int = 20) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Train (``--steps``, ``--minutes``) and export to ``--adapter``; ``--export-only`` exports a finished run."""
+    """Train a ``--stage`` (``--steps``, ``--minutes``: the stage's by default) and export it with the shipped
+    evaluator adapter to ``--adapter``; ``--export-only`` exports a finished run."""
     from care_lab.bench.contrast_run import PAIRWISE_ADAPTER
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stage", type=int, choices=range(1, len(STAGES) + 1), default=1)
     parser.add_argument("--out", default="runs/evaluator_pairwise")
     parser.add_argument("--adapter", default=str(PAIRWISE_ADAPTER))
-    parser.add_argument("--steps", type=int, default=250)
-    parser.add_argument("--minutes", type=float, default=55.0)
+    parser.add_argument("--steps", type=int)
+    parser.add_argument("--minutes", type=float)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
-        "--curve", default="benchmarks/results/evaluator_pairwise.json", help="the curve's results file"
+        "--curve", help="the curve's results file (default benchmarks/results/evaluator_pairwise[_<stage>].json)"
     )
     parser.add_argument("--export-only", action="store_true")
     args = parser.parse_args(argv)
     out = Path(args.out)
     if not args.export_only:
-        train(out, steps=args.steps, minutes=args.minutes, threads=args.threads)
+        train(out, stage=STAGES[args.stage - 1], steps=args.steps, minutes=args.minutes, threads=args.threads)
     print(export(out, Path(args.adapter)))
     command = "python -m care_lab.training.evaluator_pairwise " + " ".join(argv or sys.argv[1:])
-    print(write_curve(out, Path(args.curve), command))
+    curve = args.curve or f"benchmarks/results/evaluator_pairwise{'' if args.stage == 1 else f'_{args.stage}'}.json"
+    print(write_curve(out, Path(curve), command))
     return 0
 
 
