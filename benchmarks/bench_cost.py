@@ -25,39 +25,21 @@ from pathlib import Path
 
 from _grpo_groups import Group, esconv_data, esconv_groups
 
+from care_lab.bench.meter import Meter
 from care_sdk import (
     AdaptiveReward,
     Backend,
     GenerationRequest,
-    GenerationResult,
     RubricEvaluator,
     RubricGenerator,
     __version__,
     resolve_backend,
 )
-from care_sdk.backends import RUBRIC, ForcedReplies, ForcedRequest, ForwardingBackend
-from care_sdk.backends.base import Request
+from care_sdk.backends import ForcedReplies, ForcedRequest
 from care_sdk.backends.llamacpp import LlamaCppBackend, default_model_path
 from care_sdk.evaluator import forced_evaluation
 from care_sdk.prompts import evaluation_schema
 from care_sdk.types import Dimension, Message, Rubric
-
-
-class Meter(ForwardingBackend):
-    """Forwards to a real backend and counts requests, prompt and completion tokens, split by purpose."""
-
-    def __init__(self, inner: Backend) -> None:
-        super().__init__(inner)
-        self.calls = {"generator": 0, "evaluator": 0}
-        self.prompt_tokens = {"generator": 0, "evaluator": 0}
-        self.completion_tokens = {"generator": 0, "evaluator": 0}
-
-    def on_results(self, requests: Sequence[Request], results: Sequence[GenerationResult]) -> None:
-        for request, result in zip(requests, results, strict=True):
-            kind = "generator" if request.purpose == RUBRIC else "evaluator"
-            self.calls[kind] += 1
-            self.prompt_tokens[kind] += result.usage.get("prompt_tokens", 0)
-            self.completion_tokens[kind] += result.usage.get("completion_tokens", 0)
 
 
 def naive_rewards(meter: Meter, groups: list[Group], mode: str) -> list[float | None]:
@@ -139,11 +121,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         wall = time.perf_counter() - start
         rows[name] = {
             "wall_s": wall,
-            "calls": sum(meter.calls.values()),
-            "generator_calls": meter.calls["generator"],
-            "evaluator_calls": meter.calls["evaluator"],
-            "generator_prompt_tokens_per_reward": meter.prompt_tokens["generator"] / n,
-            "evaluator_prompt_tokens_per_reward": meter.prompt_tokens["evaluator"] / n,
+            "calls": meter.totals["calls"],
+            "generator_calls": meter.by_role["generator"]["calls"],
+            "evaluator_calls": meter.by_role["evaluator"]["calls"],
+            "generator_prompt_tokens_per_reward": meter.by_role["generator"]["prompt_tokens"] / n,
+            "evaluator_prompt_tokens_per_reward": meter.by_role["evaluator"]["prompt_tokens"] / n,
             "failed": sum(r is None for r in rewards),
         }
         print(f"{name}: {wall:.1f} s, {rows[name]['calls']:.0f} calls", flush=True)

@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from _grpo_groups import esconv_data, esconv_groups
-from bench_cost import Meter, measured_backend
+from bench_cost import measured_backend
 
+from care_lab.bench.meter import Meter
 from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator, __version__
 from care_sdk.provenance import Cost
 from care_sdk.types import RewardResult
@@ -30,7 +31,7 @@ from care_sdk.types import RewardResult
 
 def counts(meter: Meter) -> tuple[int, int, int]:
     """The meter's calls, prompt tokens and completion tokens so far."""
-    return sum(meter.calls.values()), sum(meter.prompt_tokens.values()), sum(meter.completion_tokens.values())
+    return int(meter.totals["calls"]), int(meter.totals["prompt_tokens"]), int(meter.totals["completion_tokens"])
 
 
 def summarise(results: Sequence[RewardResult], counted: tuple[int, int, int], wall: float) -> dict[str, object]:

@@ -39,18 +39,18 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from care_lab.bench.attacks import ATTACKS_BY_NAME, FLAGGED_CATEGORIES
+from care_lab.bench.meter import Meter
 from care_lab.bench.metrics import Estimate, bootstrap, mean
 from care_lab.bench.tasks import select
 from care_lab.data import load_esconv
 from care_sdk.addons import ContextFitReader
-from care_sdk.backends import Backend, ForwardingBackend, GenerationRequest, GenerationResult, TrainedAdapter
-from care_sdk.backends.base import Request
+from care_sdk.backends import Backend, TrainedAdapter
 from care_sdk.errors import ConfigError
 from care_sdk.evaluator import RubricEvaluator
 from care_sdk.generator import RubricGenerator
@@ -66,9 +66,7 @@ from care_sdk.guards import (
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import Context, Message
 
-R = TypeVar("R", bound=Request)
-
-__all__ = ["VIEWS", "Meter", "RobustItem", "RobustnessRunner", "flag_rates", "load_items", "markdown"]
+__all__ = ["VIEWS", "RobustItem", "RobustnessRunner", "flag_rates", "load_items", "markdown"]
 
 VIEWS: dict[str, str] = {"off": "off", "fence": "fence + pre-checks", "on": "all defences"}
 """The report's views: id -> column title."""
@@ -150,52 +148,6 @@ def flag_rates(
 
 def _mean(values: Sequence[float]) -> float | None:
     return mean(values)
-
-
-class Meter(ForwardingBackend):
-    """A backend wrapper that counts calls, tokens and seconds.
-
-    Examples:
-        >>> from care_sdk.testing import ScriptedBackend
-        >>> meter = Meter(ScriptedBackend(lambda req: "ok"))
-        >>> _ = meter.generate([GenerationRequest(messages=())] * 2)
-        >>> meter.snapshot()["calls"]
-        2
-    """
-
-    def __init__(self, inner: Backend) -> None:
-        super().__init__(inner)
-        self.totals = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0}
-
-    def _count(self, results: list[GenerationResult], seconds: float) -> list[GenerationResult]:
-        self.totals["calls"] += len(results)
-        self.totals["seconds"] += seconds
-        for result in results:
-            for key in ("prompt_tokens", "completion_tokens"):
-                self.totals[key] += result.usage.get(key, 0)
-        return results
-
-    def forward(
-        self, requests: Sequence[R], call: Callable[[Sequence[R]], list[GenerationResult]]
-    ) -> list[GenerationResult]:
-        """Forward a batch (decoded or forced), counting it."""
-        start = time.perf_counter()
-        results = call(requests)
-        return self._count(results, time.perf_counter() - start)
-
-    async def aforward(
-        self,
-        requests: Sequence[GenerationRequest],
-        call: Callable[[Sequence[GenerationRequest]], Awaitable[list[GenerationResult]]],
-    ) -> list[GenerationResult]:
-        """Async form of :meth:`forward`."""
-        start = time.perf_counter()
-        results = await call(requests)
-        return self._count(results, time.perf_counter() - start)
-
-    def snapshot(self) -> dict[str, Any]:
-        """The totals so far."""
-        return dict(self.totals)
 
 
 @dataclass
