@@ -99,7 +99,7 @@ class Scorer:
     """The shipped reward, its add-ons and the untrained base, all on the bundled model."""
 
     def __init__(self) -> None:
-        self.reward = AdaptiveReward.from_backend("default", context_fit=None)  # the method alone
+        self.reward = AdaptiveReward.from_backend("default")
         assert self.reward.parts == ("care",)
         generator = self.reward.generator
         assert generator is not None

@@ -103,7 +103,6 @@ def make_reward(arm: str, audit: Audit) -> Any:
     reward = AdaptiveReward(
         RubricGenerator(ScriptedBackend(generator, name="scripted-generator")),
         RubricEvaluator(ScriptedBackend(judge, name=f"scripted-{arm}")),
-        context_fit=None,
         audit=audit,
     )
     return per_dimension(reward) if arm == "per_dimension" else reward

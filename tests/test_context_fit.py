@@ -252,7 +252,7 @@ def test_context_fit_is_on_only_when_asked_for() -> None:
     assert AdaptiveReward.from_backend(ScriptedBackend([]), context_fit=fit).context_fit is fit
     assert AdaptiveReward.from_backend(ScriptedBackend([]), add_ons=AddOns(context_fit=fit)).context_fit is fit
     with pytest.raises(ConfigError, match="context-fit is asked for twice"):
-        AdaptiveReward.from_backend(ScriptedBackend([]), add_ons=AddOns(context_fit=fit), context_fit=None)
+        AdaptiveReward.from_backend(ScriptedBackend([]), add_ons=AddOns(context_fit=fit), context_fit=fit)
 
 
 def test_the_quality_variants_share_one_read_of_each_reply() -> None:

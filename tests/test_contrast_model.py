@@ -1,6 +1,6 @@
 """The bundled default reads the reply: on contexts written for this test, the real reply beats a
 dismissive one, a one-word one, a harm-validating one and another conversation's reply
-(``benchmarks/rules/contrast.md``), and the evaluator's own part, the method's formula, moves with the reply."""
+(``benchmarks/rules/contrast.md``), under the method's formula."""
 
 from __future__ import annotations
 
@@ -73,11 +73,7 @@ def test_the_real_reply_beats_worse_ones(reward: AdaptiveReward, case: int) -> N
     )
     scores = [r.reward for r in results]
     assert None not in scores, [r.error for r in results]
-    assert results[0].parts == ("care", "context_fit")
+    assert results[0].parts == ("care",)  # the method's formula, as on every backend
     named = dict(zip(("dismissive", "one_word", "harm_validating", "other_conversation"), scores[1:], strict=True))
     losers = {name: score for name, score in named.items() if not scores[0] > score}  # type: ignore[operator]
     assert not losers, f"real reply {scores[0]:.3f} not above {losers}"
-    # the rubric's part alone (the method's formula) ranks the real reply above the written worse ones
-    rubric = [r.rubric_reward for r in results]
-    below = {name: rubric[i] for i, name in ((1, "dismissive"), (2, "one_word"), (3, "harm_validating"))}
-    assert all(rubric[0] > value for value in below.values()), f"rubric part {rubric[0]:.3f} vs {below}"  # type: ignore[operator]

@@ -68,7 +68,7 @@ def test_the_shipped_reward_orders_held_out_judged_replies_as_the_judge(data_dir
         if best.aggregated_empathy - worst.aggregated_empathy >= 1:
             cases.append((list(dialogues[cid].messages[:index]), best.response, worst.response))
     cases = cases[:12]
-    reward = AdaptiveReward.from_backend("default", guards=None, context_fit=None)  # the adapter alone
+    reward = AdaptiveReward.from_backend("default", guards=None)
     results = reward.score_batch([(c, r) for c, best, worst in cases for r in (best, worst)])
     wins = 0.0
     for k in range(len(cases)):

@@ -69,9 +69,11 @@ def test_a_context_fit_string_is_refused_with_the_way_to_ask_for_it(option: str)
         AdaptiveReward.from_backend(ScriptedBackend([]), context_fit=option)
 
 
-def test_auto_is_the_method_on_a_backend_without_a_term_of_its_own() -> None:
-    reward = AdaptiveReward.from_backend(ScriptedBackend([]), context_fit="auto")
+def test_context_fit_is_off_unless_asked_for_and_a_string_is_refused() -> None:
+    reward = AdaptiveReward.from_backend(ScriptedBackend([]))
     assert reward.context_fit is None and reward.parts == ("care",)
+    with pytest.raises(ConfigError, match="'auto' is not a ContextFitReader"):
+        AdaptiveReward.from_backend(ScriptedBackend([]), context_fit="auto")  # type: ignore[arg-type]
 
 
 def test_a_variant_names_itself_in_the_parts() -> None:
@@ -109,9 +111,7 @@ SPECS: dict[str, Callable[[pytest.FixtureRequest], Any]] = {
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(SPECS))
 def test_every_spec_gives_the_formula(name: str, request: pytest.FixtureRequest) -> None:
-    # the bundled default's documented reward carries context fit; context_fit=None asks for the method alone
-    options = {"context_fit": None} if name == "default" else {}
-    reward = AdaptiveReward.from_backend(SPECS[name](request), **options)
+    reward = AdaptiveReward.from_backend(SPECS[name](request))
     assert reward.context_fit is None and reward.parts == ("care",)
     results = reward.score_batch([(CONTEXT, REPLY), (CONTEXT, "Tell me more.")])
     scored = [r for r in results if r.reward is not None]
@@ -121,12 +121,15 @@ def test_every_spec_gives_the_formula(name: str, request: pytest.FixtureRequest)
 
 
 @pytest.mark.slow
-def test_the_bundled_default_pays_the_formula_times_its_fit() -> None:
-    """The bundled default's documented reward: fit * (0.5 + 0.5 * the method's formula)."""
-    reward = AdaptiveReward.from_backend("default")
+def test_the_context_fit_add_on_pays_the_formula_times_its_fit() -> None:
+    """Context fit (opt-in) on the bundled models: fit * (0.5 + 0.5 * the method's formula)."""
+    from care_sdk.addons import add_ons
+
+    reward = AdaptiveReward.from_backend("default", add_ons=["context-fit"])
     assert reward.parts == ("care", "context_fit")
     result = reward.score(CONTEXT, REPLY)
     assert result.reward is not None and result.rubric is not None and result.evaluation is not None, result.error
     assert result.parts == ("care", "context_fit") and result.context_fit is not None
     formula = documented_reward(result.rubric, result.evaluation)
     assert result.reward == pytest.approx(result.context_fit * (0.5 + 0.5 * formula), abs=1e-9)
+    assert add_ons("context-fit").context_fit is not None

@@ -338,7 +338,7 @@ def test_a_grpo_step_passes_the_profile_column_to_the_rubric_prompt(tmp_path: Pa
     with LlamaCppBackend(model_path, n_ctx=2048) as base:
         recorder = RecordingBackend(base)
         generator = RubricGenerator(recorder, check_criteria=False)  # the base model's criteria are not the point
-        reward = AdaptiveReward(generator, RubricEvaluator(base), context_fit=None)
+        reward = AdaptiveReward(generator, RubricEvaluator(base))
         history, _ = run_grpo(tmp_path, reward, rows)
     rubric_prompts = [user_prompt(r) for r in recorder.requests if r.purpose == RUBRIC]
     assert rubric_prompts, "no rubric was asked for"

@@ -44,18 +44,14 @@ from care_sdk.types import Context, Dimension, Messages
 
 __all__ = [
     "ADD_ONS",
-    "AUTO_FIT",
     "AddOn",
     "AddOns",
-    "AutoFit",
     "ContextFitReader",
-    "OwnContextFit",
     "WeightRead",
     "WeightReader",
     "add_ons",
     "check_add_ons",
     "parse_add_on",
-    "resolve_context_fit",
 ]
 
 
@@ -162,33 +158,6 @@ class ContextFitReader(Protocol):
         ...
 
 
-AutoFit = Literal["auto"]
-"""The type of :data:`AUTO_FIT`."""
-
-AUTO_FIT: AutoFit = "auto"
-"""``AdaptiveReward(context_fit=AUTO_FIT)``, the default: the evaluator backend's own term, if any."""
-
-
-@runtime_checkable
-class OwnContextFit(Protocol):
-    """An evaluator backend whose documented reward carries a context-fit term (the bundled ``default``).
-
-    :class:`~care_sdk.AdaptiveReward` (``context_fit="auto"``, its default) asks the evaluator's
-    backend for this term; every other backend has none and computes the method's formula.
-
-    Examples:
-        >>> class Judge:
-        ...     def own_context_fit(self):
-        ...         return None
-        >>> isinstance(Judge(), OwnContextFit), isinstance(object(), OwnContextFit)
-        (True, False)
-    """
-
-    def own_context_fit(self) -> ContextFitReader | None:
-        """The context-fit reader this backend's reward uses unless the caller passes one (or ``None``)."""
-        ...
-
-
 @dataclass(frozen=True)
 class AddOn:
     """How :func:`add_ons` builds one add-on, and which seam it plugs into.
@@ -234,30 +203,6 @@ class AddOns:
     def generator_options(self) -> dict[str, Any]:
         """The :class:`~care_sdk.RubricGenerator` keyword arguments these add-ons ask for."""
         return {} if self.weight_reader is None else {"weight_reader": self.weight_reader}
-
-    def reward_context_fit(self) -> ContextFitReader | AutoFit:
-        """``AdaptiveReward``'s ``context_fit`` for these add-ons: the one named, else :data:`AUTO_FIT`
-        (the evaluator backend's own term, which only the bundled ``default`` has).
-
-        Examples:
-            >>> AddOns().reward_context_fit()
-            'auto'
-        """
-        return AUTO_FIT if self.context_fit is None else self.context_fit
-
-
-def resolve_context_fit(option: ContextFitReader | AutoFit | None, backend: object) -> ContextFitReader | None:
-    """The context-fit reader a reward uses: ``option`` itself, or for :data:`AUTO_FIT` the term of the
-    evaluator's ``backend`` (:class:`OwnContextFit`), ``None`` where it has none.
-
-    Examples:
-        >>> from care_sdk.testing import ScriptedBackend
-        >>> resolve_context_fit("auto", ScriptedBackend([])) is None, resolve_context_fit(None, object())
-        (True, None)
-    """
-    if isinstance(option, str) and option == AUTO_FIT:
-        return backend.own_context_fit() if isinstance(backend, OwnContextFit) else None
-    return option
 
 
 def parse_add_on(value: str) -> tuple[str, str | None]:

@@ -255,7 +255,7 @@ class Audit:
 
         judge = reference if isinstance(reference, AdaptiveReward) else None
         if judge is None:
-            judge = AdaptiveReward.from_backend(reference, variant=variant, context_fit=None, name="care_reference")
+            judge = AdaptiveReward.from_backend(reference, variant=variant, name="care_reference")
         return _RewardReference(judge)
 
     def __getstate__(self) -> dict[str, Any]:

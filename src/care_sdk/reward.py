@@ -8,7 +8,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from care_sdk._calls import METRIC_PREFIX, report_to_trainer, trl_items, trl_profiles
-from care_sdk.addons import AUTO_FIT, AddOns, AutoFit, ContextFitReader, resolve_context_fit
+from care_sdk.addons import AddOns, ContextFitReader
 from care_sdk.addons import add_ons as build_add_ons
 from care_sdk.backends import Backend, resolve_backend, spec_per_role
 from care_sdk.errors import CareError, ConfigError
@@ -81,12 +81,9 @@ class AdaptiveReward:
             when there is one, the reward of every evaluated reply is
             ``context_fit.combine(rubric reward, fit)``, where ``fit`` is how likely the reply was
             written for its context; ``RewardResult.context_fit`` holds the fit and
-            ``RewardResult.parts`` names what produced the reward. ``"auto"`` (the default) takes
-            the evaluator backend's own term (:class:`~care_sdk.addons.OwnContextFit`): the bundled
-            ``default`` evaluator has one, because its evaluator alone does not rank a real reply
-            above another conversation's often enough; every other backend has none and computes the
-            method's reward. ``None`` is the method's reward on any backend. Another reader (e.g.
-            ``care_sdk.addons.add_ons("context-fit").context_fit``) is used as given.
+            ``RewardResult.parts`` names what produced the reward. ``None`` (the default): the
+            method's reward, on every backend. Build one with
+            ``care_sdk.addons.add_ons("context-fit").context_fit``.
         name: the reward's ``__name__`` (TRL names its ``rewards/<name>/...`` metrics after it) and
             the prefix of the metrics it logs itself: ``care/...`` for the default ``care_reward``,
             ``<name>/...`` otherwise, so two rewards in one trainer log apart.
@@ -116,7 +113,7 @@ class AdaptiveReward:
         variant: Variant | str = "care",
         rubric: Rubric | None = None,
         guards: Guards | None = Guards(),  # noqa: B008 - frozen, shared safely
-        context_fit: ContextFitReader | AutoFit | None = AUTO_FIT,
+        context_fit: ContextFitReader | None = None,
         name: str = DEFAULT_NAME,
         audit: Audit | None = None,
     ) -> None:
@@ -125,7 +122,6 @@ class AdaptiveReward:
         if evaluator is None:
             raise ConfigError("AdaptiveReward needs an evaluator")
         _check_context_fit(context_fit)
-        fit = resolve_context_fit(context_fit, evaluator.backend)
         self.variant: Variant = as_variant(variant)
         """The reward variant (``care`` when a fixed ``rubric`` is given without one)."""
         self.weights: WeightsMode
@@ -143,7 +139,7 @@ class AdaptiveReward:
         # Every rubric, given or generated, goes through _adapt: no option is ever ignored.
         self.rubric = self.adapt(rubric) if rubric is not None else None
         self.guards = guards
-        self.context_fit = fit
+        self.context_fit = context_fit
         self.__name__ = name  # TRL names reward functions by __name__
         self.audit = audit
 
@@ -218,8 +214,7 @@ class AdaptiveReward:
         ``fixed_rubric`` builds no generator and resolves no generator backend. ``add_ons`` are opt-in
         add-ons outside the method, ``NAME[=SPEC]`` strings as in ``care score --add-on`` (see
         :func:`care_sdk.addons.add_ons`) or built :class:`~care_sdk.addons.AddOns`; without them every
-        backend computes the method's reward, except the bundled ``default``, whose documented reward
-        carries context fit (``context_fit=None`` turns it off). ``generator_options`` and
+        backend computes the method's reward. ``generator_options`` and
         ``evaluator_options`` are keyword arguments of :class:`RubricGenerator` and
         :class:`RubricEvaluator` (``seed``, ``max_tokens``, ``cache``, ...). ``options`` are the
         constructor's (``rubric``, ``guards``, ``context_fit``, ``name``).
@@ -242,7 +237,7 @@ class AdaptiveReward:
         """
         extra = _built_add_ons(add_ons)
         if extra.context_fit is not None:
-            if options.get("context_fit", AUTO_FIT) != AUTO_FIT:
+            if options.get("context_fit") is not None:
                 raise ConfigError("add_ons: context-fit is asked for twice (context_fit= and add_ons=); choose one")
             options["context_fit"] = extra.context_fit
         built: dict[Any, Any] = {}
@@ -574,7 +569,7 @@ def _check_context_fit(context_fit: object) -> None:
         ...
         care_sdk.errors.ConfigError: context_fit: 'on' is not a ContextFitReader ...
     """
-    if context_fit is None or context_fit == AUTO_FIT or isinstance(context_fit, ContextFitReader):
+    if context_fit is None or isinstance(context_fit, ContextFitReader):
         return
     hint = ""
     if isinstance(context_fit, str):

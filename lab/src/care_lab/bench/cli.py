@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from care_lab.bench._cli_args import ProgressBar, add_backend_options, add_run_options, csv_list, resolve_backends, slug
-from care_sdk.addons import resolve_context_fit
 from care_sdk.cli_options import add_add_on_option, add_ons_of
 from care_sdk.variants import VARIANTS
 
@@ -71,7 +70,7 @@ def _cmd_quality(args: argparse.Namespace) -> int:
         out_dir=out,
         variants=args.variants,
         batch_size=args.batch_size,
-        context_fit=resolve_context_fit(extra.reward_context_fit(), evaluator.backend),
+        context_fit=extra.context_fit,
         score_batches=None if args.ray is None else _ray_batches(args),
     )
 

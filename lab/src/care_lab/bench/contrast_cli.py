@@ -62,7 +62,7 @@ def _cmd_contrast(args: argparse.Namespace) -> int:
     reward = AdaptiveReward(
         RubricGenerator(generator_backend, seed=args.seed, **extra.generator_options()),
         RubricEvaluator(evaluator_backend, seed=args.seed),
-        context_fit=extra.reward_context_fit(),
+        context_fit=extra.context_fit,
     )
     out = Path(args.out) if args.out else Path("care-contrast") / slug(args.evaluator_backend or args.backend)
 

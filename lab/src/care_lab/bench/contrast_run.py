@@ -160,14 +160,14 @@ def _scorer(arm: str) -> Scorer:
     from care_sdk import RubricEvaluator, RubricGenerator
 
     if arm == "base":
-        return reward_scorer(AdaptiveReward(RubricGenerator("base"), RubricEvaluator("base"), context_fit=None))
+        return reward_scorer(AdaptiveReward(RubricGenerator("base"), RubricEvaluator("base")))
     if arm == "shipped":
         return reward_scorer(AdaptiveReward.from_backend("default"), formula=True)
     if arm == "method":
         from care_sdk.bundled.context_fit import ContextFit
 
         # the method's formula alone, with the PMI reads the context-fit arms are computed from
-        return reward_scorer(AdaptiveReward.from_backend("default", context_fit=None), fit=ContextFit())
+        return reward_scorer(AdaptiveReward.from_backend("default"), fit=ContextFit())
     if arm in PAIRWISE_ADAPTERS:
         from care_sdk.backends import resolve_backend
         from care_sdk.bundled.context_fit import ContextFit
@@ -178,7 +178,7 @@ def _scorer(arm: str) -> Scorer:
         backend = resolve_backend("default", role="evaluator", adapter=adapter)
         evaluator = RubricEvaluator(backend, use_logprobs=True)  # read as it was trained: expected scores
         fit = ContextFit() if arm == "pairwise2" else None  # the PMI reads once per context
-        return reward_scorer(AdaptiveReward(RubricGenerator("default"), evaluator, context_fit=None), fit=fit)
+        return reward_scorer(AdaptiveReward(RubricGenerator("default"), evaluator), fit=fit)
     raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(MODEL_ARMS)}")
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from care_lab.bench._cli_args import ProgressBar, add_backend_options, add_run_options, csv_list, resolve_backends, slug
-from care_sdk.addons import resolve_context_fit
 from care_sdk.cli_options import add_add_on_option, add_ons_of
 
 __all__ = ["add_robustness_command"]
@@ -46,7 +45,7 @@ def _cmd_robustness(args: argparse.Namespace) -> int:
         out_dir=out,
         attacks=args.attacks or None,
         guards=guards,
-        context_fit=resolve_context_fit(extra.reward_context_fit(), evaluator_backend),
+        context_fit=extra.context_fit,
         batch_size=args.batch_size,
         seed=args.seed,
         resamples=args.resamples,

@@ -54,7 +54,7 @@ def build_reward(settings: RewardSettings, pool: BackendPool) -> AdaptiveReward:
             max_attempts=settings.max_attempts,
             **chosen.generator_options(),
         )
-    return AdaptiveReward(generator, evaluator, variant=settings.variant, context_fit=chosen.reward_context_fit())
+    return AdaptiveReward(generator, evaluator, variant=settings.variant, context_fit=chosen.context_fit)
 
 
 def build_simulator(settings: SimulatorSettings, pool: BackendPool, *, seed: int = 0) -> SimulatedUser:
