@@ -1,9 +1,9 @@
 """Context fit: does a reply answer this conversation, or would it fit any?
 
 A reply written for another conversation can meet every criterion of a rubric on paper (it asks
-an open question, it names a feeling) while answering nothing the user said. The bundled 135M
-evaluator tells such a reply from the real one less often than the same model read as a language
-model: a reply written for this context is likelier after it than after a neutral message. The
+an open question, it names a feeling) while answering nothing the user said. A small evaluator
+can miss that; the same model read as a language model has another view of it: a reply written
+for this context is likelier after it than after a neutral message. The
 reply's pointwise mutual information with its context,
 
     pmi = log p(reply | context) - log p(reply | "Hi.")   (nats, summed over the reply),
