@@ -16,9 +16,10 @@ Applies ``benchmarks/rules/contrast.md`` (written before any read). Three steps,
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set intents --arms shipped,base
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set sage --arms shipped,base
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py report --set intents   # and --set sage
-    # a later artifact's fresh read: the next 60 intents contexts, outside the dialogues read 3 took
-    CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set intents --skip-reads 1 \
-        --out runs/contrast/intents4 --arms shipped,base      # then `report` with the same options
+    # a later artifact's fresh read: the next 60 intents contexts, outside the dialogues the earlier reads
+    # took (read 4: --skip-reads 1 --out runs/contrast/intents4; read 5, the default as it ships:)
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set intents --skip-reads 2 \
+        --out runs/contrast/intents5 --arms shipped,base      # then `report` with the same options
 
 ``fit-gate`` writes ``benchmarks/results/context_fit_gate.json``: per ESConv train dialogue, the
 first supporter turn the rule's sample would take, ordered the same way, the first 150; each real

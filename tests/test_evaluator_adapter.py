@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from care_lab.data import LEND_AN_EAR_HELD_OUT, lend_an_ear_split, load_judged_turns, load_lend_an_ear
+from care_lab.training.evaluator_pairwise import STAGES
 from care_sdk import AdaptiveReward, Rubric, RubricEvaluator, RubricGenerator
 from care_sdk.backends.llamacpp import LlamaCppBackend
 from care_sdk.bundled.adapters import bundled_adapter
@@ -26,7 +27,7 @@ def test_the_default_evaluator_is_the_shipped_adapter(shipped: RubricEvaluator) 
     adapter = shipped.backend.adapter  # type: ignore[attr-defined]
     assert adapter.role == "evaluator" and adapter.prompt_version == EVALUATOR_PROMPT_VERSION
     assert adapter.max_context_messages == 4 and shipped.max_context_messages == 4
-    assert adapter.training["recipe"] == "evaluator-pairwise-v2" and adapter.training["steps"]
+    assert adapter.training["recipe"] == STAGES[-1].name and adapter.training["steps"]  # the last stage
     assert adapter.expected_scores and shipped.use_logprobs  # read as it was trained
     assert not RubricEvaluator("default", use_logprobs=False).use_logprobs  # an explicit choice wins
     assert RubricEvaluator("base").backend.adapter is None  # type: ignore[attr-defined]
