@@ -133,7 +133,8 @@ def negatives(
 
 @dataclass(frozen=True)
 class Stage:
-    """What one run of the recipe draws: the groups' order, the worse replies of each group, where it starts.
+    """What one run of the recipe draws and how long it runs: the groups' order, the worse replies of each
+    group, its steps and minutes (every stage starts from the shipped evaluator adapter, merged).
 
     The bundled evaluator is two stages (:data:`STAGES`): the first trained on the SFT adapter, the second
     on the first's, with another conversation's reply of the same emotion type too.
