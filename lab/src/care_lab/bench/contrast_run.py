@@ -11,7 +11,7 @@ and arm in ``OUT/<arm>.jsonl``, so a run resumes where it stopped. The arms:
 - ``base``: the untrained base model as generator and evaluator, the method's formula.
 - ``shipped``: ``AdaptiveReward.from_backend("default")`` as it ships (its documented formula); each
   record also holds the method's formula read from the same rubric and evaluation (``method_scores``).
-- ``pairwise2``, ``pairwise3``: the method's formula with a trained pairwise evaluator stage
+- ``pairwise2``, ``pairwise3``, ``pairwise4``: the method's formula with a trained pairwise evaluator stage
   (:data:`PAIRWISE_ADAPTERS`), read with expected scores; ``pairwise2`` also records the PMI reads. Each
   gives two context-fit arms with the shipped gate: ``<arm>_fit`` (``fit * (0.5 + 0.5 * r)``) and
   ``<arm>_fit0`` (``fit * r``), the PMI read from whichever record of the context has it.
@@ -59,16 +59,21 @@ __all__ = [
     "score_arm",
 ]
 
-MODEL_ARMS = ("method", "base", "shipped", "pairwise2", "pairwise3")
+MODEL_ARMS = ("method", "base", "shipped", "pairwise2", "pairwise3", "pairwise4")
 """The arms that run a model; the context-fit arms of a selection run are read from ``method``'s records,
 and ``shipped`` (the bundled ``default`` as it ships) records the method's formula of its own evaluation beside
 its reward."""
 
 PAIRWISE_ADAPTER = Path("runs/evaluator_pairwise/evaluator.gguf")
 """Where ``care_lab.training.evaluator_pairwise`` writes its adapter by default."""
-PAIRWISE_ADAPTERS = {"pairwise2": PAIRWISE_ADAPTER, "pairwise3": Path("runs/evaluator_pairwise3/evaluator.gguf")}
-"""The adapter each pairwise arm reads: the recipe's first stage and its second
-(``--stage 2 --out runs/evaluator_pairwise3 --adapter runs/evaluator_pairwise3/evaluator.gguf``)."""
+PAIRWISE_ADAPTERS = {
+    "pairwise2": PAIRWISE_ADAPTER,
+    "pairwise3": Path("runs/evaluator_pairwise3/evaluator.gguf"),
+    "pairwise4": Path("runs/evaluator_pairwise4/evaluator.gguf"),
+}
+"""The adapter each pairwise arm reads: the recipe's first stage, its second
+(``--stage 2 --out runs/evaluator_pairwise3 --adapter runs/evaluator_pairwise3/evaluator.gguf``) and its
+third (``--stage 3``, ``evaluator_pairwise4`` likewise)."""
 
 MIN_REAL_WORDS = 12
 """The rule's smallest real reply (words) for an ESConv context."""
