@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from care_lab.bench.contrast import FAMILY_NAMES, ContrastItem, contrast_replies, family_texts, summarise
-from care_lab.bench.contrast_run import esconv_items, merge_records, reward_scorer, score_arm
+from care_lab.bench.contrast_run import esconv_items, evaluator_adapter, merge_records, reward_scorer, score_arm
 from care_sdk import AdaptiveReward, RubricEvaluator, RubricGenerator
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
 
@@ -76,6 +77,23 @@ def test_an_arm_scores_each_context_once_with_one_rubric_and_resumes(tmp_path: P
     # guards' settled replies aside, the real reply never beats a family
     assert summary["scripted"]["families"]["one_word"]["value"] == 0.0
     assert summary["length"]["families"]["one_word"]["value"] == 1.0
+
+
+def test_a_model_arm_keeps_no_record_of_another_evaluator_adapter(tmp_path: Path) -> None:
+    import hashlib
+
+    from care_sdk.bundled.adapters import bundled_adapter
+
+    shipped = bundled_adapter("evaluator")
+    assert shipped is not None
+    assert evaluator_adapter("shipped") == hashlib.sha256(shipped.read_bytes()).hexdigest()[:12]
+    assert evaluator_adapter("base") is None
+    (tmp_path / "shipped.jsonl").write_text(json.dumps({"id": "a", "evaluator": "000000000000"}) + "\n")
+    with pytest.raises(ValueError, match=r"shipped.jsonl, context a: scored with evaluator 000000000000"):
+        score_arm("shipped", ITEMS, tmp_path, progress=lambda _: None)
+    (tmp_path / "shipped.jsonl").write_text(json.dumps({"id": "a"}) + "\n")  # a record from before the pin
+    with pytest.raises(ValueError, match=r"\(not recorded\)"):
+        score_arm("shipped", ITEMS, tmp_path, progress=lambda _: None)
 
 
 def test_the_pairwise_arms_fit_reads_the_pmi_of_any_record_of_the_context() -> None:

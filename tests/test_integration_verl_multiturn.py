@@ -215,9 +215,10 @@ class DataProto:
         return len(next(iter(self.batch.values())))
 
     def __getitem__(self, index: int | slice) -> Any:
-        if isinstance(index, slice):
-            return DataProto({k: v[index] for k, v in self.batch.items()}, dict(self.non_tensor_batch))
-        return DataProto({k: v[index] for k, v in self.batch.items()}, dict(self.non_tensor_batch))
+        # a slice keeps a batch; an index gives one item, each non-tensor column's value for it
+        return DataProto(
+            {k: v[index] for k, v in self.batch.items()}, {k: v[index] for k, v in self.non_tensor_batch.items()}
+        )
 
 
 def test_reward_manager_places_turn_rewards_in_the_batch_reward_loop(tokenizer: Any) -> None:
@@ -255,3 +256,24 @@ def test_reward_manager_in_the_streaming_agent_loop_returns_the_row_sum(tokenize
     out = asyncio.run(Manager(None, tokenizer, None).run_single(data))
     assert out["reward_score"] == pytest.approx(0.625)  # a number: verl puts it on the last token itself
     assert out["reward_extra_info"]["care_turn_rewards"] == "[0.75, 0.5]"
+
+
+def test_reward_manager_judges_each_rollout_as_said_to_the_user_of_its_row(tokenizer: Any) -> None:
+    from care_sdk.integrations.verl import make_row
+
+    rollouts = [layout(tokenizer, ["Let's plan tonight.", "One page at a time."], ["I'm so tired."])] * 2
+    profiles = [make_row("I'm behind.", profile={"traits": ["proud"]})["extra_info"], {}]
+    data = DataProto(padded_batch(tokenizer, rollouts), {"extra_info": profiles})
+    backend = scripted()
+
+    class Manager(vm.CareTurnRewardManager):
+        reward = AdaptiveReward.from_backend(backend)
+
+    manager = Manager(config=None, tokenizer=tokenizer, compute_score=None)
+    for i in range(len(data)):
+        asyncio.run(manager.run_single(data[i : i + 1]))
+    marked = ["Traits: proud" in r.messages[1].content for r in backend.requests]
+    assert marked[:4].count(True) == 4 and not any(marked[4:])  # the first rollout's 2 turns x (rubric, evaluation)
+    bad = DataProto(padded_batch(tokenizer, rollouts[:1]), {"extra_info": [{"profile": '{"traits": "x"}'}]})
+    with pytest.raises(InputError, match=r"verl rollout: extra_info\['profile'\].traits"):
+        asyncio.run(manager.run_single(bad))

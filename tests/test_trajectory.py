@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from care_sdk import AdaptiveReward, GenerationRequest, Rubric, RubricEvaluator, RubricGenerator
+from care_sdk.errors import InputError
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
 from care_sdk.trajectory import TrajectoryResult, TrajectoryReward, aggregate_turn_rewards
 
@@ -80,6 +81,18 @@ def test_batches_mix_dialogues_and_report_empty_ones() -> None:
     results = episode.score_batch([DIALOGUE, DIALOGUE[:3], [{"role": "user", "content": "hello?"}]])
     assert [r.reward for r in results] == [1.0, 0.25, None]
     assert results[2].error is not None and "no assistant turn" in results[2].error
+
+
+async def test_each_dialogues_profile_reaches_every_turn_of_it_and_only_it() -> None:
+    gen = ScriptedBackend(lambda req: rubric_json({"cognitive": 1, "affective": 1, "proactive": 1}))
+    ev = ScriptedBackend(by_marker)
+    episode = TrajectoryReward(AdaptiveReward(RubricGenerator(gen), RubricEvaluator(ev)))
+    results = await episode.ascore_batch([DIALOGUE, DIALOGUE[:3]], [{"traits": ["proud"]}, None])
+    assert [r.reward for r in results] == [pytest.approx(2 / 3), 0.25]
+    marked = ["Traits: proud" in r.messages[1].content for r in (*gen.requests, *ev.requests)]
+    assert marked.count(True) == 6 and marked.count(False) == 2  # 3 turns x (rubric, evaluation) of the first
+    with pytest.raises(InputError, match="profiles: 1 values for 2 items"):
+        episode.score_batch([DIALOGUE, DIALOGUE], ["A student."])
 
 
 async def test_async_batch_matches_sync() -> None:

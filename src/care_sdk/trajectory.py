@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from care_sdk.errors import ConfigError
+from care_sdk.profiles import ProfileLike, UserProfile, as_profiles
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import Dialogue, Message, Messages, RewardResult, as_messages
 
@@ -163,11 +164,15 @@ class TrajectoryReward:
             reward=value, how=self.how, gamma=gamma, turn_indices=tuple(indices), turns=tuple(turns), error=error
         )
 
-    def _split(self, dialogues: Sequence[DialogueLike]) -> tuple[list[list[int]], list[tuple[Messages, str]]]:
+    def _split(
+        self, dialogues: Sequence[DialogueLike], profiles: Sequence[ProfileLike] | None
+    ) -> tuple[list[list[int]], list[tuple[Messages, str]], list[UserProfile | None]]:
         parsed = [self._dialogue(d) for d in dialogues]
+        per_dialogue = as_profiles(profiles, len(parsed))
         indices = [[t.index for t in d.turns()] for d in parsed]
         items = [(t.context, t.reply) for d in parsed for t in d.turns()]
-        return indices, items
+        turn_profiles = [p for p, idx in zip(per_dialogue, indices, strict=True) for _ in idx]
+        return indices, items, turn_profiles
 
     def _join(self, indices: list[list[int]], results: list[RewardResult]) -> list[TrajectoryResult]:
         out, start = [], 0
@@ -176,19 +181,41 @@ class TrajectoryReward:
             start += len(idx)
         return out
 
-    def score_batch(self, dialogues: Sequence[DialogueLike]) -> list[TrajectoryResult]:
-        """Score many dialogues; a failed episode has ``reward=None`` and ``error``, never an exception."""
-        indices, items = self._split(dialogues)
-        return self._join(indices, self.reward.score_batch(items))
+    def score_batch(
+        self, dialogues: Sequence[DialogueLike], profiles: Sequence[ProfileLike] | None = None
+    ) -> list[TrajectoryResult]:
+        """Score many dialogues, each with its user's profile when ``profiles`` is given (one per dialogue,
+        used for every turn of it; see :meth:`AdaptiveReward.score_batch`); a failed episode has
+        ``reward=None`` and ``error``, never an exception.
 
-    async def ascore_batch(self, dialogues: Sequence[DialogueLike]) -> list[TrajectoryResult]:
+        Raises:
+            InputError: ``profiles`` has another length than ``dialogues``, or an entry is not a profile.
+        """
+        indices, items, turn_profiles = self._split(dialogues, profiles)
+        return self._join(indices, self.reward.score_batch(items, turn_profiles))
+
+    async def ascore_batch(
+        self, dialogues: Sequence[DialogueLike], profiles: Sequence[ProfileLike] | None = None
+    ) -> list[TrajectoryResult]:
         """Async form of :meth:`score_batch`."""
-        indices, items = self._split(dialogues)
-        return self._join(indices, await self.reward.ascore_batch(items))
+        indices, items, turn_profiles = self._split(dialogues, profiles)
+        return self._join(indices, await self.reward.ascore_batch(items, turn_profiles))
 
-    def score(self, dialogue: DialogueLike) -> TrajectoryResult:
-        """Score one dialogue (see :meth:`score_batch`)."""
-        return self.score_batch([dialogue])[0]
+    def score(self, dialogue: DialogueLike, profile: ProfileLike = None) -> TrajectoryResult:
+        """Score one dialogue, said to the user ``profile`` describes when given (see :meth:`score_batch`).
+
+        Examples:
+            >>> from care_sdk import RubricEvaluator, Rubric
+            >>> from care_sdk.testing import ScriptedBackend, evaluation_json
+            >>> backend = ScriptedBackend([evaluation_json([4] * 6)])
+            >>> per_turn = AdaptiveReward(evaluator=RubricEvaluator(backend), rubric=Rubric.uniform_fixed())
+            >>> TrajectoryReward(per_turn).score([{"role": "user", "content": "I failed."},
+            ...     {"role": "assistant", "content": "Oh no."}], profile={"traits": ["proud"]}).reward
+            0.75
+            >>> backend.requests[0].messages[1].content.count("Traits: proud")
+            1
+        """
+        return self.score_batch([dialogue], None if profile is None else [profile])[0]
 
     def __repr__(self) -> str:
         return f"TrajectoryReward({self.reward!r}, how={self.how!r}, gamma={self.gamma})"

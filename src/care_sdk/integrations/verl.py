@@ -73,7 +73,7 @@ from care_sdk.reward import AdaptiveReward
 from care_sdk.types import DIMENSIONS, Message, Messages, RewardResult, as_messages
 from care_sdk.variants import as_variant
 
-__all__ = ["compute_score", "compute_score_batch", "get_audit", "get_reward", "make_row"]
+__all__ = ["compute_score", "compute_score_batch", "get_audit", "get_reward", "make_row", "read_profile"]
 
 logger = logging.getLogger(__name__)
 
@@ -226,14 +226,14 @@ def _context(extra_info: Any, context_key: str, where: str) -> Messages:
     return messages
 
 
-def _profile(extra_info: Any, profile_key: str, where: str) -> UserProfile | None:
+def read_profile(extra_info: Any, profile_key: str, where: str) -> UserProfile | None:
     """The user profile of a row, normalised once, where it enters from verl: ``extra_info[profile_key]``
     as JSON text (what :func:`make_row` writes), free text, or a dict; none when absent or ``None``.
 
     Examples:
-        >>> _profile({"profile": '{"traits": ["shy"]}'}, "profile", "verl row").traits
+        >>> read_profile({"profile": '{"traits": ["shy"]}'}, "profile", "verl row").traits
         ('shy',)
-        >>> _profile({"profile": '{"traits": "shy"}'}, "profile", "verl row")
+        >>> read_profile({"profile": '{"traits": "shy"}'}, "profile", "verl row")
         Traceback (most recent call last):
         ...
         care_sdk.errors.InputError: verl row: extra_info['profile'].traits: Input should be a valid tuple
@@ -395,7 +395,7 @@ def compute_score_batch(
         for info, s, w in zip(infos, solution_strs, wheres, strict=True)
     ]
     reward = get_reward(backend, variant=variant, use_logprobs=use_logprobs, cache=cache, add_ons=add_ons)
-    profiles = [_profile(info, profile_key, w) for info, w in zip(infos, wheres, strict=True)]
+    profiles = [read_profile(info, profile_key, w) for info, w in zip(infos, wheres, strict=True)]
     results = reward.score_batch(items, profiles)
     rows = [_as_dict(r, policy, w) for r, w in zip(results, wheres, strict=True)]
     if advantages == "per_dimension":

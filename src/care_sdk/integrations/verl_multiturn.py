@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from care_sdk.errors import CareError, ConfigError, InputError
+from care_sdk.profiles import ProfileLike, as_profiles
 from care_sdk.reward import AdaptiveReward
 from care_sdk.serve.protocol import split_query
 from care_sdk.trajectory import Aggregation
@@ -224,14 +225,18 @@ def _score(
     how: Aggregation | None,
     gamma: float,
     on_error: str | float,
+    profiles: Sequence[ProfileLike] | None = None,
 ) -> list[TurnRewards]:
     policy = _check(how, gamma, on_error)
+    users = as_profiles(profiles, len(samples), "verl profiles")
     if reward is None:
         from care_sdk.integrations.verl import get_reward
 
         reward = get_reward()
     chosen = [list(turns[-1:]) if how == "last" else list(turns) for turns in samples]
-    results = reward.score_batch([item for turns in chosen for item, _ in turns]) if any(chosen) else []
+    items = [item for turns in chosen for item, _ in turns]
+    per_turn = [user for turns, user in zip(chosen, users, strict=True) for _ in turns]
+    results = reward.score_batch(items, per_turn) if items else []
     out, start = [], 0
     for index, (turns, length) in enumerate(zip(chosen, lengths, strict=True)):
         mine = results[start : start + len(turns)]
@@ -272,6 +277,7 @@ def score_turns_batch(
     how: Aggregation | None = None,
     gamma: float = 0.9,
     on_error: str | float = "raise",
+    profiles: Sequence[ProfileLike] | None = None,
 ) -> list[TurnRewards]:
     """Score the assistant turns of dialogues given as chat messages, and place each on its turn end.
 
@@ -290,9 +296,12 @@ def score_turns_batch(
         gamma: the discount for ``"discounted"``.
         on_error: ``"raise"`` (default) or the value a turn CARE could not score gets (such samples
             have ``care_failed=1.0`` and a logged warning).
+        profiles: per sample, the user's profile (:mod:`care_sdk.profiles`), used for every turn of it;
+            ``None`` for none.
 
     Raises:
-        InputError: the numbers of assistant turns and turn ends differ, or an end is out of range.
+        InputError: the numbers of assistant turns and turn ends differ, an end is out of range, or
+            ``profiles`` has another length or an entry that is not a profile.
         CareError: a turn could not be scored and ``on_error="raise"``.
 
     Examples:
@@ -315,7 +324,7 @@ def score_turns_batch(
         if len(turns) != len(ends):
             raise InputError(f"verl sample {index}: {len(turns)} assistant turns but {len(ends)} turn ends")
         samples.append([((t.context, t.reply), int(e)) for t, e in zip(turns, ends, strict=True)])
-    return _score(samples, lengths, reward, how, gamma, on_error)
+    return _score(samples, lengths, reward, how, gamma, on_error, profiles)
 
 
 def turn_rewards_from_tokens(
@@ -329,6 +338,7 @@ def turn_rewards_from_tokens(
     how: Aggregation | None = None,
     gamma: float = 0.9,
     on_error: str | float = "raise",
+    profiles: Sequence[ProfileLike] | None = None,
 ) -> tuple[Any, dict[str, list[Any]]]:
     """verl's batch layout in, ``(rm_scores, reward_extra_info)`` out, each turn's reward on its last token.
 
@@ -339,7 +349,7 @@ def turn_rewards_from_tokens(
         response_mask: ``batch["response_mask"]``; without it, rebuilt with :func:`assistant_mask`.
         attention_mask: ``batch["attention_mask"]`` (``[batch, prompt_length + response_length]``):
             drops the prompt's left padding and the response's right padding.
-        reward: how: gamma: on_error: as in :func:`score_turns_batch`.
+        reward: how: gamma: on_error: profiles: as in :func:`score_turns_batch`.
 
     Returns:
         ``rm_scores`` (a float32 tensor shaped like ``responses`` when it is a tensor, else lists)
@@ -365,7 +375,7 @@ def turn_rewards_from_tokens(
         turns = token_turns(p, r, tokenizer, m)
         samples.append([((c, reply), end) for c, reply, end in turns])
         lengths.append(len(rows_r[i]))
-    scored = _score(samples, lengths, reward, how, gamma, on_error)
+    scored = _score(samples, lengths, reward, how, gamma, on_error, profiles)
     rows = [s.token_rewards for s in scored]
     extras = {key: [s.extras[key] for s in scored] for key in (scored[0].extras if scored else {})}
     if type(responses).__module__.startswith("torch"):
@@ -383,7 +393,9 @@ class CareTurnRewardManager:
     verl builds it as ``cls(config, tokenizer, compute_score, **kwargs)`` in each reward worker, calls
     ``await run_single(data)`` per rollout and ``cls.assemble_rm_scores(data, scores)`` on the batch.
     Options are class attributes (subclass to change them); the reward comes from ``$CARE_BACKEND``,
-    ``$CARE_RUBRIC_CACHE`` and ``$CARE_ADD_ONS``.
+    ``$CARE_RUBRIC_CACHE`` and ``$CARE_ADD_ONS``. A rollout whose ``extra_info`` holds a profile under
+    :attr:`profile_key` (as :func:`care_sdk.integrations.verl.make_row` writes it) is judged as said to
+    that user, every turn of it.
 
     Where verl scores the batch after the rollout (``assemble_rm_scores``, used when a reward model
     is enabled on the actor's GPUs), each turn's reward lands on its turn's last token. Where verl
@@ -404,6 +416,8 @@ class CareTurnRewardManager:
     """``"raise"`` or the value of a turn CARE could not score."""
     reward: AdaptiveReward | None = None
     """The per-turn reward (default: from the environment)."""
+    profile_key: str = "profile"
+    """The ``extra_info`` key holding the user's profile (see :func:`care_sdk.integrations.verl.make_row`)."""
 
     def __init__(self, config: Any = None, tokenizer: Any = None, compute_score: Any = None, **_: Any) -> None:
         self.config = config
@@ -417,8 +431,12 @@ class CareTurnRewardManager:
         """
         import asyncio
 
+        from care_sdk.integrations.verl import read_profile
+
         item = data[-1:][0]
         batch = item.batch
+        extra_info = (getattr(item, "non_tensor_batch", None) or {}).get("extra_info")
+        profile = read_profile(extra_info, self.profile_key, "verl rollout")
         has_mask = "response_mask" in batch.keys()  # noqa: SIM118  # a TensorDict refuses `in` without keys()
         mask = batch["response_mask"] if has_mask else None
         rm, extras = await asyncio.get_running_loop().run_in_executor(
@@ -433,6 +451,7 @@ class CareTurnRewardManager:
                 how=self.how,
                 gamma=self.gamma,
                 on_error=self.on_error,
+                profiles=[profile],
             ),
         )
         row = [float(v) for v in (rm[0].tolist() if hasattr(rm[0], "tolist") else rm[0])]

@@ -52,6 +52,7 @@ __all__ = [
     "PAIRWISE_ADAPTERS",
     "Scorer",
     "esconv_items",
+    "evaluator_adapter",
     "fit_scores",
     "merge_records",
     "read_records",
@@ -187,6 +188,22 @@ def _scorer(arm: str) -> Scorer:
     raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(MODEL_ARMS)}")
 
 
+def evaluator_adapter(arm: str) -> str | None:
+    """The first 12 hex digits of the SHA-256 of the evaluator adapter a model arm reads (``None`` for
+    ``base``, which reads none): what every record of the arm holds as ``evaluator``, so records of two
+    adapters never mix in one arm's file."""
+    import hashlib
+
+    from care_sdk.bundled.adapters import bundled_adapter
+
+    if arm == "base":
+        return None
+    path = PAIRWISE_ADAPTERS.get(arm) or bundled_adapter("evaluator")
+    if path is None or not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
 def score_arm(
     arm: str,
     items: Sequence[ContrastItem],
@@ -196,10 +213,21 @@ def score_arm(
 ) -> dict[str, dict[str, Any]]:
     """Score every context's replies with ``arm`` (one of :data:`MODEL_ARMS`, or any name with a
     ``scorer`` from :func:`reward_scorer`), appending to ``OUT/<arm>.jsonl``; contexts already there are
-    kept (a resumed run). Returns the arm's records by context id."""
+    kept (a resumed run). Returns the arm's records by context id.
+
+    Raises:
+        ValueError: a kept record of a model arm was scored with another evaluator adapter (or none recorded).
+    """
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{arm}.jsonl"
     done = read_records(path)
+    pinned = evaluator_adapter(arm) if scorer is None else None
+    for row in done.values():
+        if scorer is None and row.get("evaluator") != pinned:
+            raise ValueError(
+                f"{path}, context {row['id']}: scored with evaluator {row.get('evaluator') or '(not recorded)'}, "
+                f"this run's is {pinned}; score into another --out"
+            )
     todo = [
         (item, replies) for item, replies in zip(items, contrast_replies(items), strict=True) if item.id not in done
     ]
@@ -210,6 +238,8 @@ def score_arm(
         for n, (item, replies) in enumerate(todo, start=1):
             start = time.perf_counter()
             record = {"id": item.id, "families": [r.family for r in replies], **score(item, replies)}
+            if scorer is None:
+                record["evaluator"] = pinned
             record["seconds"] = round(time.perf_counter() - start, 2)
             sink.write(json.dumps(record, ensure_ascii=False) + "\n")
             sink.flush()

@@ -6,7 +6,8 @@ uses, each step takes one group: the real reply and four worse replies (:func:`n
 train dialogue's supporter reply of another emotion type, and three kinds drawn from eight: the real
 reply cut to its first third of words, its words shuffled, and one text of each of six kinds written
 for training only (:data:`WRITTEN`: dismissive, platitude, short, off-topic, harm-validating, another
-language), never the contrast benchmark's texts. Every reply is followed by the real reply's target
+language), never the contrast benchmark's texts. Later stages (:data:`STAGES`) add another dialogue's reply
+of the same emotion type and a written bare question to every group. Every reply is followed by the real reply's target
 score JSON (the SFT data's ``reference`` target), so the digits before a criterion are the same for
 every reply and only the reply can move its score (each reply followed by its own target lets later
 criteria copy the earlier digits). The loss is the SFT loss (the token cross-entropy of the real
