@@ -73,8 +73,9 @@ PAIRWISE_ADAPTERS = {
     "pairwise4": Path("runs/evaluator_pairwise4/evaluator.gguf"),
 }
 """The adapter each pairwise arm reads: the recipe's first stage, its second
-(``--stage 2 --out runs/evaluator_pairwise3 --adapter runs/evaluator_pairwise3/evaluator.gguf``) and its
-third (``--stage 3``, ``evaluator_pairwise4`` likewise)."""
+(``--stage 2 --out runs/evaluator_pairwise3 --adapter runs/evaluator_pairwise3/evaluator.gguf``) and a
+third stage tried on selection contexts 61 to 90 and not kept (its recipe, ``--stage 3``, is at commit
+f71a9b8; ``benchmarks/rules/contrast.md``, the fourth-stage addendum)."""
 
 MIN_REAL_WORDS = 12
 """The rule's smallest real reply (words) for an ESConv context."""
