@@ -20,6 +20,9 @@ Applies ``benchmarks/rules/contrast.md`` (written before any read). Three steps,
     # took (read 4: --skip-reads 1 --out runs/contrast/intents4; read 5, the default as it ships:)
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set intents --skip-reads 2 \
         --out runs/contrast/intents5 --arms shipped,base      # then `report` with the same options
+    # SAGE for the default as it ships (read 3 of that set), outside read 2's rollouts
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set sage --skip-reads 1 \
+        --out runs/contrast/sage3 --arms shipped             # then `report` with the same options
 
 ``fit-gate`` writes ``benchmarks/results/context_fit_gate.json``: per ESConv train dialogue, the
 first supporter turn the rule's sample would take, ordered the same way, the first 150; each real
@@ -146,10 +149,13 @@ def intent_test_items(root: Path, read: Any, skip: int = 0) -> list[ContrastItem
     return [ContrastItem(t.id, _context(t.context), t.reply) for t in chosen]
 
 
-def sage_test_items(root: Path, read: Any) -> list[ContrastItem]:
+def sage_test_items(root: Path, read: Any, skip: int = 0) -> list[ContrastItem]:
     """SAGE test turns outside the 60 that bench_addons sampled; per system the first 30 by the contrast salt,
     the systems in turn. English contexts first, as the rule says; the rollouts hold none (every context
-    is Chinese), so the sample is the Chinese contexts, which the rule reports apart and never chooses on."""
+    is Chinese), so the sample is the Chinese contexts, which the rule reports apart and never chooses on.
+    ``skip``: how many earlier contrast reads drew from this order; each took the first 30 of each system's
+    turns that were left, and the rollouts (a system's conversation with one profile) they took are left
+    out too."""
     from _addons_samples import sage_sample_keys
 
     from care_lab.data.sage_turns import sage_rollout_files, sage_test_turns
@@ -160,7 +166,11 @@ def sage_test_items(root: Path, read: Any) -> list[ContrastItem]:
     by_model: dict[str, list[Any]] = {}
     for turn in english or turns:
         by_model.setdefault(turn.model, []).append(turn)
-    samples = [sorted(by_model[m], key=lambda t: order_key(t.key))[: TEST_LIMITS["sage"]] for m in sorted(by_model)]
+    ordered = {m: sorted(by_model[m], key=lambda t: order_key(t.key)) for m in sorted(by_model)}
+    for _ in range(skip):
+        taken = {t.dialogue_id for turns in ordered.values() for t in turns[: TEST_LIMITS["sage"]]}
+        ordered = {m: [t for t in turns if t.dialogue_id not in taken] for m, turns in ordered.items()}
+    samples = [turns[: TEST_LIMITS["sage"]] for turns in ordered.values()]
     chosen = [t for group in zip(*samples, strict=True) for t in group]
     return [ContrastItem(t.key, _context(t.context), t.reply, group=t.model) for t in chosen]
 
@@ -185,7 +195,7 @@ def test_read_items(which: str, root: Path, out: Path, *, force: bool, skip: int
         )
         out.mkdir(parents=True, exist_ok=True)
         read_file.write_text(json.dumps({"data": read.data, "reads": read.reads}) + "\n", encoding="utf-8")
-    items = intent_test_items(root, read, skip) if which == "intents" else sage_test_items(root, read)
+    items = intent_test_items(root, read, skip) if which == "intents" else sage_test_items(root, read, skip)
     if not read.items:
         read = set_items(read, [item.id for item in items])  # drawn from the data: named before any is scored
     return read, items
@@ -275,7 +285,8 @@ def main() -> int:
         "--skip-reads",
         type=int,
         default=0,
-        help="intents: leave out the samples of this many earlier contrast reads (1: the next 60, outside read 3's)",
+        help="leave out the samples of this many earlier contrast reads of the set (intents 1: the next 60, "
+        "outside read 3's; sage 1: the next 30 of each system, outside read 2's rollouts)",
     )
     args = parser.parse_args()
     root = data_dir(None)
