@@ -74,6 +74,7 @@ def test_gather_with_care_after_each_scores_eight_replies_with_one_rubric() -> N
     assert first.metrics["care/reward"] == 0.75 and first.metrics["care/turns"] == 1
     assert first.metrics["care/affective"] == 1.0 and first.metrics["care/proactive"] == 0.0
     assert first.metrics["care/weight/affective"] == 0.5 and first.metrics["care/weight/cognitive"] == 0.25
+    assert 1.0 < first.metrics["care/cost/calls"] < 2.0  # its evaluation and its share of the group's rubric
     assert first.logs[-1].startswith("CARE reward 0.750")
     assert isinstance(first.messages_and_choices[-1], Choice)  # the sampled turn stays trainable
     assert scored.exceptions == []

@@ -98,6 +98,7 @@ def test_verify_answers_reward_and_components(client_for: Any) -> None:
     assert body["reward"] == 0.75
     assert body["reward_components"] == {"cognitive": 1.0, "affective": 1.0, "proactive": 0.0}
     assert (body["care_affective"], body["care_weight_affective"]) == (1.0, 0.5)
+    assert body["care_cost_calls"] == 2.0 and body["care_cost_seconds"] >= 0.0  # one rubric, one evaluation
     assert (body["mask_sample"], body["failure_kind"], body["failure_reason"]) == (False, None, None)
     assert body["task_id"] == "wedding-1" and body["response"]["id"] == "resp_1"  # the request, echoed
     judged = backend.requests[0].messages[-1].content

@@ -70,6 +70,7 @@ def test_each_step_returns_its_turns_care_reward() -> None:
     assert "Since the layoff." in rubric_prompts[1] and "supportive listener" not in " ".join(rubric_prompts)
     metrics = env.get_metrics()
     assert metrics["care/turns"] == 2.0 and metrics["care/mean_turn_reward"] == 0.5
+    assert metrics["care/cost/calls"] == 4.0  # the episode's two turns, a rubric and an evaluation each
     from skyrl_gym.metrics import aggregate_for_environment
 
     assert aggregate_for_environment("care_support", [metrics])["care/turns"] == 2.0

@@ -92,6 +92,7 @@ async def test_per_sample_rm_on_a_group_of_eight(backend: Any) -> None:
     care = samples[0].metadata["care"]
     assert care["affective"] == 1.0 and care["weights"] == {"cognitive": 0.25, "affective": 0.5, "proactive": 0.25}
     assert care["error"] is None and not samples[0].remove_sample
+    assert 1.0 < care["cost"]["calls"] < 2.0  # its evaluation and its share of the group's rubric
 
 
 async def test_group_rm_scores_one_prompts_samples_with_one_rubric(backend: Any) -> None:

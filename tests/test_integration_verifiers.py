@@ -18,6 +18,7 @@ from verifiers.v1.trace import AgentInfo, TraceTask  # noqa: E402
 from care_sdk import AdaptiveReward  # noqa: E402
 from care_sdk.backends.base import GenerationRequest  # noqa: E402
 from care_sdk.integrations import verifiers as care_vf  # noqa: E402
+from care_sdk.provenance import COST_FIELDS  # noqa: E402
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -72,6 +73,8 @@ async def test_task_score_records_reward_and_dimension_metrics(scripted_judge: A
     await task.score(trace)
     assert trace.rewards["care"] == vf.Reward(score=0.75, weight=1.0)
     assert trace.reward == 0.75
+    cost = {k: trace.metrics.pop(k) for k in list(trace.metrics) if k.startswith("care/cost/")}
+    assert sorted(cost) == sorted(f"care/cost/{f}" for f in COST_FIELDS) and cost["care/cost/calls"] == 2.0
     assert trace.metrics == {
         "care/cognitive": 1.0,
         "care/affective": 1.0,

@@ -35,6 +35,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -50,7 +51,17 @@ if TYPE_CHECKING:
     from care_sdk.profiles import UserProfile
     from care_sdk.types import RewardResult, Rubric
 
-__all__ = ["Cost", "Provenance", "RubricSource", "mean_cost", "producers", "record_provenance", "traced"]
+__all__ = [
+    "COST_FIELDS",
+    "Cost",
+    "Provenance",
+    "RubricSource",
+    "cost_metrics",
+    "mean_cost",
+    "producers",
+    "record_provenance",
+    "traced",
+]
 
 RubricSource = Literal["generated", "cached", "fixed"]
 """Where the rubric of a reward came from: written by the generator in this call, read from the
@@ -179,6 +190,29 @@ def mean_cost(results: Sequence[RewardResult]) -> Cost | None:
     """
     costs = [r.provenance.cost for r in results if r.provenance is not None]
     return sum(costs, Cost()).shared(len(costs)) if costs else None
+
+
+COST_FIELDS = ("calls", "seconds", "prompt_tokens", "completion_tokens")
+"""The fields of :class:`Cost`, in the order :func:`cost_metrics` writes them."""
+
+
+def cost_metrics(results: Sequence[RewardResult], prefix: str, *, total: bool = False) -> dict[str, float]:
+    """What ``results`` cost as metrics ``<prefix><field>`` for every field of :data:`COST_FIELDS`: their
+    mean (:func:`mean_cost`), or with ``total`` their sum (an episode's cost over its turns); NaN where
+    no result has a provenance, and for tokens the backend did not report (so every sample has the same keys).
+
+    Examples:
+        >>> from care_sdk.types import RewardResult
+        >>> made = Provenance(evaluator="e", evaluator_prompt="v2", evaluation_cost=Cost(calls=2, seconds=1.0))
+        >>> cost_metrics([RewardResult(reward=0.5, provenance=made)] * 2, "cost/", total=True)
+        {'cost/calls': 4.0, 'cost/seconds': 2.0, 'cost/prompt_tokens': nan, 'cost/completion_tokens': nan}
+        >>> cost_metrics([RewardResult(reward=0.0)], "care_cost_")["care_cost_calls"]
+        nan
+    """
+    costs = [r.provenance.cost for r in results if r.provenance is not None]
+    cost = None if not costs else sum(costs, Cost()) if total else mean_cost(results)
+    values = {name: getattr(cost, name, None) for name in COST_FIELDS}
+    return {f"{prefix}{name}": math.nan if v is None else float(v) for name, v in values.items()}
 
 
 @dataclass

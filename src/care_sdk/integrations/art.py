@@ -23,7 +23,8 @@ scored in one batch, so G trajectories that share their context cost one rubric 
 Written per trajectory: ``reward`` (the CARE reward, in [0, 1]), ``metrics["independent_reward"]``
 (the reward it had before, as RULER keeps it), ``metrics["care/reward"]``, ``care/<dimension>`` and
 ``care/weight/<dimension>`` (means over the scored turns), ``care/turns``, ``care/context_fit`` when
-the reward read it, and one line in ``logs``.
+the reward read it, ``care/cost/<field>`` (what its turns cost, summed; see
+:func:`care_sdk.provenance.cost_metrics`), and one line in ``logs``.
 
 A trajectory CARE could not score never gets a made-up reward. By default (``on_error="exclude"``)
 it leaves the group and is recorded in ``group.exceptions`` with the reason, as ART records a
@@ -57,6 +58,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from care_sdk.errors import CareError, ConfigError
+from care_sdk.provenance import cost_metrics
 from care_sdk.reward import AdaptiveReward
 from care_sdk.trajectory import Aggregation, aggregate_turn_rewards
 from care_sdk.types import DIMENSIONS, Dialogue, Message, RewardResult
@@ -215,6 +217,8 @@ class CareGroupScorer:
         fits = [t.context_fit for t in turns if t.context_fit is not None]
         if fits:
             metrics[f"{self.name}/context_fit"] = math.fsum(fits) / len(fits)
+        if any(t.provenance is not None for t in turns):
+            metrics.update(cost_metrics(turns, f"{self.name}/cost/", total=True))
         rewards = ", ".join(f"{t.reward:.3f}" for t in turns if t.reward is not None)
         logs = [*trajectory.logs, f"CARE reward {value:.3f} ({self.how} of turn rewards [{rewards}])"]
         return trajectory.model_copy(update={"reward": value, "metrics": metrics, "logs": logs})

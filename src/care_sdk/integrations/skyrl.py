@@ -44,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from care_sdk.errors import CareError, ConfigError, MissingDependencyError
+from care_sdk.provenance import cost_metrics
 from care_sdk.reward import AdaptiveReward
 from care_sdk.trajectory import Aggregation, aggregate_turn_rewards
 from care_sdk.types import DIMENSIONS, Message, RewardResult
@@ -252,7 +253,9 @@ class CareSupportEnv(BaseTextEnv):  # type: ignore[misc]  # skyrl-gym ships no t
 
     def get_metrics(self) -> dict[str, Any]:
         """Episode metrics SkyRL averages over episodes: ``care/turns``, ``care/failed_turns``,
-        ``care/mean_turn_reward``, ``care/episode_reward`` and per-dimension means."""
+        ``care/mean_turn_reward``, ``care/episode_reward``, per-dimension means and the episode's cost over
+        its turns (``care/cost/calls``, ``care/cost/seconds``, ``care/cost/prompt_tokens``,
+        ``care/cost/completion_tokens``; see :func:`care_sdk.provenance.cost_metrics`)."""
         scored = [r for r in self.results if r.reward is not None]
         episode = self._episode() if self.results else None
         out: dict[str, Any] = {
@@ -264,6 +267,7 @@ class CareSupportEnv(BaseTextEnv):  # type: ignore[misc]  # skyrl-gym ships no t
         for dim in DIMENSIONS:
             values = [r.dimension_scores[dim] for r in scored if r.dimension_scores and dim in r.dimension_scores]
             out[f"care/{dim.value}"] = math.fsum(values) / len(values) if values else math.nan
+        out.update(cost_metrics(self.results, "care/cost/", total=True))
         return out
 
 

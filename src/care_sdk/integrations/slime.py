@@ -10,7 +10,7 @@ messages; ``sample.response`` is the decoded reply. slime itself is not imported
 
 Options come from ``$CARE_BACKEND``, ``$CARE_RUBRIC_CACHE`` and ``$CARE_ADD_ONS`` (one reward per
 process). Each function returns the CARE reward as a float and writes its explanation to
-``sample.metadata["care"]``: ``reward``, the per-dimension scores, the rubric's ``weights``, and
+``sample.metadata["care"]``: ``reward``, the per-dimension scores, the rubric's ``weights``, its ``cost``, and
 ``error``. A sample CARE could not score gets ``sample.remove_sample = True`` (slime masks its loss
 and its filters read it as having no reward) and 0.0 as the number slime requires; never a score the
 policy is trained on. Concurrent per-sample calls for one prompt share one rubric.
@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from care_sdk.integrations._group import GroupScorer
+from care_sdk.provenance import cost_metrics
 from care_sdk.reward import AdaptiveReward
 from care_sdk.serve.protocol import split_query
 from care_sdk.types import DIMENSIONS, Context, RewardResult
@@ -100,6 +101,7 @@ def _record(sample: Any, result: RewardResult) -> float:
     for dim in DIMENSIONS:
         info[dim.value] = result.dimension_scores.get(dim) if result.dimension_scores else None
     info["weights"] = {d.value: w for d, w in result.rubric.weights.items()} if result.rubric is not None else None
+    info["cost"] = cost_metrics([result], "")
     metadata = getattr(sample, "metadata", None)
     if isinstance(metadata, dict):
         metadata["care"] = info

@@ -47,6 +47,7 @@ from typing import Any
 
 from care_sdk.errors import CareError, InputError, MissingDependencyError
 from care_sdk.integrations._group import GroupScorer
+from care_sdk.provenance import cost_metrics
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import DIMENSIONS, RewardResult
 
@@ -132,8 +133,10 @@ def _as_dict(message: Any) -> dict[str, str]:
 def record_result(trace: Any, result: RewardResult, name: str = "care") -> float:
     """Record a result's explanation as trace metrics and return its reward; raise when there is none.
 
-    Metrics: ``<name>/<dimension>`` and ``<name>/weight/<dimension>`` for each dimension, and
-    ``<name>/context_fit`` when the reward read it.
+    Metrics: ``<name>/<dimension>`` and ``<name>/weight/<dimension>`` for each dimension,
+    ``<name>/context_fit`` when the reward read it, and what the reward cost (``<name>/cost/calls``,
+    ``<name>/cost/seconds``, ``<name>/cost/prompt_tokens``, ``<name>/cost/completion_tokens``; see
+    :func:`care_sdk.provenance.cost_metrics`).
 
     Raises:
         CareError: the result has no reward (the error says why); verifiers records it on the trace.
@@ -153,6 +156,8 @@ def record_result(trace: Any, result: RewardResult, name: str = "care") -> float
         metrics[f"{name}/weight/{dim.value}"] = result.rubric.weights[dim] if result.rubric is not None else math.nan
     if result.context_fit is not None:
         metrics[f"{name}/context_fit"] = result.context_fit
+    if result.provenance is not None:
+        metrics.update(cost_metrics([result], f"{name}/cost/"))
     trace.record_metrics(metrics)
     return result.reward
 

@@ -69,6 +69,7 @@ from care_sdk.audit import context_key as group_key
 from care_sdk.backends import Backend
 from care_sdk.errors import CareError, ConfigError, InputError
 from care_sdk.profiles import ProfileLike, UserProfile, as_profile
+from care_sdk.provenance import cost_metrics
 from care_sdk.reward import AdaptiveReward
 from care_sdk.types import DIMENSIONS, Message, Messages, RewardResult, as_messages
 from care_sdk.variants import as_variant
@@ -272,13 +273,8 @@ def _as_dict(result: RewardResult, on_error: str | float, where: str) -> dict[st
         out[f"care_{dim.value}"] = math.nan if score is None else score
         out[f"care_weight_{dim.value}"] = result.rubric.weights[dim] if result.rubric is not None else math.nan
     out["care_context_fit"] = math.nan if result.context_fit is None else result.context_fit
+    out.update(cost_metrics([result], "care_cost_"))
     made = result.provenance
-    cost = made.cost if made is not None else None
-    out["care_cost_calls"] = math.nan if cost is None else cost.calls
-    out["care_cost_seconds"] = math.nan if cost is None else cost.seconds
-    for name in ("prompt_tokens", "completion_tokens"):
-        value = getattr(cost, name, None)
-        out[f"care_cost_{name}"] = math.nan if value is None else value
     source = made.rubric_source if made is not None else None
     out["care_rubric_cached"] = {"cached": 1.0, "generated": 0.0}.get(source or "", math.nan)
     return out

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from care_sdk.provenance import cost_metrics
 from care_sdk.serve.protocol import RequestError
 from care_sdk.types import DIMENSIONS, RewardResult
 
@@ -114,6 +115,7 @@ def verify_body(request: Mapping[str, Any], result: RewardResult) -> dict[str, A
         (0.0, True, 'judge_failed', 3)
     """
     out = dict(request)
+    out.update(cost_metrics([result], "care_cost_"))  # what the call cost, a failed one too
     if result.reward is None:
         kind = (
             "judge_unparseable"
