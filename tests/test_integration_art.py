@@ -21,6 +21,7 @@ from care_sdk.backends.base import GenerationRequest  # noqa: E402
 from care_sdk.errors import CareError, ConfigError  # noqa: E402
 from care_sdk.integrations.art import CareGroupScorer, care_score_group, trajectory_dialogue  # noqa: E402
 from care_sdk.testing import ScriptedBackend, candidate_reply, evaluation_json, rubric_json  # noqa: E402
+from care_sdk.types import as_messages  # noqa: E402
 
 SYSTEM = {"role": "system", "content": "You are a supportive listener."}
 USER = {"role": "user", "content": "My exam is tomorrow and I can't focus."}
@@ -91,7 +92,7 @@ def test_the_system_prompt_and_tool_messages_are_not_judged() -> None:
     trajectory = art.Trajectory(
         messages_and_choices=[SYSTEM, USER, {"role": "tool", "content": "{}", "tool_call_id": "1"}, choice("Breathe.")]
     )
-    assert trajectory_dialogue(trajectory) == [USER, {"role": "assistant", "content": "Breathe."}]
+    assert trajectory_dialogue(trajectory) == as_messages([USER, {"role": "assistant", "content": "Breathe."}])
     backend = scripted()
     asyncio.run(care_score_group(art.TrajectoryGroup([trajectory]), AdaptiveReward.from_backend(backend)))
     rubric_prompt = " ".join(m.content for m in backend.requests[0].messages)

@@ -23,6 +23,7 @@ from care_sdk import AdaptiveReward
 from care_sdk.backends.base import GenerationRequest
 from care_sdk.integrations import slime
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json
+from care_sdk.types import as_messages
 
 
 @dataclass
@@ -123,12 +124,7 @@ def test_templated_prompt_and_messages_give_the_same_context() -> None:
         )
     )
     assert (
-        templated
-        == messages
-        == (
-            [{"role": "user", "content": "My exam is tomorrow and I can't focus."}],
-            "Reply 0: let's plan tonight.",
-        )
+        templated == messages == (as_messages("My exam is tomorrow and I can't focus."), "Reply 0: let's plan tonight.")
     )
 
 

@@ -20,6 +20,7 @@ from care_sdk.backends.base import GenerationRequest  # noqa: E402
 from care_sdk.integrations import verifiers as care_vf  # noqa: E402
 from care_sdk.provenance import COST_FIELDS  # noqa: E402
 from care_sdk.testing import ScriptedBackend, evaluation_json, rubric_json  # noqa: E402
+from care_sdk.types import as_messages  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -150,8 +151,6 @@ def test_multi_turn_context_is_the_dialogue_before_the_final_reply() -> None:
     )
     trace = rollout_trace(task, "A new reply.")
     context = care_vf.judged_context(task.data, trace)
-    assert [m["role"] for m in context] == [m.role for m in task.data.prompt]
-    assert context[-1]["content"] == task.data.prompt[-1].content
-    assert care_vf.judged_context({"history": "I can't sleep."}, trace, "history") == [
-        {"role": "user", "content": "I can't sleep."}
-    ]
+    assert [m.role for m in context] == [m.role for m in task.data.prompt]
+    assert context[-1].content == task.data.prompt[-1].content
+    assert care_vf.judged_context({"history": "I can't sleep."}, trace, "history") == as_messages("I can't sleep.")

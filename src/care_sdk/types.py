@@ -27,6 +27,7 @@ from care_sdk.provenance import Cost, Provenance
 
 __all__ = [
     "DIMENSIONS",
+    "JUDGED_ROLES",
     "Context",
     "Cost",
     "Criterion",
@@ -45,6 +46,7 @@ __all__ = [
     "Rubric",
     "Turn",
     "as_messages",
+    "dialogue_turns",
     "fixed_criteria",
     "persona_criteria",
 ]
@@ -138,6 +140,34 @@ def as_messages(value: Context) -> Messages:
 
 _MESSAGES: TypeAdapter[Messages] = TypeAdapter(Messages)
 """Validates a list of messages, naming the position of a bad one (``1.role``)."""
+
+JUDGED_ROLES = ("user", "assistant")
+"""The roles of the turns a reply is judged against (a system prompt, a tool's output belong to the policy)."""
+
+
+def dialogue_turns(value: Context) -> Messages:
+    """The turns of a context a reply is judged against, as :data:`Messages`: its user and assistant
+    messages with text (a plain string, or a string among messages, is the user's). What a trainer's seam
+    (verl, slime, SkyRL, ART, verifiers, NeMo-Gym) hands the reward; other roles (``system``, ``tool``,
+    ``developer``) are left out before a message is validated.
+
+    Raises:
+        ValueError: a user or assistant message is not a valid :class:`Message` (see :func:`as_messages`).
+
+    Examples:
+        >>> dialogue_turns([{"role": "system", "content": "Be kind."}, {"role": "tool", "content": "{}"},
+        ...                 {"role": "user", "content": "I can't sleep."}, {"role": "assistant", "content": " "}])
+        (Message(role='user', content="I can't sleep."),)
+        >>> dialogue_turns("Since May.")
+        (Message(role='user', content='Since May.'),)
+    """
+    if isinstance(value, str):
+        value = [value]
+
+    def role(m: Any) -> Any:
+        return "user" if isinstance(m, str) else m.get("role") if isinstance(m, Mapping) else getattr(m, "role", None)
+
+    return tuple(m for m in as_messages([m for m in value if role(m) in JUDGED_ROLES]) if m.content.strip())
 
 
 class Turn(_Frozen):

@@ -61,7 +61,7 @@ from care_sdk.errors import CareError, ConfigError
 from care_sdk.provenance import cost_metrics
 from care_sdk.reward import AdaptiveReward
 from care_sdk.trajectory import Aggregation, aggregate_turn_rewards
-from care_sdk.types import DIMENSIONS, Dialogue, Message, RewardResult
+from care_sdk.types import DIMENSIONS, Dialogue, Message, Messages, RewardResult, dialogue_turns
 
 __all__ = ["CareGroupScorer", "OnError", "care_score_group", "trajectory_dialogue"]
 
@@ -69,11 +69,10 @@ OnError = Literal["exclude", "raise", "skip_group"]
 """What happens to a trajectory CARE could not score: ``"exclude"`` (moved to ``group.exceptions``),
 ``"raise"`` (a :class:`~care_sdk.errors.CareError`) or ``"skip_group"`` (the group is dropped)."""
 
-_ROLES = ("user", "assistant")
 
-
-def trajectory_dialogue(trajectory: Any) -> list[dict[str, str]]:
-    """The dialogue CARE judges in an ART trajectory: its user and assistant turns, as chat messages.
+def trajectory_dialogue(trajectory: Any) -> Messages:
+    """The dialogue CARE judges in an ART trajectory: its user and assistant turns with text, normalised here
+    (:func:`~care_sdk.types.dialogue_turns`).
 
     Reads ``trajectory.messages()`` (ART's view of ``messages_and_choices``, where a sampled
     ``Choice`` is an assistant message); system and tool messages and empty turns are left out.
@@ -83,16 +82,16 @@ def trajectory_dialogue(trajectory: Any) -> list[dict[str, str]]:
         >>> from types import SimpleNamespace
         >>> t = SimpleNamespace(messages=lambda: [{"role": "system", "content": "Be kind."},
         ...     {"role": "user", "content": "I can't sleep."}, {"role": "assistant", "content": "Since when?"}])
-        >>> trajectory_dialogue(t)
-        [{'role': 'user', 'content': "I can't sleep."}, {'role': 'assistant', 'content': 'Since when?'}]
+        >>> [(m.role, m.content) for m in trajectory_dialogue(t)]
+        [('user', "I can't sleep."), ('assistant', 'Since when?')]
     """
-    out = []
-    for message in trajectory.messages():
-        role = message.get("role") if isinstance(message, Mapping) else getattr(message, "role", None)
-        content = message.get("content") if isinstance(message, Mapping) else getattr(message, "content", None)
-        if role in _ROLES and isinstance(content, str) and content.strip():
-            out.append({"role": str(role), "content": content})
-    return out
+
+    def read(message: Any, name: str) -> Any:
+        return message.get(name) if isinstance(message, Mapping) else getattr(message, name, None)
+
+    # a tool-calling assistant message has no text content: it is not a turn
+    texts = [{"role": read(m, "role"), "content": read(m, "content")} for m in trajectory.messages()]
+    return dialogue_turns([m for m in texts if isinstance(m["content"], str)])
 
 
 class CareGroupScorer:

@@ -36,18 +36,18 @@ Examples:
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from care_sdk.audit import context_key as group_key
 from care_sdk.errors import CareError, ConfigError, MissingDependencyError
 from care_sdk.provenance import cost_metrics
 from care_sdk.reward import AdaptiveReward
 from care_sdk.trajectory import Aggregation, aggregate_turn_rewards
-from care_sdk.types import DIMENSIONS, Message, RewardResult
+from care_sdk.types import DIMENSIONS, Message, Messages, RewardResult, dialogue_turns
 
 try:
     from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput  # type: ignore[import-untyped]
@@ -78,9 +78,9 @@ def _option(config: Any, name: str, default: Any) -> Any:
     return default if value is None else value
 
 
-def _score_shared(reward: AdaptiveReward, context: list[dict[str, str]], reply: str) -> RewardResult:
+def _score_shared(reward: AdaptiveReward, context: Messages, reply: str) -> RewardResult:
     """Score one reply; the first reply to a context writes its rubric while the others wait to read it."""
-    key = f"{id(reward)}:{json.dumps(context)}"
+    key = f"{id(reward)}:{group_key(context)}"
     with _GUARD:
         lock = _LOCKS.setdefault(key, threading.Lock())
     with lock:
@@ -172,11 +172,12 @@ class CareSupportEnv(BaseTextEnv):  # type: ignore[misc]  # skyrl-gym ships no t
         self.turns, self.results = 0, []
         return [dict(m) for m in prompt], {}
 
-    def _context(self) -> list[dict[str, str]]:
-        return [m for m in self.chat_history if m["role"] in ("user", "assistant") and m["content"].strip()]
+    def _context(self) -> Messages:
+        return dialogue_turns(self.chat_history)
 
-    def next_user_message(self, dialogue: Sequence[Mapping[str, str]]) -> str | None:
-        """The user's next message, or ``None`` when the user ends the conversation (override to plug any user).
+    def next_user_message(self, dialogue: Messages) -> str | None:
+        """The user's next message after ``dialogue`` (its user and assistant turns so far), or ``None`` when
+        the user ends the conversation (override to plug any user).
 
         From the scripted list when the row has one, else from the chat-completion user (the dialogue
         with roles swapped, under :data:`DEFAULT_USER_SYSTEM`); ``[END]`` or an empty reply ends it.
@@ -193,7 +194,7 @@ class CareSupportEnv(BaseTextEnv):  # type: ignore[misc]  # skyrl-gym ships no t
         swapped = {"user": "assistant", "assistant": "user"}
         messages = (
             Message(role="system", content=self.user_system.replace("{persona}", self.persona)),
-            *(Message(role=swapped[m["role"]], content=m["content"]) for m in dialogue),
+            *(Message(role=swapped[m.role], content=m.content) for m in dialogue),
         )
         request = GenerationRequest(
             messages=messages,

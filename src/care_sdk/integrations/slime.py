@@ -39,7 +39,7 @@ from care_sdk.integrations._group import GroupScorer
 from care_sdk.provenance import cost_metrics
 from care_sdk.reward import AdaptiveReward
 from care_sdk.serve.protocol import split_query
-from care_sdk.types import DIMENSIONS, Context, RewardResult
+from care_sdk.types import DIMENSIONS, Messages, RewardResult, dialogue_turns
 
 __all__ = ["group_rm", "rm", "sample_item", "use_reward"]
 
@@ -68,8 +68,8 @@ def _scorer() -> GroupScorer:
         return _SCORER[0]
 
 
-def sample_item(sample: Any) -> tuple[Context, str]:
-    """The ``(context, reply)`` CARE judges for a slime sample.
+def sample_item(sample: Any) -> tuple[Messages, str]:
+    """The ``(context, reply)`` CARE judges for a slime sample, the context normalised once, here.
 
     Chat messages keep their user and assistant turns; a chat-templated prompt (ChatML, Llama 3) is
     read back into turns; any other text is one user message. The reply loses trailing special tokens.
@@ -78,22 +78,14 @@ def sample_item(sample: Any) -> tuple[Context, str]:
         >>> from types import SimpleNamespace
         >>> s = SimpleNamespace(prompt="<|im_start|>system\\nBe kind.<|im_end|>\\n<|im_start|>user\\nI'm sad."
         ...                            "<|im_end|>\\n<|im_start|>assistant\\n", response="Why?<|im_end|>")
-        >>> sample_item(s)
-        ([{'role': 'user', 'content': "I'm sad."}], 'Why?')
+        >>> sample_item(s)[0][0].content, sample_item(s)[1]
+        ("I'm sad.", 'Why?')
     """
     prompt, response = sample.prompt, str(sample.response or "")
     if isinstance(prompt, str):
         split = split_query(prompt + response, prompt)
-        context = split.context
-        if isinstance(context, list):
-            context = [m for m in context if m.get("role") in ("user", "assistant")]
-        return context, split.reply
-    messages = [
-        {"role": str(m["role"]), "content": str(m["content"])}
-        for m in prompt
-        if isinstance(m, Mapping) and m.get("role") in ("user", "assistant")
-    ]
-    return messages, response.strip()
+        return dialogue_turns(split.context), split.reply
+    return dialogue_turns([m for m in prompt if isinstance(m, Mapping)]), response.strip()
 
 
 def _record(sample: Any, result: RewardResult) -> float:

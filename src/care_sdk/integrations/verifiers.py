@@ -49,7 +49,7 @@ from care_sdk.errors import CareError, InputError, MissingDependencyError
 from care_sdk.integrations._group import GroupScorer
 from care_sdk.provenance import cost_metrics
 from care_sdk.reward import AdaptiveReward
-from care_sdk.types import DIMENSIONS, RewardResult
+from care_sdk.types import DIMENSIONS, Messages, RewardResult, as_messages, dialogue_turns
 
 try:
     import verifiers.v1 as vf  # type: ignore[import-untyped]  # verifiers ships no type information
@@ -87,8 +87,8 @@ class CareJudgeConfig(vf.JudgeConfig):  # type: ignore[misc]  # verifiers ships 
     """How long a batch of concurrent rollouts waits for more to arrive before it is scored."""
 
 
-def judged_context(task: Any, trace: Any, context_field: str = "") -> list[dict[str, str]]:
-    """The dialogue CARE judges a trace's final reply against, as chat messages.
+def judged_context(task: Any, trace: Any, context_field: str = "") -> Messages:
+    """The dialogue CARE judges a trace's final reply against, normalised here (:data:`~care_sdk.types.Messages`).
 
     Without ``context_field``, the trace's last branch up to (not including) its final assistant
     message, user and assistant turns only; with it, that task-data field (messages or text).
@@ -105,7 +105,7 @@ def judged_context(task: Any, trace: Any, context_field: str = "") -> list[dict[
         ...            vf.MessageNode(parent=0, message=vf.UserMessage(content="I can't sleep.")),
         ...            vf.MessageNode(parent=1, message=vf.AssistantMessage(content="Since when?"), sampled=True)])
         >>> judged_context(data, trace)
-        [{'role': 'user', 'content': "I can't sleep."}]
+        (Message(role='user', content="I can't sleep."),)
     """
     if context_field:
         value = getattr(task, context_field, None)
@@ -114,11 +114,11 @@ def judged_context(task: Any, trace: Any, context_field: str = "") -> list[dict[
         if not value:
             raise InputError(f"verifiers task: no judged context in task field {context_field!r}")
         if isinstance(value, str):
-            return [{"role": "user", "content": value}]
-        return [_as_dict(m) for m in value if _as_dict(m)["role"] in ("user", "assistant", "system")]
+            return as_messages(value)
+        return as_messages([_as_dict(m) for m in value if _as_dict(m)["role"] in ("user", "assistant", "system")])
     messages = [_as_dict(m) for m in trace.messages]
     last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=len(messages))
-    context = [m for m in messages[:last] if m["role"] in ("user", "assistant") and m["content"].strip()]
+    context = dialogue_turns(messages[:last])
     if not context:
         raise InputError("verifiers trace: no user or assistant turn before the reply to judge")
     return context

@@ -47,7 +47,7 @@ from care_sdk.profiles import ProfileLike, as_profiles
 from care_sdk.reward import AdaptiveReward
 from care_sdk.serve.protocol import split_query
 from care_sdk.trajectory import Aggregation
-from care_sdk.types import DIMENSIONS, Dialogue, Message, Messages, RewardResult, as_messages
+from care_sdk.types import DIMENSIONS, Dialogue, Message, Messages, RewardResult, as_messages, dialogue_turns
 
 __all__ = [
     "CareTurnRewardManager",
@@ -319,7 +319,7 @@ def score_turns_batch(
         raise InputError(f"verl batch: {len(dialogues)} dialogues, {len(turn_ends)} turn ends, {len(lengths)} lengths")
     samples = []
     for index, (messages, ends) in enumerate(zip(dialogues, turn_ends, strict=True)):
-        kept = [m for m in as_messages(messages) if m.role in ("user", "assistant") and m.content.strip()]
+        kept = dialogue_turns(messages)
         turns = list(Dialogue(messages=kept).turns()) if kept else []
         if len(turns) != len(ends):
             raise InputError(f"verl sample {index}: {len(turns)} assistant turns but {len(ends)} turn ends")

@@ -25,7 +25,7 @@ Examples:
     ...         "response": {"output": [{"type": "message", "role": "assistant",
     ...                                  "content": [{"type": "output_text", "text": "That's a blow."}]}]}}
     >>> parse_verify(body)
-    ([{'role': 'user', 'content': 'I lost my job.'}], "That's a blow.")
+    ((Message(role='user', content='I lost my job.'),), "That's a blow.")
 """
 
 from __future__ import annotations
@@ -35,11 +35,9 @@ from typing import Any
 
 from care_sdk.provenance import cost_metrics
 from care_sdk.serve.protocol import RequestError
-from care_sdk.types import DIMENSIONS, RewardResult
+from care_sdk.types import DIMENSIONS, Messages, RewardResult, dialogue_turns
 
 __all__ = ["parse_verify", "verify_body"]
-
-_JUDGED_ROLES = ("user", "assistant")
 
 
 def _text(content: Any, field: str) -> str:
@@ -56,8 +54,9 @@ def _text(content: Any, field: str) -> str:
     return "".join(parts)
 
 
-def parse_verify(body: Any) -> tuple[list[dict[str, str]], str]:
-    """Read a NeMo-Gym ``/verify`` body: the judged context (chat messages) and the policy's reply.
+def parse_verify(body: Any) -> tuple[Messages, str]:
+    """Read a NeMo-Gym ``/verify`` body: the judged context (its user and assistant turns, normalised
+    here, :func:`~care_sdk.types.dialogue_turns`) and the policy's reply.
 
     Raises:
         RequestError: ``responses_create_params`` or ``response`` is missing or of the wrong shape
@@ -66,7 +65,7 @@ def parse_verify(body: Any) -> tuple[list[dict[str, str]], str]:
 
     Examples:
         >>> parse_verify({"responses_create_params": {"input": "I can't sleep."}, "response": {"output": []}})
-        ([{'role': 'user', 'content': "I can't sleep."}], '')
+        ((Message(role='user', content="I can't sleep."),), '')
         >>> parse_verify({"response": {"output": []}})
         Traceback (most recent call last):
         ...
@@ -81,19 +80,17 @@ def parse_verify(body: Any) -> tuple[list[dict[str, str]], str]:
     if not isinstance(response, Mapping) or not isinstance(response.get("output"), list):
         raise RequestError("is required (an object with an output list)", field="response")
     raw = params.get("input")
-    context: list[dict[str, str]] = []
-    if isinstance(raw, str):
-        context = [{"role": "user", "content": raw}]
-    elif isinstance(raw, list):
-        for i, item in enumerate(raw):
-            if not isinstance(item, Mapping) or item.get("type", "message") != "message":
-                continue  # tool calls, their outputs and reasoning are not dialogue turns
-            role = item.get("role")
-            text = _text(item.get("content"), f"responses_create_params.input[{i}].content")
-            if role in _JUDGED_ROLES and text.strip():
-                context.append({"role": str(role), "content": text})
-    else:
+    if isinstance(raw, list):
+        where = "responses_create_params.input[{}].content"
+        raw = [
+            {"role": item.get("role"), "content": _text(item.get("content"), where.format(i))}
+            for i, item in enumerate(raw)
+            # tool calls, their outputs and reasoning are not dialogue turns
+            if isinstance(item, Mapping) and item.get("type", "message") == "message"
+        ]
+    elif not isinstance(raw, str):
         raise RequestError("must be a string or a list of input items", field="responses_create_params.input")
+    context = dialogue_turns(raw)
     if not context:
         raise RequestError(
             "has no user or assistant turn to judge the reply against", field="responses_create_params.input"
