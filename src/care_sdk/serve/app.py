@@ -74,7 +74,7 @@ from care_sdk.serve.protocol import (
     SplitQuery,
     parse_body,
 )
-from care_sdk.types import Context, RewardResult
+from care_sdk.types import Messages, RewardResult, as_messages
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -234,7 +234,7 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
     config = config or ServeConfig()
     metrics = ServeMetrics(lambda: float(batcher.depth), _cache_stats(reward))
 
-    async def score_items(items: list[tuple[Context, str, UserProfile | None]]) -> list[RewardResult]:
+    async def score_items(items: list[tuple[Messages, str, UserProfile | None]]) -> list[RewardResult]:
         return await reward.ascore_batch([(c, r) for c, r, _ in items], [p for _, _, p in items])
 
     batcher = Batcher(
@@ -249,7 +249,7 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
     async def read(request: Request) -> bytes:
         return await _read_body(request, config.max_body_bytes)
 
-    async def scored(items: list[tuple[Context, str, UserProfile | None]]) -> list[RewardResult]:
+    async def scored(items: list[tuple[Messages, str, UserProfile | None]]) -> list[RewardResult]:
         if len(items) > config.max_queue:
             raise RequestError(f"{len(items)} items in one request; at most {config.max_queue}", status=413)
         return await batcher.submit(items)
@@ -258,7 +258,7 @@ def create_app(reward: AdaptiveReward, config: ServeConfig | None = None) -> Sta
     async def get_reward(request: Request) -> Response:
         splits = parse_body(GetRewardRequest, await read(request)).splits()
         todo = [i for i, s in enumerate(splits) if s.error is None]
-        got = await scored([(splits[i].context, splits[i].reply, None) for i in todo])
+        got = await scored([(as_messages(splits[i].context), splits[i].reply, None) for i in todo])
         results: list[RewardResult | None] = [None] * len(splits)
         for i, result in zip(todo, got, strict=True):
             results[i] = result
