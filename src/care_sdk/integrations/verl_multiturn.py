@@ -47,7 +47,7 @@ from care_sdk.profiles import ProfileLike, as_profiles
 from care_sdk.reward import AdaptiveReward
 from care_sdk.serve.protocol import split_query
 from care_sdk.trajectory import Aggregation
-from care_sdk.types import DIMENSIONS, Dialogue, Message, Messages, RewardResult, as_messages, dialogue_turns
+from care_sdk.types import DIMENSIONS, Dialogue, Message, Messages, RewardResult, dialogue_turns
 
 __all__ = [
     "CareTurnRewardManager",
@@ -157,7 +157,7 @@ def token_turns(
         split = split_query(text)
         if split.error is not None or isinstance(split.context, str):
             raise InputError(f"verl sample: the turn ending at response token {end} cannot be read back: {split.error}")
-        context = tuple(m for m in as_messages(split.context) if m.role != "system")
+        context = dialogue_turns(split.context)
         out.append((context, split.reply, end))
     return out
 
