@@ -124,6 +124,22 @@ def _context(messages: Sequence[Any]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.content} for m in messages]
 
 
+def after_reads(groups: dict[str, list[Any]], skip: int, limit: int) -> dict[str, list[Any]]:
+    """Each group's turns (in the rule's order) left after ``skip`` earlier reads, each of which took the first
+    ``limit`` turns left of every group; the dialogues those turns belong to are left out too.
+
+    Examples:
+        >>> from types import SimpleNamespace as T
+        >>> turns = [T(dialogue_id=d) for d in "aabc"]
+        >>> [t.dialogue_id for t in after_reads({"": turns}, 1, 1)[""]]
+        ['b', 'c']
+    """
+    for _ in range(skip):
+        taken = {t.dialogue_id for turns in groups.values() for t in turns[:limit]}
+        groups = {g: [t for t in turns if t.dialogue_id not in taken] for g, turns in groups.items()}
+    return groups
+
+
 def intent_test_items(root: Path, read: Any, skip: int = 0) -> list[ContrastItem]:
     """Listener turns of dialogues outside the 150 that bench_addons read, a speaker message before them, a
     reply of at least 8 words; ordered by the contrast salt, the first 60. ``skip``: how many earlier contrast
@@ -141,10 +157,7 @@ def intent_test_items(root: Path, read: Any, skip: int = 0) -> list[ContrastItem
         and any(m.role == "user" for m in t.context)
         and len(t.reply.split()) >= MIN_INTENT_WORDS
     ]
-    ordered = sorted(turns, key=lambda t: order_key(t.id))
-    for _ in range(skip):
-        taken = {t.dialogue_id for t in ordered[: TEST_LIMITS["intents"]]}
-        ordered = [t for t in ordered if t.dialogue_id not in taken]
+    ordered = after_reads({"": sorted(turns, key=lambda t: order_key(t.id))}, skip, TEST_LIMITS["intents"])[""]
     chosen = ordered[: TEST_LIMITS["intents"]]
     return [ContrastItem(t.id, _context(t.context), t.reply) for t in chosen]
 
@@ -167,10 +180,7 @@ def sage_test_items(root: Path, read: Any, skip: int = 0) -> list[ContrastItem]:
     for turn in english or turns:
         by_model.setdefault(turn.model, []).append(turn)
     ordered = {m: sorted(by_model[m], key=lambda t: order_key(t.key)) for m in sorted(by_model)}
-    for _ in range(skip):
-        taken = {t.dialogue_id for turns in ordered.values() for t in turns[: TEST_LIMITS["sage"]]}
-        ordered = {m: [t for t in turns if t.dialogue_id not in taken] for m, turns in ordered.items()}
-    samples = [turns[: TEST_LIMITS["sage"]] for turns in ordered.values()]
+    samples = [turns[: TEST_LIMITS["sage"]] for turns in after_reads(ordered, skip, TEST_LIMITS["sage"]).values()]
     chosen = [t for group in zip(*samples, strict=True) for t in group]
     return [ContrastItem(t.key, _context(t.context), t.reply, group=t.model) for t in chosen]
 

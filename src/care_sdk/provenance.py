@@ -210,7 +210,8 @@ def cost_metrics(results: Sequence[RewardResult], prefix: str, *, total: bool = 
         nan
     """
     costs = [r.provenance.cost for r in results if r.provenance is not None]
-    cost = None if not costs else sum(costs, Cost()) if total else mean_cost(results)
+    summed = sum(costs, Cost())
+    cost = None if not costs else summed if total else summed.shared(len(costs))  # shared: the mean, as mean_cost
     values = {name: getattr(cost, name, None) for name in COST_FIELDS}
     return {f"{prefix}{name}": math.nan if v is None else float(v) for name, v in values.items()}
 

@@ -115,7 +115,7 @@ def judged_context(task: Any, trace: Any, context_field: str = "") -> Messages:
             raise InputError(f"verifiers task: no judged context in task field {context_field!r}")
         if isinstance(value, str):
             return as_messages(value)
-        return as_messages([_as_dict(m) for m in value if _as_dict(m)["role"] in ("user", "assistant", "system")])
+        return as_messages([m for m in map(_as_dict, value) if m["role"] in ("user", "assistant", "system")])
     messages = [_as_dict(m) for m in trace.messages]
     last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=len(messages))
     context = dialogue_turns(messages[:last])

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from care_sdk.errors import CareError, ConfigError, InputError
+from care_sdk.integrations.verl import DEFAULT_PROFILE_KEY, get_reward, read_profile
 from care_sdk.profiles import ProfileLike, as_profiles
 from care_sdk.reward import AdaptiveReward
 from care_sdk.serve.protocol import split_query
@@ -230,8 +231,6 @@ def _score(
     policy = _check(how, gamma, on_error)
     users = as_profiles(profiles, len(samples), "verl profiles")
     if reward is None:
-        from care_sdk.integrations.verl import get_reward
-
         reward = get_reward()
     chosen = [list(turns[-1:]) if how == "last" else list(turns) for turns in samples]
     items = [item for turns in chosen for item, _ in turns]
@@ -416,7 +415,7 @@ class CareTurnRewardManager:
     """``"raise"`` or the value of a turn CARE could not score."""
     reward: AdaptiveReward | None = None
     """The per-turn reward (default: from the environment)."""
-    profile_key: str = "profile"
+    profile_key: str = DEFAULT_PROFILE_KEY
     """The ``extra_info`` key holding the user's profile (see :func:`care_sdk.integrations.verl.make_row`)."""
 
     def __init__(self, config: Any = None, tokenizer: Any = None, compute_score: Any = None, **_: Any) -> None:
@@ -430,8 +429,6 @@ class CareTurnRewardManager:
         ``response_mask`` (verl's batch layout), else the row sum.
         """
         import asyncio
-
-        from care_sdk.integrations.verl import read_profile
 
         item = data[-1:][0]
         batch = item.batch

@@ -193,8 +193,7 @@ def evaluator_adapter(arm: str) -> str | None:
     """The first 12 hex digits of the SHA-256 of the evaluator adapter a model arm reads (``None`` for
     ``base``, which reads none): what every record of the arm holds as ``evaluator``, so records of two
     adapters never mix in one arm's file."""
-    import hashlib
-
+    from care_lab.data._content import file_sha256
     from care_sdk.bundled.adapters import bundled_adapter
 
     if arm == "base":
@@ -202,7 +201,7 @@ def evaluator_adapter(arm: str) -> str | None:
     path = PAIRWISE_ADAPTERS.get(arm) or bundled_adapter("evaluator")
     if path is None or not path.is_file():
         return None
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    return file_sha256(path)[:12]
 
 
 def score_arm(
@@ -222,13 +221,15 @@ def score_arm(
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{arm}.jsonl"
     done = read_records(path)
-    pinned = evaluator_adapter(arm) if scorer is None else None
-    for row in done.values():
-        if scorer is None and row.get("evaluator") != pinned:
-            raise ValueError(
-                f"{path}, context {row['id']}: scored with evaluator {row.get('evaluator') or '(not recorded)'}, "
-                f"this run's is {pinned}; score into another --out"
-            )
+    pinned = None
+    if scorer is None:  # a model arm: every record names the evaluator adapter it was scored with
+        pinned = evaluator_adapter(arm)
+        for row in done.values():
+            if row.get("evaluator") != pinned:
+                raise ValueError(
+                    f"{path}, context {row['id']}: scored with evaluator {row.get('evaluator') or '(not recorded)'}, "
+                    f"this run's is {pinned}; score into another --out"
+                )
     todo = [
         (item, replies) for item, replies in zip(items, contrast_replies(items), strict=True) if item.id not in done
     ]
