@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 from care_lab.bench.contrast import family_texts
-from care_lab.training.evaluator_pairwise import STAGES, Group, _encode, _group_loss, build_groups, written_replies
+from care_lab.training.evaluator_pairwise import (
+    DRAWN_WRITTEN,
+    STAGES,
+    Group,
+    _encode,
+    _group_loss,
+    build_groups,
+    written_replies,
+)
+from care_sdk.canaries import DEFAULT_CANARIES
 
 pytest.importorskip("peft")
 
@@ -24,7 +33,9 @@ def test_the_written_training_replies_share_no_four_word_run_with_the_benchmarks
     benchmark = [text for texts in family_texts().values() for text in texts]
     seen = set().union(*(_grams(text) for text in benchmark))
     written = written_replies()
-    assert sorted(written) == ["dismissive", "harm_validating", "off_topic", "other_language", "platitude", "short"]
+    assert sorted(written) == sorted([*DRAWN_WRITTEN, "bare_question"])
+    canaries = {c.text.lower() for c in DEFAULT_CANARIES}
+    assert not canaries & {text.lower() for text in written["bare_question"]}
     for kind, texts in written.items():
         assert len(texts) >= 10, kind
         for text in texts:
@@ -68,6 +79,18 @@ def test_the_second_stage_adds_another_dialogues_reply_of_the_same_emotion_type(
         real, other, same = (emotions[r] for r in group.replies[:3])
         assert len(set(group.replies[:3])) == 3
         assert real & same and other - real, (real, other, same)
+
+
+def test_the_third_stage_adds_a_written_bare_question_to_every_group_and_draws_one_of_the_same_eight(
+    data_dir: Path,
+) -> None:
+    second, third = build_groups(data_dir, 8, STAGES[1]), build_groups(data_dir, 8, STAGES[2])
+    assert {g.replies[0] for g in second} != {g.replies[0] for g in third}  # another seed, other turns
+    questions = written_replies()["bare_question"]
+    for group in third:
+        assert group.kinds[:3] == ("real", "offcontext", "offcontext_same") and group.kinds[-1] == "bare_question"
+        assert len(group.kinds) == 5 and group.replies[-1] in questions
+        assert group.kinds[3] in {"cut", "shuffled", *DRAWN_WRITTEN}
 
 
 def test_a_step_reads_each_score_at_its_position_as_the_full_sequence_does() -> None:

@@ -6,7 +6,8 @@ uses, each step takes one group: the real reply and four worse replies (:func:`n
 train dialogue's supporter reply of another emotion type, and three kinds drawn from eight: the real
 reply cut to its first third of words, its words shuffled, and one text of each of six kinds written
 for training only (:data:`WRITTEN`: dismissive, platitude, short, off-topic, harm-validating, another
-language), never the contrast benchmark's texts. Every reply is followed by the real reply's target
+language), never the contrast benchmark's texts. Later stages (:data:`STAGES`) add another dialogue's reply
+of the same emotion type and, the third, a written bare question to every group. Every reply is followed by the real reply's target
 score JSON (the SFT data's ``reference`` target), so the digits before a criterion are the same for
 every reply and only the reply can move its score (each reply followed by its own target lets later
 criteria copy the earlier digits). The loss is the SFT loss (the token cross-entropy of the real
@@ -47,6 +48,7 @@ from typing import Any
 from care_sdk.backends.forced import common_prefix
 
 __all__ = [
+    "DRAWN_WRITTEN",
     "STAGES",
     "Group",
     "Negative",
@@ -91,11 +93,13 @@ WRITTEN = Path(__file__).with_name("worse_replies.json")
 """The written training negatives, by kind (never the contrast benchmark's texts)."""
 DRAWN = 3
 """Worse replies drawn per group beside another dialogue's reply."""
+DRAWN_WRITTEN = ("dismissive", "harm_validating", "off_topic", "other_language", "platitude", "short")
+"""The written kinds the drawn ones come from (``bare_question`` is only ever a stage's :attr:`Stage.always`)."""
 
 
 def written_replies(path: Path = WRITTEN) -> dict[str, list[str]]:
     """The written training negatives by kind (``dismissive``, ``platitude``, ``short``, ``off_topic``,
-    ``harm_validating``, ``other_language``).
+    ``harm_validating``, ``other_language``, ``bare_question``).
 
     Examples:
         >>> sorted(written_replies())[:3]
@@ -113,20 +117,22 @@ def negatives(
     *,
     same_emotion: str | None = None,
     drawn: int = DRAWN,
+    always: Sequence[str] = (),
 ) -> list[Negative]:
     """The worse replies of one group: ``other`` (another dialogue's reply, of another emotion type) first,
     ``same_emotion`` (another dialogue's reply of the same emotion type, kind ``offcontext_same``) next when
     given, then ``drawn`` kinds drawn without replacement from the real reply's first third of words (at least
-    two), its words shuffled until their order differs, and one text of each kind of ``written``
-    (:func:`written_replies` by default)."""
+    two), its words shuffled until their order differs, and one text of each kind of :data:`DRAWN_WRITTEN`
+    in ``written`` (:func:`written_replies` by default), then one text of each written kind of ``always``."""
     written = written_replies() if written is None else written
     words = real.split()
     shuffled = list(words)
     while shuffled == words:
         rng.shuffle(shuffled)
     pool = {"cut": " ".join(words[: max(2, len(words) // 3)]), "shuffled": " ".join(shuffled)}
-    kinds = rng.sample([*pool, *sorted(written)], drawn)
+    kinds = rng.sample([*pool, *sorted(k for k in written if k in DRAWN_WRITTEN)], drawn)
     chosen = [Negative(k, pool[k] if k in pool else rng.choice(written[k])) for k in kinds]
+    chosen += [Negative(k, rng.choice(written[k])) for k in always]
     same = [Negative("offcontext_same", same_emotion)] if same_emotion is not None else []
     return [Negative("offcontext", other), *same, *chosen]
 
@@ -136,12 +142,15 @@ class Stage:
     """What one run of the recipe draws and how long it runs: the groups' order, the worse replies of each
     group, its steps and minutes (every stage starts from the shipped evaluator adapter, merged).
 
-    The bundled evaluator is two stages (:data:`STAGES`): the first trained on the SFT adapter, the second
-    on the first's, with another conversation's reply of the same emotion type too.
+    The recipe has three stages (:data:`STAGES`): the first trained on the SFT adapter, the second on the
+    first's, with another conversation's reply of the same emotion type too, the third on the second's, with a
+    written bare question in every group and one drawn kind.
 
     Examples:
         >>> STAGES[1].name, STAGES[1].same_emotion, STAGES[1].drawn
         ('evaluator-pairwise-v3', True, 2)
+        >>> STAGES[2].always, STAGES[2].drawn
+        (('bare_question',), 1)
     """
 
     name: str
@@ -152,13 +161,18 @@ class Stage:
     """Kinds drawn from the eight beside the other dialogues' replies."""
     steps: int
     minutes: float
+    always: tuple[str, ...] = ()
+    """Written kinds every group also holds, one text each (after the drawn ones)."""
 
 
 STAGES = (
     Stage("evaluator-pairwise-v2", seed=0, same_emotion=False, drawn=DRAWN, steps=500, minutes=55.0),
     Stage("evaluator-pairwise-v3", seed=1, same_emotion=True, drawn=2, steps=450, minutes=50.0),
+    Stage(
+        "evaluator-pairwise-v5", seed=3, same_emotion=True, drawn=1, steps=400, minutes=42.0, always=("bare_question",)
+    ),
 )
-"""The recipe's stages, in the order ``make evaluator-adapter`` runs them (``--stage 1``, ``--stage 2``)."""
+"""The recipe's stages, in the order ``make evaluator-adapter`` runs them (``--stage 1``, ``2``, ``3``)."""
 
 
 def build_groups(root: Path | None, limit: int, stage: Stage = STAGES[0]) -> list[Group]:
@@ -211,7 +225,13 @@ def build_groups(root: Path | None, limit: int, stage: Stage = STAGES[0]) -> lis
                 continue
             same = kin[rng.randrange(len(kin))]
         worse = negatives(
-            turn.reply, other.reply, rng, written, same_emotion=same.reply if same else None, drawn=stage.drawn
+            turn.reply,
+            other.reply,
+            rng,
+            written,
+            same_emotion=same.reply if same else None,
+            drawn=stage.drawn,
+            always=stage.always,
         )
         covered: set[Dimension] = {d for d, n in turn.counts.items() if n > 0}
         scores = esconv_scores("reference", rubric, covered)
@@ -381,7 +401,7 @@ def train(
         "margin": MARGIN,
         "threads": threads,
         "negatives": f"offcontext{' + offcontext_same' if stage.same_emotion else ''} + {stage.drawn} of cut, "
-        f"shuffled, {', '.join(sorted(written_replies()))}",
+        f"shuffled, {', '.join(DRAWN_WRITTEN)}{''.join(f' + {k}' for k in stage.always)}",
         "start": "bundled:evaluator",
         "data": "esconv/train.jsonl",
     }
