@@ -12,6 +12,10 @@ Applies ``benchmarks/rules/contrast.md`` (written before any read). Three steps,
     # benchmarks/results/contrast_from_31.json)
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --offset 30 --arms pairwise2,pairwise3
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py report --offset 30
+    # the selection sample shaped like the test read (ESConv test, role selection: one user message before a
+    # reply of 8+ words; 60 contexts; benchmarks/results/contrast_esconv_test.json)
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set esconv-test --arms pairwise3,pairwise5
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py report --set esconv-test
     # the fresh test read, once, for what ships (through the test-read ledger), and its report
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set intents --arms shipped,base
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set sage --arms shipped,base
@@ -58,6 +62,13 @@ RESULTS = Path("benchmarks/results")
 RULE = "benchmarks/rules/contrast.md"
 GATE_FILE = RESULTS / "context_fit_gate.json"
 SELECTION = "esconv/valid.jsonl"
+SELECTION_SETS = {
+    "esconv-valid": (SELECTION, {"min_users": 2, "min_words": 12}, 30),
+    "esconv-test": ("esconv/test.jsonl", {"min_users": 1, "min_words": 8}, 60),
+}
+"""The selection samples: their file, their turns' shape (:func:`esconv_items`) and how many contexts a run
+scores by default. ``esconv-test`` (role ``selection``) is shaped like the test read: one user message before a
+reply of at least 8 words."""
 GATE_PAIRS = 150
 VALID_GATE = Gate(slope=0.1599, intercept=-2.1270)
 """The gate shipped before this benchmark, fitted on 150 ESConv valid pairs (selection data): reported beside."""
@@ -224,8 +235,8 @@ def _gates() -> dict[str, Gate]:
 def report(which: str, items: list[ContrastItem], out: Path, read: Any, skip: int = 0, offset: int = 0) -> None:
     """Summarise the arms' records (within each SAGE system first, pooled second) into the results file
     (``contrast.json`` for the selection sample, ``contrast_from_<first>.json`` for one that starts further
-    on; ``contrast_test_<set>.json`` for a test read; ``contrast_test_<set>_<read number>.json`` for one
-    that skipped earlier reads' samples)."""
+    on, ``contrast_esconv_test.json`` for the sample shaped like the test read; ``contrast_test_<set>.json``
+    for a test read; ``contrast_test_<set>_<read number>.json`` for one that skipped earlier reads' samples)."""
     from care_lab.data.results import attach_records
 
     arms = {arm: read_records(out / f"{arm}.jsonl") for arm in MODEL_ARMS}
@@ -250,12 +261,12 @@ def report(which: str, items: list[ContrastItem], out: Path, read: Any, skip: in
     write_results(
         RESULTS
         / (
-            f"contrast{f'_from_{offset + 1}' if offset else ''}.json"
+            f"contrast{'_esconv_test' if which == 'esconv-test' else ''}{f'_from_{offset + 1}' if offset else ''}.json"
             if not test
             else f"contrast_test_{which}{f'_{read.reads}' if skip else ''}.json"
         ),
         " ".join(["python", *sys.argv]),
-        data=SELECTION if not test else LEDGER_NAMES[which],
+        data=SELECTION_SETS[which][0] if not test else LEDGER_NAMES[which],
         role="selection" if not test else "test",
         test_reads=0 if not test else read.reads,
         metrics={
@@ -283,11 +294,13 @@ def report(which: str, items: list[ContrastItem], out: Path, read: Any, skip: in
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("step", choices=("fit-gate", "score", "report"))
-    parser.add_argument("--set", dest="which", choices=("esconv-valid", *LEDGER_NAMES), default="esconv-valid")
+    parser.add_argument("--set", dest="which", choices=(*SELECTION_SETS, *LEDGER_NAMES), default="esconv-valid")
     parser.add_argument("--arms", default="method,base")
-    parser.add_argument("--limit", type=int, default=30, help="esconv-valid: N contexts of the rule's order")
     parser.add_argument(
-        "--offset", type=int, default=0, help="esconv-valid: after the first OFFSET (a sample of its own)"
+        "--limit", type=int, help="a selection set: N contexts of the rule's order (30; esconv-test 60)"
+    )
+    parser.add_argument(
+        "--offset", type=int, default=0, help="a selection set: after the first OFFSET (a sample of its own)"
     )
     parser.add_argument("--out", help="the records' folder (default: runs/contrast/<set>)")
     parser.add_argument("--force-test-read", action="store_true", help="read a test set again (the ledger marks it)")
@@ -305,8 +318,9 @@ def main() -> int:
         return 0
     out = Path(args.out or f"runs/contrast/{args.which}{f'-from{args.offset + 1}' if args.offset else ''}")
     read = None
-    if args.which == "esconv-valid":
-        items = esconv_items(root / SELECTION, args.offset + args.limit)[args.offset :]
+    if args.which in SELECTION_SETS:
+        path, shape, limit = SELECTION_SETS[args.which]
+        items = esconv_items(root / path, args.offset + (args.limit or limit), **shape)[args.offset :]
     else:
         read, items = test_read_items(args.which, root, out, force=args.force_test_read, skip=args.skip_reads)
     if args.step == "score":

@@ -121,6 +121,15 @@ def test_the_selection_sample_follows_the_rule(data_dir: Path) -> None:
         assert sum(m["role"] == "user" for m in item.context) >= 2 and len(item.reply.split()) >= 12
 
 
+def test_the_sample_shaped_like_the_test_read_takes_earlier_shorter_turns(data_dir: Path) -> None:
+    path = data_dir / "esconv" / "test.jsonl"  # role selection
+    shaped = esconv_items(path, 200, min_users=1, min_words=8)
+    default = {i.id.split("#")[0]: i for i in esconv_items(path, 200)}
+    assert shaped and all(len(i.reply.split()) >= 8 and any(m["role"] == "user" for m in i.context) for i in shaped)
+    earlier = [i for i in shaped if i.id.split("#")[0] in default and i.id != default[i.id.split("#")[0]].id]
+    assert earlier and all(len(i.context) < len(default[i.id.split("#")[0]].context) for i in earlier)
+
+
 def test_care_bench_contrast_is_a_command() -> None:
     from care_sdk.cli import build_parser
 

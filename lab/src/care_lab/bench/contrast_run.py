@@ -11,7 +11,7 @@ and arm in ``OUT/<arm>.jsonl``, so a run resumes where it stopped. The arms:
 - ``base``: the untrained base model as generator and evaluator, the method's formula.
 - ``shipped``: ``AdaptiveReward.from_backend("default")`` as it ships (its documented formula); each
   record also holds the method's formula read from the same rubric and evaluation (``method_scores``).
-- ``pairwise2``, ``pairwise3``, ``pairwise4``: the method's formula with a trained pairwise evaluator stage
+- ``pairwise2`` to ``pairwise5``: the method's formula with a trained pairwise evaluator stage
   (:data:`PAIRWISE_ADAPTERS`), read with expected scores; ``pairwise2`` also records the PMI reads. Each
   gives two context-fit arms with the shipped gate: ``<arm>_fit`` (``fit * (0.5 + 0.5 * r)``) and
   ``<arm>_fit0`` (``fit * r``), the PMI read from whichever record of the context has it.
@@ -60,7 +60,7 @@ __all__ = [
     "score_arm",
 ]
 
-MODEL_ARMS = ("method", "base", "shipped", "pairwise2", "pairwise3", "pairwise4")
+MODEL_ARMS = ("method", "base", "shipped", "pairwise2", "pairwise3", "pairwise4", "pairwise5")
 """The arms that run a model; the context-fit arms of a selection run are read from ``method``'s records,
 and ``shipped`` (the bundled ``default`` as it ships) records the method's formula of its own evaluation beside
 its reward."""
@@ -71,20 +71,26 @@ PAIRWISE_ADAPTERS = {
     "pairwise2": PAIRWISE_ADAPTER,
     "pairwise3": Path("runs/evaluator_pairwise3/evaluator.gguf"),
     "pairwise4": Path("runs/evaluator_pairwise4/evaluator.gguf"),
+    "pairwise5": Path("runs/evaluator_pairwise5/evaluator.gguf"),
 }
 """The adapter each pairwise arm reads: the recipe's first stage, its second
 (``--stage 2 --out runs/evaluator_pairwise3 --adapter runs/evaluator_pairwise3/evaluator.gguf``) and a
 third stage tried on selection contexts 61 to 90 and not kept (its recipe, ``--stage 3``, is at commit
-f71a9b8; ``benchmarks/rules/contrast.md``, the fourth-stage addendum)."""
+f71a9b8; ``benchmarks/rules/contrast.md``, the fourth-stage addendum), and the recipe's third stage
+(``--stage 3 --out runs/evaluator_pairwise5 --adapter runs/evaluator_pairwise5/evaluator.gguf``, the addendum on
+a selection sample shaped like the test read)."""
 
 MIN_REAL_WORDS = 12
 """The rule's smallest real reply (words) for an ESConv context."""
 
 
-def esconv_items(path: str | Path, limit: int = 60) -> list[ContrastItem]:
-    """The rule's ESConv sample: per dialogue, the first supporter turn with two user messages before
-    it and a real reply of at least :data:`MIN_REAL_WORDS` words; ordered by
-    :func:`~care_lab.bench.contrast.order_key`, the first ``limit``. The file is read for selection.
+def esconv_items(
+    path: str | Path, limit: int = 60, *, min_users: int = 2, min_words: int = MIN_REAL_WORDS
+) -> list[ContrastItem]:
+    """The rule's ESConv sample: per dialogue, the first supporter turn with ``min_users`` user messages
+    before it and a real reply of at least ``min_words`` words (the sample shaped like the test read:
+    one and 8); ordered by :func:`~care_lab.bench.contrast.order_key`, the first ``limit``. The file is read
+    for selection.
 
     Raises:
         InputError: the file may not be read for selection (a test or undeclared file).
@@ -97,7 +103,7 @@ def esconv_items(path: str | Path, limit: int = 60) -> list[ContrastItem]:
     for dialogue in load_esconv(path).records:
         for turn in dialogue.supporter_turns():
             users = sum(1 for m in turn.context if m.role == "user")
-            if users >= 2 and len(turn.reply.split()) >= MIN_REAL_WORDS:
+            if users >= min_users and len(turn.reply.split()) >= min_words:
                 context = [m.model_dump(mode="json", include={"role", "content"}) for m in turn.context]
                 items.append(ContrastItem(f"{turn.dialogue_id}#{turn.index}", context, turn.reply))
                 break
