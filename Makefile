@@ -67,8 +67,8 @@ generator-adapter: $(VENV)/.test-installed
 
 # The bundled evaluator adapter, rebuilt from Lend-an-Ear train conversations and ESConv train with the
 # project's own recipes: the SFT run (about 80 minutes on one CPU core; run it again after an interruption to
-# resume), exported in place, then the pairwise recipe's two stages, each on top of the one before (about 55 and
-# 50 minutes on two cores), each exported over it.
+# resume), exported in place, then the pairwise recipe's three stages, each on top of the one before (about 55, 50
+# and 42 minutes on two cores), each exported over it.
 evaluator-adapter: $(VENV)/.test-installed
 	CARE_DATA_DIR=$(DATA) $(VENV)/bin/care train build-data --config training/configs/evaluator_data.yaml
 	OMP_NUM_THREADS=1 CARE_DATA_DIR=$(DATA) $(VENV)/bin/care train sft --config training/configs/evaluator_sft_cpu.yaml
@@ -78,6 +78,8 @@ evaluator-adapter: $(VENV)/.test-installed
 		--stage 1 --out runs/evaluator_pairwise --threads 2 --adapter src/care_sdk/bundled/adapters/evaluator.gguf
 	OMP_NUM_THREADS=2 CARE_DATA_DIR=$(DATA) $(VENV)/bin/python -m care_lab.training.evaluator_pairwise \
 		--stage 2 --out runs/evaluator_pairwise3 --threads 2 --adapter src/care_sdk/bundled/adapters/evaluator.gguf
+	OMP_NUM_THREADS=2 CARE_DATA_DIR=$(DATA) $(VENV)/bin/python -m care_lab.training.evaluator_pairwise \
+		--stage 3 --out runs/evaluator_pairwise5 --threads 2 --adapter src/care_sdk/bundled/adapters/evaluator.gguf
 
 lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check src lab/src tests benchmarks
