@@ -6,16 +6,17 @@ uses, each step takes one group: the real reply and four worse replies (:func:`n
 train dialogue's supporter reply of another emotion type, and three kinds drawn from eight: the real
 reply cut to its first third of words, its words shuffled, and one text of each of six kinds written
 for training only (:data:`WRITTEN`: dismissive, platitude, short, off-topic, harm-validating, another
-language), never the contrast benchmark's texts. Later stages (:data:`STAGES`) add another dialogue's reply
-of the same emotion type and, the third, a written bare question to every group. Every reply is followed by the real reply's target
-score JSON (the SFT data's ``reference`` target), so the digits before a criterion are the same for
-every reply and only the reply can move its score (each reply followed by its own target lets later
-criteria copy the earlier digits). The loss is the SFT loss (the token cross-entropy of the real
-reply's target) plus a hinge on the expected scores: for every criterion and every worse reply,
-``max(0, margin - (E_real - E_worse))``, where ``E`` is the expectation of the scores ``1``-``5`` at
-the criterion's position, renormalised over the five tokens (what ``RubricEvaluator`` reads on an
-adapter whose training summary says ``"scores": "expected"``, as this one's does). The prompt is
-shared by the group's replies up to the reply, so it is run once and its cache repeated for the suffixes.
+language), never the contrast benchmark's texts. Later stages (:data:`STAGES`) add another dialogue's
+reply of the same emotion type and, the third, a written bare question to every group. Every reply is
+followed by the real reply's target score JSON (the SFT data's ``reference`` target), so the digits
+before a criterion are the same for every reply and only the reply can move its score (each reply
+followed by its own target lets later criteria copy the earlier digits). The loss is the SFT loss (the
+token cross-entropy of the real reply's target) plus a hinge on the expected scores: for every criterion
+and every worse reply, ``max(0, margin - (E_real - E_worse))``, where ``E`` is the expectation of the
+scores ``1``-``5`` at the criterion's position, renormalised over the five tokens (what
+``RubricEvaluator`` reads on an adapter whose training summary says ``"scores": "expected"``, as this
+one's does). The prompt is shared by the group's replies up to the reply, so it is run once and its
+cache repeated for the suffixes.
 
 A new LoRA on every linear layer of every decoder layer is trained on top of the evaluator's SFT
 adapter (``bundled:evaluator``, merged), and exported with it as one GGUF adapter: the bundled
