@@ -337,7 +337,7 @@ def test_full_run_writes_reports_and_records(toy_data: DataPaths, tmp_path: Path
     data = json.loads((out / "quality.json").read_text())
     assert [t["name"] for t in data["tasks"]] == list(TASKS)
     assert data["backend"]["generator"].startswith("scripted:scripted|prompt=")
-    assert data["prompt_version"] and data["care_sdk"] and data["python"]
+    assert data["fixed_criteria_version"] and data["care_sdk"] and data["python"]
     assert len(data["data"]) >= 6 and all(len(h) == 64 for h in data["data"].values())
     assert data["settings"]["resamples"] == 200
     table = (out / "quality.md").read_text()

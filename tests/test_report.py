@@ -113,7 +113,7 @@ def test_overview_counts_failures_and_extremes() -> None:
 
 
 def test_criteria_and_producers_are_interned() -> None:
-    by = {"generator": "g", "evaluator": "e", "prompt_version": "v1", "care_sdk": "0.1.0"}
+    by = {"generator": "g", "evaluator": "e", "fixed_criteria_version": "v1", "care_sdk": "0.1.0"}
     records = [record("a", 1, 0.5, (1, 1, 1), scored_by=by), record("a", 3, 0.5, (1, 1, 1), scored_by=by)]
     records.append(record("b", 1, 0.5, (1, 1, 1)))  # written before records carried scored_by
     data = report_data(records)
@@ -181,7 +181,7 @@ def test_score_records_carry_their_producer(tmp_path: Path) -> None:
     by = json.loads(out.read_text().splitlines()[0])["scored_by"]
     assert by["generator"].startswith("scripted:scripted|prompt=")
     assert by["evaluator"].startswith("scripted:scripted|t=0.0")
-    assert (by["prompt_version"], by["care_sdk"]) == (FIXED_CRITERIA_VERSION, __version__)
+    assert (by["fixed_criteria_version"], by["care_sdk"]) == (FIXED_CRITERIA_VERSION, __version__)
     assert (by["weights"], by["criteria"]) == ("generated", "generated")
     assert report_data([json.loads(x) for x in out.read_text().splitlines()])["producers"][0]["turns"] == 3
 
@@ -285,6 +285,20 @@ def test_browser_renders_filters_and_never_runs_injected_script(
     shot = Path(os.environ.get("CARE_REPORT_SCREENSHOT", tmp_path / "report.png"))
     browser(url, f"--screenshot={shot}", "--window-size=1280,1800", "--hide-scrollbars")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+@pytest.mark.slow
+def test_browser_names_the_fixed_criteria_version_of_new_and_older_records(
+    browser: Callable[..., str], tmp_path: Path
+) -> None:
+    new = {"generator": "g", "evaluator": "e", "fixed_criteria_version": "fixed-v7", "care_sdk": "0.2.0"}
+    old = {"generator": "g", "evaluator": "e", "prompt_version": "fixed-v6", "care_sdk": "0.1.0"}  # its old name
+    rows = [record("a", 1, 0.5, (1, 1, 1), scored_by=new), record("b", 1, 0.5, (1, 1, 1), scored_by=old)]
+    out = tmp_path / "report.html"
+    write_report(write_jsonl(tmp_path / "scores.jsonl", rows), out)
+    producers = browser(out.as_uri(), "--dump-dom").split('id="producers"')[1].split("</table>")[0]
+    assert "<th>fixed criteria version</th>" in producers and "prompt" not in producers
+    assert "<td>fixed-v7</td>" in producers and "<td>fixed-v6</td>" in producers
 
 
 @pytest.mark.slow

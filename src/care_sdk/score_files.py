@@ -127,12 +127,12 @@ def turn_record(dialogue_id: str, turn: int, result: RewardResult) -> dict[str, 
 
 
 def scored_by(reward: AdaptiveReward) -> dict[str, str | None]:
-    """What produced a record: backend identities and settings, prompt version, package version, ablations.
+    """What produced a record: backend identities and settings, criteria version, package version, ablations.
 
     ``generator`` is the generator's identity (its backend, prompt version and sampling settings), or
     ``None`` when every turn is judged against one fixed rubric; ``evaluator`` is the evaluator's
-    backend identity and settings (its prompt version included); ``prompt_version`` is the fixed
-    criteria's version, :data:`care_sdk.FIXED_CRITERIA_VERSION`; ``guards`` is the reward's guards
+    backend identity and settings (its prompt version included); ``fixed_criteria_version`` is the
+    fixed criteria's version, :data:`care_sdk.FIXED_CRITERIA_VERSION`; ``guards`` is the reward's guards
     settings (``"off"`` without); ``context_fit`` is the context fit's model, window and gate (``"off"`` without).
 
     Examples:
@@ -149,7 +149,7 @@ def scored_by(reward: AdaptiveReward) -> dict[str, str | None]:
     return {
         "generator": reward.generator.identity if reward.generator and reward.rubric is None else None,
         "evaluator": reward.evaluator.identity,
-        "prompt_version": FIXED_CRITERIA_VERSION,
+        "fixed_criteria_version": FIXED_CRITERIA_VERSION,
         "guards": repr(reward.guards) if reward.guards is not None else "off",
         "context_fit": reward.context_fit.identity if reward.context_fit is not None else "off",
         "care_sdk": __version__,

@@ -12,7 +12,6 @@ Examples:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import platform
@@ -80,25 +79,10 @@ def load_records(path: Path, key: Callable[[dict[str, Any]], Hashable]) -> dict[
     return records
 
 
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes.
-
-    Examples:
-        >>> import tempfile
-        >>> p = Path(tempfile.mkdtemp()) / "x"
-        >>> _ = p.write_bytes(b"abc")
-        >>> file_sha256(p)[:12]
-        'ba7816bf8f01'
-    """
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def file_hashes(paths: Iterable[Path]) -> dict[str, str]:
-    """SHA-256 of each existing file."""
+    """SHA-256 of each existing file (the data layer's hash, computed once per process and file)."""
+    from care_lab.data._content import file_sha256
+
     return {str(p): file_sha256(p) for p in sorted(set(paths)) if p.is_file()}
 
 
@@ -110,7 +94,7 @@ def run_meta(benchmark: str, seconds: float) -> dict[str, Any]:
     return {
         "benchmark": benchmark,
         "care_sdk": __version__,
-        "prompt_version": FIXED_CRITERIA_VERSION,
+        "fixed_criteria_version": FIXED_CRITERIA_VERSION,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -382,9 +382,11 @@
     document.getElementById("lowest").appendChild(turnList(OV.lowest));
     document.getElementById("highest").appendChild(turnList(OV.highest));
     const prod = document.getElementById("producers");
-    const cols = ["generator", "evaluator", "prompt_version", "care_sdk", "weights", "criteria"];
-    const table = add(el("table"), add(el("tr"), ...cols.map((c) => el("th", null, c.replace("_", " "))), el("th", null, "turns")));
-    for (const p of DATA.producers) {
+    const cols = ["generator", "evaluator", "fixed_criteria_version", "care_sdk", "weights", "criteria"];
+    const table = add(el("table"), add(el("tr"), ...cols.map((c) => el("th", null, c.replaceAll("_", " "))), el("th", null, "turns")));
+    for (const producer of DATA.producers) {
+      // records written before the key was renamed call the fixed criteria's version prompt_version
+      const p = { fixed_criteria_version: producer.prompt_version, ...producer };
       const known = cols.some((c) => p[c]);
       const row = el("tr");
       if (!known) row.appendChild(Object.assign(el("td", "empty", "not recorded in these records (written before care score recorded scored_by)"), { colSpan: cols.length }));

@@ -180,7 +180,7 @@ class QualityRunner:
         >>> import tempfile
         >>> backend = ScriptedBackend(lambda req: "{}")
         >>> runner = QualityRunner(RubricGenerator(backend), RubricEvaluator(backend), out_dir=tempfile.mkdtemp())
-        >>> runner.identity()["prompt_version"] == FIXED_CRITERIA_VERSION
+        >>> runner.identity()["fixed_criteria_version"] == FIXED_CRITERIA_VERSION
         True
     """
 
@@ -209,7 +209,8 @@ class QualityRunner:
         self.model = model
 
     def identity(self) -> dict[str, str]:
-        """What the records depend on: generator and evaluator identities, the prompt version and the context fit."""
+        """What the records depend on: the generator's and evaluator's identities, the fixed criteria's version and
+        the context fit."""
         return {
             "generator": self.generator.identity,
             "evaluator": (
@@ -217,7 +218,7 @@ class QualityRunner:
                 f"|max_tokens={self.evaluator.max_tokens}|logprobs={self.evaluator.use_logprobs}"
                 f"|prompt={self.evaluator.prompt_version}"
             ),
-            "prompt_version": FIXED_CRITERIA_VERSION,
+            "fixed_criteria_version": FIXED_CRITERIA_VERSION,
             "context_fit": self.context_fit.identity if self.context_fit is not None else "off",
         }
 
