@@ -21,10 +21,11 @@ Applies ``benchmarks/rules/contrast.md`` (written before any read). Three steps,
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set sage --arms shipped,base
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py report --set intents   # and --set sage
     # a later artifact's fresh read: the next 60 intents contexts, outside the dialogues the earlier reads
-    # took (read 4: --skip-reads 1 --out runs/contrast/intents4; read 5, the default as it ships:)
-    CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set intents --skip-reads 2 \
-        --out runs/contrast/intents5 --arms shipped,base      # then `report` with the same options
-    # SAGE for the default as it ships (read 3 of that set), outside read 2's rollouts
+    # took (read 4: --skip-reads 1 --out runs/contrast/intents4; read 5: --skip-reads 2 --out
+    # runs/contrast/intents5; read 6, the default as it ships:)
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set intents --skip-reads 3 \
+        --out runs/contrast/intents6 --arms shipped,base      # then `report` with the same options
+    # SAGE for the second-stage default (read 3 of that set), outside read 2's rollouts
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set sage --skip-reads 1 \
         --out runs/contrast/sage3 --arms shipped             # then `report` with the same options
 
