@@ -104,7 +104,7 @@ def written_replies(path: Path = WRITTEN) -> dict[str, list[str]]:
 
     Examples:
         >>> sorted(written_replies())[:3]
-        ['dismissive', 'harm_validating', 'off_topic']
+        ['bare_question', 'dismissive', 'harm_validating']
     """
     raw = json.loads(path.read_text(encoding="utf-8"))
     return {kind: list(texts) for kind, texts in raw.items() if not kind.startswith("_")}
