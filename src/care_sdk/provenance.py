@@ -188,8 +188,14 @@ def mean_cost(results: Sequence[RewardResult]) -> Cost | None:
         >>> mean_cost([RewardResult(reward=0.5, provenance=made), RewardResult(reward=0.0)]).calls
         2.0
     """
+    summed, n = _summed_cost(results)
+    return summed.shared(n) if n else None
+
+
+def _summed_cost(results: Sequence[RewardResult]) -> tuple[Cost, int]:
+    """What the results that have a provenance cost together, and how many they are."""
     costs = [r.provenance.cost for r in results if r.provenance is not None]
-    return sum(costs, Cost()).shared(len(costs)) if costs else None
+    return sum(costs, Cost()), len(costs)
 
 
 COST_FIELDS = ("calls", "seconds", "prompt_tokens", "completion_tokens")
@@ -209,9 +215,8 @@ def cost_metrics(results: Sequence[RewardResult], prefix: str, *, total: bool = 
         >>> cost_metrics([RewardResult(reward=0.0)], "care_cost_")["care_cost_calls"]
         nan
     """
-    costs = [r.provenance.cost for r in results if r.provenance is not None]
-    summed = sum(costs, Cost())
-    cost = None if not costs else summed if total else summed.shared(len(costs))  # shared: the mean, as mean_cost
+    summed, n = _summed_cost(results)
+    cost = None if not n else summed if total else summed.shared(n)
     values = {name: getattr(cost, name, None) for name in COST_FIELDS}
     return {f"{prefix}{name}": math.nan if v is None else float(v) for name, v in values.items()}
 
