@@ -48,6 +48,7 @@ from typing import Any
 from care_lab.bench.contrast import ContrastItem, order_key, summarise
 from care_lab.bench.contrast_cli import format_summary
 from care_lab.bench.contrast_run import (
+    MIN_REAL_WORDS,
     MODEL_ARMS,
     PAIRWISE_ADAPTERS,
     esconv_items,
@@ -63,9 +64,11 @@ RESULTS = Path("benchmarks/results")
 RULE = "benchmarks/rules/contrast.md"
 GATE_FILE = RESULTS / "context_fit_gate.json"
 SELECTION = "esconv/valid.jsonl"
+MIN_INTENT_WORDS = 8
+"""The test read's smallest real reply (words), which the sample shaped like it takes too."""
 SELECTION_SETS = {
-    "esconv-valid": (SELECTION, {"min_users": 2, "min_words": 12}, 30),
-    "esconv-test": ("esconv/test.jsonl", {"min_users": 1, "min_words": 8}, 60),
+    "esconv-valid": (SELECTION, {"min_users": 2, "min_words": MIN_REAL_WORDS}, 30),
+    "esconv-test": ("esconv/test.jsonl", {"min_users": 1, "min_words": MIN_INTENT_WORDS}, 60),
 }
 """The selection samples: their file, their turns' shape (:func:`esconv_items`) and how many contexts a run
 scores by default. ``esconv-test`` (role ``selection``) is shaped like the test read: one user message before a
@@ -118,7 +121,6 @@ def fit_gate(root: Path) -> None:
 
 LEDGER_NAMES = {"intents": "empatheticdialogues_intents", "sage": "sage_rlver/test_turns"}
 TEST_LIMITS = {"intents": 60, "sage": 30}
-MIN_INTENT_WORDS = 8
 _CJK = re.compile(r"[\u3000-\u30ff\u3400-\u9fff\uff00-\uffef]")
 
 
