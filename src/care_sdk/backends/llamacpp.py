@@ -183,6 +183,13 @@ def plain_cpu_buffers() -> Iterator[None]:
             module.llama_model_default_params = default
 
 
+def _decoding_threads(usable: int) -> int:
+    """Decoding threads by default: every usable core on a machine of one or two (on two cores the demo's
+    dialogues scored in 0.86 of one thread's time, the same rewards: ``benchmarks/results/threads.json``),
+    half of them beyond."""
+    return usable if usable <= 2 else usable // 2
+
+
 def _usable_cores() -> int:
     """How many cores this process may run on (its CPU affinity where the platform has one)."""
     if hasattr(os, "sched_getaffinity"):
@@ -236,9 +243,10 @@ class LlamaCppBackend(Backend):
         model: a path to a ``.gguf`` file, or a ``llama_cpp.Llama`` you built (with
             :func:`open_llama` where the CPU has AMX).
         n_ctx: context window in tokens.
-        n_threads: CPU threads, for decoding and for prompt processing alike. Default: half the
-            cores this process may run on for decoding and all of them for prompts (on Linux, the
-            cores of its CPU affinity, so a process pinned with ``taskset -c K`` uses one thread).
+        n_threads: CPU threads, for decoding and for prompt processing alike. Default: all the
+            cores this process may run on for prompts, and for decoding all of them on one or two
+            cores, half of them beyond (on Linux, the cores of its CPU affinity, so a process pinned
+            with ``taskset -c K`` uses one thread).
             llama.cpp's own defaults count every core of the machine and take no notice of
             ``n_threads`` for prompts; processes sharing the CPU then compete for it, and forced
             replies, which evaluate a few tokens at a time, ran several times slower that way.
@@ -295,7 +303,7 @@ class LlamaCppBackend(Backend):
             self.model_path: str = str(path)
             if n_threads is None:  # llama.cpp's own defaults count every core, even those the process may not use
                 usable = _usable_cores()
-                n_threads = max(1, usable // 2)
+                n_threads = _decoding_threads(usable)
                 llama_kwargs.setdefault("n_threads_batch", usable)
             llama_kwargs.setdefault("n_threads_batch", n_threads)
             self.llama: Llama = open_llama(
@@ -315,7 +323,7 @@ class LlamaCppBackend(Backend):
         self._logits_all = bool(getattr(self.llama, "_logits_all", logprobs))
         self.evaluated_tokens = 0
         """Tokens evaluated for forced replies so far (what the KV cache did not already hold)."""
-        self._n_threads = n_threads or max(1, _usable_cores() // 2)
+        self._n_threads = n_threads or _decoding_threads(_usable_cores())
         self._layer_means: LayerMeans | None = None
         _OPEN.add(self)
 

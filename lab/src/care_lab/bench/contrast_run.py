@@ -11,7 +11,7 @@ and arm in ``OUT/<arm>.jsonl``, so a run resumes where it stopped. The arms:
 - ``base``: the untrained base model as generator and evaluator, the method's formula.
 - ``shipped``: ``AdaptiveReward.from_backend("default")`` as it ships (its documented formula); each
   record also holds the method's formula read from the same rubric and evaluation (``method_scores``).
-- ``pairwise2`` to ``pairwise5``: the method's formula with a trained pairwise evaluator stage
+- ``pairwise2`` to ``pairwise6``: the method's formula with a trained pairwise evaluator stage
   (:data:`PAIRWISE_ADAPTERS`), read with expected scores; ``pairwise2`` also records the PMI reads. Each
   gives two context-fit arms with the shipped gate: ``<arm>_fit`` (``fit * (0.5 + 0.5 * r)``) and
   ``<arm>_fit0`` (``fit * r``), the PMI read from whichever record of the context has it.
@@ -60,7 +60,7 @@ __all__ = [
     "score_arm",
 ]
 
-MODEL_ARMS = ("method", "base", "shipped", "pairwise2", "pairwise3", "pairwise4", "pairwise5")
+MODEL_ARMS = ("method", "base", "shipped", "pairwise2", "pairwise3", "pairwise4", "pairwise5", "pairwise6")
 """The arms that run a model; the context-fit arms of a selection run are read from ``method``'s records,
 and ``shipped`` (the bundled ``default`` as it ships) records the method's formula of its own evaluation beside
 its reward."""
@@ -72,13 +72,15 @@ PAIRWISE_ADAPTERS = {
     "pairwise3": Path("runs/evaluator_pairwise3/evaluator.gguf"),
     "pairwise4": Path("runs/evaluator_pairwise4/evaluator.gguf"),
     "pairwise5": Path("runs/evaluator_pairwise5/evaluator.gguf"),
+    "pairwise6": Path("runs/evaluator_pairwise6/evaluator.gguf"),
 }
 """The adapter each pairwise arm reads: the recipe's first stage, its second
 (``--stage 2 --out runs/evaluator_pairwise3 --adapter runs/evaluator_pairwise3/evaluator.gguf``) and a
 third stage tried on selection contexts 61 to 90 and not kept (its recipe, ``--stage 3``, is at commit
 f71a9b8; ``benchmarks/rules/contrast.md``, the fourth-stage addendum), and the recipe's third stage
 (``--stage 3 --out runs/evaluator_pairwise5 --adapter runs/evaluator_pairwise5/evaluator.gguf``, the addendum on
-a selection sample shaped like the test read)."""
+a selection sample shaped like the test read), and its fourth stage (``--stage 4 --out runs/evaluator_pairwise6
+--adapter runs/evaluator_pairwise6/evaluator.gguf``, the addendum on replies of the same problem type)."""
 
 MIN_REAL_WORDS = 12
 """The rule's smallest real reply (words) for an ESConv context."""
