@@ -16,6 +16,10 @@ Applies ``benchmarks/rules/contrast.md`` (written before any read). Three steps,
     # reply of 8+ words; 60 contexts; benchmarks/results/contrast_esconv_test.json)
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set esconv-test --arms pairwise3,pairwise5
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py report --set esconv-test
+    # its next 60 contexts, a sample of their own, where a fourth stage was tried and not kept
+    # (benchmarks/results/contrast_esconv_test_from_61.json)
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set esconv-test --offset 60 \
+        --arms pairwise5,pairwise6,base       # then `report` with the same options
     # the fresh test read, once, for what ships (through the test-read ledger), and its report
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set intents --arms shipped,base
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set sage --arms shipped,base

@@ -1,11 +1,11 @@
 """The bundled reward's decoding threads on this machine: the demo's dialogues scored with each setting, side by side.
 
 The demo's job (``care score examples/dialogues.jsonl --backend default``), run with ``score_file`` on the
-bundled ``default`` backends opened with each setting of decoding threads (prompts always on every core
-the process may run on: one, half of them and all of them), the settings alternating over ``--rounds`` rounds, each round a fresh model (no
-rubric cache, no warm KV cache). Reported: seconds a turn per setting, each setting's ratio to one
-decoding thread, and whether every setting gave every turn the same reward (threads change how the
-work is split, not what is computed).
+bundled ``default`` backends opened with each setting of decoding threads (one, half the cores the process
+may run on, all of them; prompts always on all of them), the settings alternating over ``--rounds``
+rounds, each run a fresh model (no rubric cache, no warm KV cache). Reported: seconds a turn per setting,
+each setting's ratio to one decoding thread, and whether every setting gave every turn the same reward
+(threads change how the work is split, not what is computed).
 
     python benchmarks/bench_threads.py          # writes benchmarks/results/threads.json
 """

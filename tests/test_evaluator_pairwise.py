@@ -93,23 +93,6 @@ def test_the_third_stage_adds_a_written_bare_question_to_every_group_and_draws_o
         assert group.kinds[3] in {"cut", "shuffled", *DRAWN_WRITTEN}
 
 
-def test_the_fourth_stage_adds_another_dialogues_reply_of_the_same_emotion_and_problem_type(data_dir: Path) -> None:
-    from care_lab.data.esconv import load_esconv
-
-    topics: dict[str, set[tuple[str, str]]] = {}  # a reply's text -> the (emotion, problem) of its dialogues
-    for dialogue in load_esconv(data_dir / "esconv" / "train.jsonl").records:
-        for turn in dialogue.supporter_turns():
-            key = (dialogue.metadata["emotion_type"], dialogue.metadata["problem_type"])
-            topics.setdefault(turn.reply, set()).add(key)
-    third, fourth = build_groups(data_dir, 8, STAGES[2]), build_groups(data_dir, 8, STAGES[3])
-    assert {g.replies[0] for g in third} != {g.replies[0] for g in fourth}  # another seed, other turns
-    for group in fourth:
-        assert group.kinds[:4] == ("real", "offcontext", "offcontext_same", "offcontext_problem")
-        assert len(group.kinds) == 6 and group.kinds[-1] == "bare_question" and len(set(group.replies[:4])) == 4
-        assert topics[group.replies[0]] & topics[group.replies[3]], group.replies[:4]
-        assert {e for e, _ in topics[group.replies[0]]} & {e for e, _ in topics[group.replies[2]]}
-
-
 def test_a_step_reads_each_score_at_its_position_as_the_full_sequence_does() -> None:
     import torch
     from peft import LoraConfig, get_peft_model

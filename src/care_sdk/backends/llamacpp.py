@@ -185,7 +185,7 @@ def plain_cpu_buffers() -> Iterator[None]:
 
 def _decoding_threads(usable: int) -> int:
     """Decoding threads by default: every usable core on a machine of one or two (on two cores the demo's
-    dialogues scored in 0.86 of one thread's time, the same rewards: ``benchmarks/results/threads.json``),
+    dialogues scored in 0.83 of one thread's time, the same rewards: ``benchmarks/results/threads.json``),
     half of them beyond."""
     return usable if usable <= 2 else usable // 2
 

@@ -79,8 +79,9 @@ PAIRWISE_ADAPTERS = {
 third stage tried on selection contexts 61 to 90 and not kept (its recipe, ``--stage 3``, is at commit
 f71a9b8; ``benchmarks/rules/contrast.md``, the fourth-stage addendum), and the recipe's third stage
 (``--stage 3 --out runs/evaluator_pairwise5 --adapter runs/evaluator_pairwise5/evaluator.gguf``, the addendum on
-a selection sample shaped like the test read), and its fourth stage (``--stage 4 --out runs/evaluator_pairwise6
---adapter runs/evaluator_pairwise6/evaluator.gguf``, the addendum on replies of the same problem type)."""
+a selection sample shaped like the test read), and a fourth stage tried on ESConv test contexts 61 to 120 and
+not kept (its recipe, ``--stage 4 --out runs/evaluator_pairwise6 --adapter runs/evaluator_pairwise6/evaluator.gguf``,
+is at commit 3a548ff; the addendum on replies of the same problem type)."""
 
 MIN_REAL_WORDS = 12
 """The rule's smallest real reply (words) for an ESConv context."""

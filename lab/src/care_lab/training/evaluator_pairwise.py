@@ -7,8 +7,7 @@ train dialogue's supporter reply of another emotion type, and three kinds drawn 
 reply cut to its first third of words, its words shuffled, and one text of each of six kinds written
 for training only (:data:`WRITTEN`: dismissive, platitude, short, off-topic, harm-validating, another
 language), never the contrast benchmark's texts. Later stages (:data:`STAGES`) add another dialogue's
-reply of the same emotion type, the third a written bare question, the fourth another dialogue's reply of
-the same emotion and problem type to every group. Every reply is
+reply of the same emotion type and, the third, a written bare question to every group. Every reply is
 followed by the real reply's target score JSON (the SFT data's ``reference`` target), so the digits
 before a criterion are the same for every reply and only the reply can move its score (each reply
 followed by its own target lets later criteria copy the earlier digits). The loss is the SFT loss (the
@@ -118,14 +117,12 @@ def negatives(
     written: dict[str, list[str]] | None = None,
     *,
     same_emotion: str | None = None,
-    same_problem: str | None = None,
     drawn: int = DRAWN,
     always: Sequence[str] = (),
 ) -> list[Negative]:
     """The worse replies of one group: ``other`` (another dialogue's reply, of another emotion type) first,
     ``same_emotion`` (another dialogue's reply of the same emotion type, kind ``offcontext_same``) next when
-    given, ``same_problem`` (another dialogue's reply of the same emotion and problem type, kind
-    ``offcontext_problem``) next when given, then ``drawn`` kinds drawn without replacement from the real reply's first third of words (at least
+    given, then ``drawn`` kinds drawn without replacement from the real reply's first third of words (at least
     two), its words shuffled until their order differs, and one text of each kind of :data:`DRAWN_WRITTEN`
     in ``written`` (:func:`written_replies` by default), then one text of each written kind of ``always``."""
     written = written_replies() if written is None else written
@@ -138,7 +135,6 @@ def negatives(
     chosen = [Negative(k, pool[k] if k in pool else rng.choice(written[k])) for k in kinds]
     chosen += [Negative(k, rng.choice(written[k])) for k in always]
     same = [Negative("offcontext_same", same_emotion)] if same_emotion is not None else []
-    same += [Negative("offcontext_problem", same_problem)] if same_problem is not None else []
     return [Negative("offcontext", other), *same, *chosen]
 
 
@@ -147,18 +143,15 @@ class Stage:
     """What one run of the recipe draws and how long it runs: the groups' order, the worse replies of each
     group, its steps and minutes (every stage starts from the shipped evaluator adapter, merged).
 
-    The recipe has four stages (:data:`STAGES`): the first trained on the SFT adapter, the second on the
+    The recipe has three stages (:data:`STAGES`): the first trained on the SFT adapter, the second on the
     first's, with another conversation's reply of the same emotion type too, the third on the second's, with a
-    written bare question in every group and one drawn kind, the fourth on the third's, with another
-    conversation's reply of the same emotion and problem type too.
+    written bare question in every group and one drawn kind.
 
     Examples:
         >>> STAGES[1].name, STAGES[1].same_emotion, STAGES[1].drawn
         ('evaluator-pairwise-v3', True, 2)
         >>> STAGES[2].always, STAGES[2].drawn
         (('bare_question',), 1)
-        >>> STAGES[3].same_problem, STAGES[3].steps
-        (True, 300)
     """
 
     name: str
@@ -171,8 +164,6 @@ class Stage:
     minutes: float
     always: tuple[str, ...] = ()
     """Written kinds every group also holds, one text each (after the drawn ones)."""
-    same_problem: bool = False
-    """Also another dialogue's reply of the same emotion and problem type in every group."""
 
 
 STAGES = (
@@ -181,23 +172,8 @@ STAGES = (
     Stage(
         "evaluator-pairwise-v5", seed=3, same_emotion=True, drawn=1, steps=400, minutes=42.0, always=("bare_question",)
     ),
-    Stage(
-        "evaluator-pairwise-v6",
-        seed=4,
-        same_emotion=True,
-        drawn=1,
-        steps=300,
-        minutes=42.0,
-        always=("bare_question",),
-        same_problem=True,
-    ),
 )
-"""The recipe's stages, in the order ``make evaluator-adapter`` runs them (``--stage 1`` to ``4``)."""
-
-
-def _topic(dialogue: Any) -> tuple[Any, Any]:
-    """A dialogue's emotion and problem type (ESConv's labels)."""
-    return dialogue.metadata.get("emotion_type"), dialogue.metadata.get("problem_type")
+"""The recipe's stages, in the order ``make evaluator-adapter`` runs them (``--stage 1``, ``2``, ``3``)."""
 
 
 def build_groups(root: Path | None, limit: int, stage: Stage = STAGES[0]) -> list[Group]:
@@ -230,10 +206,8 @@ def build_groups(root: Path | None, limit: int, stage: Stage = STAGES[0]) -> lis
     ]
     rng.shuffle(turns)
     by_emotion: dict[Any, list[tuple[Any, Any]]] = {}
-    by_problem: dict[Any, list[tuple[Any, Any]]] = {}
     for turn, dialogue in turns:
         by_emotion.setdefault(dialogue.metadata.get("emotion_type"), []).append((turn, dialogue))
-        by_problem.setdefault(_topic(dialogue), []).append((turn, dialogue))
     groups: list[Group] = []
     for turn, dialogue in turns:
         if len(groups) == limit:
@@ -251,19 +225,12 @@ def build_groups(root: Path | None, limit: int, stage: Stage = STAGES[0]) -> lis
             if not kin:  # the only dialogue of its emotion type
                 continue
             same = kin[rng.randrange(len(kin))]
-        topical = None
-        if stage.same_problem:
-            kin = [t for t, d in by_problem.get(_topic(dialogue), []) if d.id != dialogue.id]
-            if not kin:  # the only dialogue of its emotion and problem type
-                continue
-            topical = kin[rng.randrange(len(kin))]
         worse = negatives(
             turn.reply,
             other.reply,
             rng,
             written,
             same_emotion=same.reply if same else None,
-            same_problem=topical.reply if topical else None,
             drawn=stage.drawn,
             always=stage.always,
         )
@@ -434,8 +401,7 @@ def train(
         "rank": rank,
         "margin": MARGIN,
         "threads": threads,
-        "negatives": f"offcontext{' + offcontext_same' if stage.same_emotion else ''}"
-        f"{' + offcontext_problem' if stage.same_problem else ''} + {stage.drawn} of cut, "
+        "negatives": f"offcontext{' + offcontext_same' if stage.same_emotion else ''} + {stage.drawn} of cut, "
         f"shuffled, {', '.join(DRAWN_WRITTEN)}{''.join(f' + {k}' for k in stage.always)}",
         "start": "bundled:evaluator",
         "data": "esconv/train.jsonl",
