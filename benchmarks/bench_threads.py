@@ -13,7 +13,6 @@ each setting's ratio to one decoding thread, and whether every setting gave ever
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import statistics
 import sys
@@ -27,11 +26,6 @@ from care_sdk.backends import resolve_backend
 from care_sdk.score_files import score_file
 
 DIALOGUES = Path("examples/dialogues.jsonl")
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def run_once(decode: int, prompts: int) -> tuple[float, list[float | None]]:
@@ -55,7 +49,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results/threads.json")
     args = parser.parse_args()
-    cores = usable_cores()
+    with resolve_backend("default", role="evaluator") as probe:  # the backend's defaults: prompts on every usable core
+        cores, default_decoding = probe.llama.n_threads_batch, probe.llama.n_threads
     settings = {f"decode_{n}": n for n in sorted({1, max(1, cores // 2), cores})}
     seconds: dict[str, list[float]] = {name: [] for name in settings}
     rewards: dict[str, list[float | None]] = {}
@@ -86,7 +81,7 @@ def main() -> int:
             "rounds": args.rounds,
             "usable_cores": cores,
             "prompt_threads": cores,
-            "default_decoding_threads": resolve_backend("default", role="evaluator").llama.n_threads,
+            "default_decoding_threads": default_decoding,
             "seconds": {name: [round(s, 1) for s in v] for name, v in seconds.items()},
             "machine": platform.processor() or platform.machine(),
         },

@@ -90,29 +90,28 @@ def test_n_threads_holds_for_prompts_too(model_path: Path) -> None:
         assert mixed.llama.n_threads_batch == 2
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
-def test_a_process_pinned_to_one_core_uses_one_thread(model_path: Path) -> None:
-    # llama.cpp's defaults count every core of the machine, whatever the process may run on
+def _threads_when_pinned(model_path: Path, cores: int) -> list[str]:
+    """The decoding and prompt threads of a default backend opened in a process pinned to ``cores`` cores."""
     code = (
-        "import os, sys; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        f"import os, sys; os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:{cores}])\n"
         "from care_sdk.backends.llamacpp import LlamaCppBackend\n"
         "with LlamaCppBackend(sys.argv[1], n_ctx=256) as b: print(b.llama.n_threads, b.llama.n_threads_batch)"
     )
     out = subprocess.run([sys.executable, "-c", code, str(model_path)], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["1", "1"]
+    return out.stdout.split()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+def test_a_process_pinned_to_one_core_uses_one_thread(model_path: Path) -> None:
+    # llama.cpp's defaults count every core of the machine, whatever the process may run on
+    assert _threads_when_pinned(model_path, 1) == ["1", "1"]
 
 
 @pytest.mark.skipif(
     not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores"
 )
 def test_a_process_on_two_cores_decodes_on_both(model_path: Path) -> None:
-    code = (
-        "import os, sys; os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])\n"
-        "from care_sdk.backends.llamacpp import LlamaCppBackend\n"
-        "with LlamaCppBackend(sys.argv[1], n_ctx=256) as b: print(b.llama.n_threads, b.llama.n_threads_batch)"
-    )
-    out = subprocess.run([sys.executable, "-c", code, str(model_path)], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["2", "2"]
+    assert _threads_when_pinned(model_path, 2) == ["2", "2"]
 
 
 def test_same_seed_gives_the_same_rubric(llama_backend: Backend) -> None:
