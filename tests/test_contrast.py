@@ -114,6 +114,25 @@ def test_the_pairwise_arms_fit_reads_the_pmi_of_any_record_of_the_context() -> N
     assert merged["pairwise2_fit0"] == merged["pairwise3_fit0"]
 
 
+def test_the_method_arm_gives_context_fit_with_and_without_its_floor() -> None:
+    from care_sdk.bundled.context_fit import Gate
+
+    n = 1 + len(FAMILY_NAMES)
+    method = {
+        "scores": [0.5] + [0.1] * (n - 1),
+        "evaluated": [True] * (n - 1) + [False],  # the last reply settled by a guard keeps its reward
+        "criteria": [None] * n,
+        "pmi": [20.0] + [0.0] * (n - 1),
+        "own_share": [1.0] * n,
+    }
+    merged = merge_records(ITEMS[:1], {"method": {"a": method}}, {"train": Gate(slope=0.25, intercept=-2.0)})
+    scores = merged[0]["scores"]
+    fit_real, fit_other = 1 / (1 + math.exp(-3.0)), 1 / (1 + math.exp(2.0))
+    assert scores["fit0_train"][:2] == pytest.approx([fit_real * 0.5, fit_other * 0.1], rel=1e-4)
+    assert scores["fit_train"][:2] == pytest.approx([fit_real * 0.75, fit_other * 0.55], rel=1e-4)
+    assert scores["fit0_train"][-1] == scores["fit_train"][-1] == 0.1
+
+
 def test_the_selection_sample_follows_the_rule(data_dir: Path) -> None:
     items = esconv_items(data_dir / "esconv" / "valid.jsonl", 5)
     assert len(items) == 5 and len({i.id for i in items}) == 5

@@ -48,6 +48,22 @@ def test_echo_of_the_user_is_copied_user_not_repeated_own_turn() -> None:
     assert detect_flags(HONEST, CONTEXT) == ()
 
 
+def test_a_short_reply_is_a_copy_only_when_it_is_a_whole_message_of_three_words_or_more() -> None:
+    context = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello, how are you today?"},
+        {"role": "user", "content": "Not good. You?"},
+    ]
+    assert detect_flags("Not good. You?", context) == (COPIED_USER,)
+    assert detect_flags("not good... you", context) == (COPIED_USER,)  # case and punctuation aside
+    assert detect_flags("Hi", context) == ()  # a greeting said back
+    assert detect_flags("Not good?", context) == ()  # part of a message: too short to tell from a quote
+    assert detect_flags("Not good. You? I'm here.", context) == ()
+    assert detect_flags("Hello, how are you today?", context) == (REPEATED_OWN_TURN,)
+    turned = [{"role": "user", "content": "I am doing okay."}]
+    assert detect_flags("You are doing okay.", turned) == (COPIED_USER,)  # turned around, as a long copy
+
+
 def test_repeat_of_an_earlier_assistant_turn_is_repeated_own_turn_only() -> None:
     assert detect_flags(REPEAT, CONTEXT) == (REPEATED_OWN_TURN,)
     assert detect_flags(f"It makes sense that you feel unmoored right now. {HONEST}", CONTEXT) == ()  # a quote

@@ -3,7 +3,8 @@
 The guards read them (:mod:`care_sdk.guards` re-exports the public ones), and context fit discounts
 what a reply copies. Words are runs of letters and digits, lower-cased; for copies of other texts,
 first and second person are made one ("I lost my job" matches "you lost your job"). A reply of
-fewer than 8 words is too short to tell a quote from a copy.
+fewer than 8 words is too short to tell a quote from a copy, unless it is the whole of one of the
+texts, 3 words or more ("Not good. You?" said back).
 
 Examples:
     >>> copied_share("you lost your job and your wife left you", ["I lost my job and my wife left me"])
@@ -20,6 +21,9 @@ from care_sdk._text import word_ngrams
 __all__ = ["copied_share", "own_share", "repeated_share", "strip_copied"]
 
 _COPY_N = 4
+_WHOLE_COPY_MIN = 3
+"""The fewest words a reply under 8 words needs to count as a copy when it is a whole text of the
+context: a two-word greeting said back ("Hi there") is a greeting, not a copy."""
 _WORD = re.compile(r"\w+")
 _PERSON = {
     "i": "<p>", "me": "<p>", "you": "<p>", "my": "<pp>", "your": "<pp>", "mine": "<ps>", "yours": "<ps>",
@@ -35,8 +39,12 @@ def _copy_key(word: str) -> str:
     return _PERSON.get(word, word)
 
 
+def _keys(text: str) -> list[str]:
+    return [_copy_key(w) for w in _WORD.findall(text)]
+
+
 def _context_grams(context: Sequence[str]) -> set[tuple[str, ...]]:
-    return {g for text in context for g in word_ngrams([_copy_key(w) for w in _WORD.findall(text)], _COPY_N)}
+    return {g for text in context for g in word_ngrams(_keys(text), _COPY_N)}
 
 
 def _covered(keys: Sequence[str], seen: set[tuple[str, ...]], *, grow: bool = False) -> list[bool]:
@@ -60,8 +68,9 @@ def _copied(reply: str, context: Sequence[str]) -> list[tuple[re.Match[str], boo
 
 def copied_share(reply: str, context: Sequence[str]) -> float | None:
     """The share of the reply's word 4-grams that occur in the ``context`` texts (lower-cased, first
-    and second person made one); ``None`` for a reply of fewer than 8 words, too short to tell a
-    quote from a copy.
+    and second person made one). A reply of fewer than 8 words is too short to tell a quote from a
+    copy: ``None``, unless it is the whole of one ``context`` text (3 to 7 words, the same words in
+    the same order): then 1.0.
 
     Examples:
         >>> context = ["I failed my exam and my parents will be so angry with me"]
@@ -73,10 +82,13 @@ def copied_share(reply: str, context: Sequence[str]) -> float | None:
         0.0
         >>> copied_share("I failed my exam", context) is None
         True
+        >>> copied_share("Not good. You?", ["Hello.", "Not good. You?"])
+        1.0
     """
-    words = [_copy_key(w) for w in _WORD.findall(reply)]
+    words = _keys(reply)
     if len(words) < 2 * _COPY_N:
-        return None
+        whole = len(words) >= _WHOLE_COPY_MIN and any(words == _keys(text) for text in context)
+        return 1.0 if whole else None
     seen = _context_grams(context)
     grams = word_ngrams(words, _COPY_N)
     return sum(g in seen for g in grams) / len(grams)
@@ -103,13 +115,13 @@ def repeated_share(reply: str) -> float | None:
 
 def own_share(reply: str, context: Sequence[str]) -> float:
     """The share of the reply that is its own: one minus :func:`copied_share` (1 for a reply under
-    8 words). Context fit multiplies its value by it.
+    8 words that is not a whole text of the context). Context fit multiplies its value by it.
 
     Examples:
         >>> own_share("You lost your job today. That is a lot to take in.", ["I lost my job today."])
         0.777...
-        >>> own_share("That is hard.", ["That is hard."])
-        1.0
+        >>> own_share("That is hard.", ["It is."]), own_share("That is hard.", ["That is hard."])
+        (1.0, 0.0)
     """
     return 1.0 - (copied_share(reply, context) or 0.0)
 

@@ -21,7 +21,8 @@ asking a model and every reply is screened for text aimed at the judge rather th
   - ``master_key``: the whole reply is a reasoning opener (``Let's think step by step``,
     ``Thought process:``, ``解``), a known universal key to LLM judges;
   - ``copied_user``: the reply mostly repeats the user's words (at least ``copy_share`` of its
-    word 4-grams occur in the context's user messages; replies of 8 words or more), which a reward
+    word 4-grams occur in the context's user messages; replies of 8 words or more), or is the whole
+    of one user message (replies of 3 to 7 words: "Not good. You?" said back), which a reward
     that reads the reply's fit to its context (:mod:`care_sdk.addons`) would otherwise favour;
   - ``repeated_own_turn``: the reply mostly repeats the assistant's own earlier turns (at least
     ``own_turn_share`` of its word 4-grams occur in the context's assistant messages). Strong

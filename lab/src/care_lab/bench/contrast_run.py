@@ -7,7 +7,7 @@ and arm in ``OUT/<arm>.jsonl``, so a run resumes where it stopped. The arms:
 - ``method``: the bundled ``default`` computing the method's formula. Its records also hold each
   reply's PMI with its context and its own share (the two reads of context fit), so the context-fit
   arms are read from the same evaluations: ``fit_<gate>`` pays ``fit * (0.5 + 0.5 * r)`` with that
-  gate (:func:`fit_scores`).
+  gate, ``fit0_<gate>`` ``fit * r`` (:func:`fit_scores`).
 - ``base``: the untrained base model as generator and evaluator, the method's formula.
 - ``shipped``: ``AdaptiveReward.from_backend("default")`` as it ships (its documented formula); each
   record also holds the method's formula read from the same rubric and evaluation (``method_scores``).
@@ -280,7 +280,8 @@ def merge_records(
     items: Sequence[ContrastItem], arms: dict[str, dict[str, dict[str, Any]]], gates: dict[str, Gate]
 ) -> list[dict[str, Any]]:
     """One record per context for :func:`~care_lab.bench.contrast.summarise`: every arm's scores, the
-    ``fit_<name>`` arms of ``gates`` read from ``method``, the baselines, the real reply's properties."""
+    ``fit_<name>`` (``fit * (0.5 + 0.5 * r)``) and ``fit0_<name>`` (``fit * r``) arms of ``gates`` read
+    from ``method``, the baselines, the real reply's properties."""
     merged = []
     for item, replies in zip(items, contrast_replies(items), strict=True):
         record: dict[str, Any] = {
@@ -304,6 +305,7 @@ def merge_records(
             if arm == "method" and "pmi" in row:
                 for name, gate in gates.items():
                     record["scores"][f"fit_{name}"] = fit_scores(row, gate)
+                    record["scores"][f"fit0_{name}"] = fit_scores(row, gate, floor=0.0)
         reads = next((rows[item.id] for rows in arms.values() if "pmi" in rows.get(item.id, {})), None)
         for arm in PAIRWISE_ADAPTERS:
             pairwise = arms.get(arm, {}).get(item.id)
