@@ -20,6 +20,10 @@ Applies ``benchmarks/rules/contrast.md`` (written before any read). Three steps,
     # (benchmarks/results/contrast_esconv_test_from_61.json)
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set esconv-test --offset 60 \
         --arms pairwise5,pairwise6,base       # then `report` with the same options
+    # its contexts 121 to 180, where the default with the whole-message copy guard and its context-fit arms
+    # were decided (benchmarks/results/contrast_esconv_test_from_121.json)
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set esconv-test --offset 120 \
+        --arms method                         # then `report` with the same options
     # the fresh test read, once, for what ships (through the test-read ledger), and its report
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set intents --arms shipped,base
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set sage --arms shipped,base
@@ -29,6 +33,9 @@ Applies ``benchmarks/rules/contrast.md`` (written before any read). Three steps,
     # runs/contrast/intents5; read 6, the default as it ships:)
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set intents --skip-reads 3 \
         --out runs/contrast/intents6 --arms shipped,base      # then `report` with the same options
+    # read 7: the same models with the whole-message copy guard (a forced read, marked in the ledger)
+    CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set intents --skip-reads 4 \
+        --out runs/contrast/intents7 --arms shipped,base --force-test-read   # then `report --skip-reads 4 ...`
     # SAGE for the second-stage default (read 3 of that set), outside read 2's rollouts
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set sage --skip-reads 1 \
         --out runs/contrast/sage3 --arms shipped             # then `report` with the same options
