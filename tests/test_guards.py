@@ -61,7 +61,7 @@ def test_a_short_reply_is_a_copy_only_when_it_is_a_whole_message_of_three_words_
     assert detect_flags("Not good. You? I'm here.", context) == ()
     assert detect_flags("Hello, how are you today?", context) == (REPEATED_OWN_TURN,)
     turned = [{"role": "user", "content": "I am doing okay."}]
-    assert detect_flags("You are doing okay.", turned) == (COPIED_USER,)  # turned around, as a long copy
+    assert detect_flags("You are doing okay.", turned) == (COPIED_USER,)  # turned around, as in a long copy
 
 
 def test_repeat_of_an_earlier_assistant_turn_is_repeated_own_turn_only() -> None:
