@@ -36,6 +36,7 @@ Applies ``benchmarks/rules/contrast.md`` (written before any read). Three steps,
     # read 7: the same models with the whole-message copy guard (a forced read, marked in the ledger)
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set intents --skip-reads 4 \
         --out runs/contrast/intents7 --arms shipped,base --force-test-read   # then `report --skip-reads 4 ...`
+    # SAGE for the default as it ships (read 4 of that set): --skip-reads 2 --out runs/contrast/sage4
     # SAGE for the second-stage default (read 3 of that set), outside read 2's rollouts
     CARE_DATA_DIR=../shared/data python benchmarks/bench_contrast.py score --set sage --skip-reads 1 \
         --out runs/contrast/sage3 --arms shipped             # then `report` with the same options
