@@ -60,6 +60,7 @@ from typing import Any
 from care_lab.bench.contrast import ContrastItem, order_key, summarise
 from care_lab.bench.contrast_cli import format_summary
 from care_lab.bench.contrast_run import (
+    FIT_FLOORS,
     MIN_REAL_WORDS,
     MODEL_ARMS,
     PAIRWISE_ADAPTERS,
@@ -261,8 +262,8 @@ def report(which: str, items: list[ContrastItem], out: Path, read: Any, skip: in
     scored = [set(r) for r in arms.values() if r]
     records = [r for r in merge_records(items, arms, gates) if all(r["id"] in ids for ids in scored)]
     names = ["length", "feeling_words", *[a for a in MODEL_ARMS if arms[a]]]
-    names += [f"{fit}_{g}" for g in gates if arms["method"] for fit in ("fit", "fit0")]
-    names += [f"{a}_{fit}" for a in PAIRWISE_ADAPTERS if arms[a] and gates for fit in ("fit", "fit0")]
+    names += [f"{fit}_{g}" for g in gates if arms["method"] for fit in FIT_FLOORS]
+    names += [f"{a}_{fit}" for a in PAIRWISE_ADAPTERS if arms[a] and gates for fit in FIT_FLOORS]
     if arms["shipped"]:
         names.append("method")  # read from the shipped default's own evaluations
     summary = summarise(records, names)

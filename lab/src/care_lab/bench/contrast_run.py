@@ -47,6 +47,7 @@ from care_sdk import AdaptiveReward
 from care_sdk.bundled.context_fit import DEFAULT_FLOOR, Gate, fitted_reward
 
 __all__ = [
+    "FIT_FLOORS",
     "MODEL_ARMS",
     "PAIRWISE_ADAPTER",
     "PAIRWISE_ADAPTERS",
@@ -64,6 +65,10 @@ MODEL_ARMS = ("method", "base", "shipped", "pairwise2", "pairwise3", "pairwise4"
 """The arms that run a model; the context-fit arms of a selection run are read from ``method``'s records,
 and ``shipped`` (the bundled ``default`` as it ships) records the method's formula of its own evaluation beside
 its reward."""
+
+FIT_FLOORS = {"fit": DEFAULT_FLOOR, "fit0": 0.0}
+"""The context-fit arms read from a record's PMI, by the suffix or prefix that names them, and their floor:
+``fit`` pays ``fit * (0.5 + 0.5 * r)`` (context fit as it ships), ``fit0`` ``fit * r``."""
 
 PAIRWISE_ADAPTER = Path("runs/evaluator_pairwise/evaluator.gguf")
 """Where ``care_lab.training.evaluator_pairwise`` writes its adapter by default."""
@@ -304,15 +309,15 @@ def merge_records(
                 record["criteria"]["method"] = row["criteria"]
             if arm == "method" and "pmi" in row:
                 for name, gate in gates.items():
-                    record["scores"][f"fit_{name}"] = fit_scores(row, gate)
-                    record["scores"][f"fit0_{name}"] = fit_scores(row, gate, floor=0.0)
+                    for fit, floor in FIT_FLOORS.items():
+                        record["scores"][f"{fit}_{name}"] = fit_scores(row, gate, floor)
         reads = next((rows[item.id] for rows in arms.values() if "pmi" in rows.get(item.id, {})), None)
         for arm in PAIRWISE_ADAPTERS:
             pairwise = arms.get(arm, {}).get(item.id)
             if reads and pairwise and "train" in gates:
                 # context fit as it ships (the train gate, the base model's PMI) times the arm's rubric reward
                 row = {**reads, "scores": pairwise["scores"], "evaluated": pairwise["evaluated"]}
-                record["scores"][f"{arm}_fit"] = fit_scores(row, gates["train"])
-                record["scores"][f"{arm}_fit0"] = fit_scores(row, gates["train"], floor=0.0)
+                for fit, floor in FIT_FLOORS.items():
+                    record["scores"][f"{arm}_{fit}"] = fit_scores(row, gates["train"], floor)
         merged.append(record)
     return merged
